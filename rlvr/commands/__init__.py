@@ -1,0 +1,1 @@
+"""Subcommands of the `rlvr` CLI, one module each."""

@@ -1,0 +1,44 @@
+"""Typed reward records shared by every verifier, reward function and the trainers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Protocol
+
+
+class Status(str, Enum):
+    """Outcome of checking one response. Timeouts and errors are counted, never hidden as 0."""
+
+    CORRECT = "correct"
+    INCORRECT = "incorrect"
+    UNPARSABLE = "unparsable"  # no answer could be extracted (format failure)
+    TIMEOUT = "timeout"  # the check ran past its deadline; the worker was killed
+    ERROR = "error"  # the checker itself failed (bug, crash, memory cap)
+
+
+@dataclass(frozen=True)
+class Reward:
+    """Score of one response: `total` is what the trainer optimizes, `parts` its named terms
+    (e.g. {"format": 1.0, "answer": 0.0}), `status` the typed verdict, `info` a short reason."""
+
+    total: float
+    parts: Mapping[str, float] = field(default_factory=dict)
+    status: Status = Status.INCORRECT
+    info: str = ""
+
+
+class ExampleLike(Protocol):
+    """What a reward function needs of an example (rlvr.data.Example satisfies it): the reference
+    answer and free-form metadata (countdown numbers, code tests, ...). Defined here so that the
+    rewards layer does not import the data layer."""
+
+    reference: str
+    meta: Mapping[str, Any]
+
+
+class RewardFn(Protocol):
+    """A reward function is plain Python: (response text, example) -> Reward. It never raises."""
+
+    def __call__(self, response: str, example: ExampleLike) -> Reward: ...
