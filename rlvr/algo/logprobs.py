@@ -1,0 +1,183 @@
+"""Token log-probabilities and entropy from logits, in bounded memory.
+
+A (B, T, V) logits tensor for a 151,936-token vocabulary is ~5 GB in fp32 at B*T = 8192 rows.
+Materialising ``log_softmax(logits)`` doubles that, and ``logits.float()`` on bf16 logits adds
+another full copy that autograd keeps alive until backward. Here every pass walks the B*T rows in
+chunks of ``chunk_size`` rows, so the only full-size tensors are the logits themselves and, under
+autograd, their gradient (which backward must produce anyway). The extra working memory is
+O(chunk_size * V) in fp32, whatever B and T are.
+
+Under autograd a custom ``torch.autograd.Function`` saves only the logits and the labels and
+recomputes the softmax chunk by chunk in backward:
+
+    d logp_t / d x_j = 1[j == y_t] - p_j
+    d H_t    / d x_j = -p_j * (x_j - sum_i p_i x_i)        (H = logsumexp(x) - sum_i p_i x_i)
+
+Both are divided by the temperature when logits are scaled by ``1 / temperature``.
+All outputs are float32 whatever the logits dtype (float64 for float64 logits); the gradient has the logits' dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+
+IGNORE_INDEX = -100
+DEFAULT_CHUNK_SIZE = 512  # rows of B*T; 512 x 151,936 x 4 bytes ~ 311 MB of fp32 work space
+
+
+def _chunk_stats(
+    x: torch.Tensor, labels: torch.Tensor | None, with_entropy: bool
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
+    """x: (n, V) float32 already scaled. Returns (logp (n,) | None, entropy (n,) | None, lse, p)."""
+    lse = torch.logsumexp(x, dim=-1)  # (n,)
+    logp = None
+    if labels is not None:
+        valid = labels != IGNORE_INDEX
+        picked = x.gather(1, labels.clamp_min(0).unsqueeze(1)).squeeze(1)  # (n,)
+        logp = torch.where(valid, picked - lse, torch.zeros_like(lse))
+    ent = None
+    p = None
+    if with_entropy:
+        p = torch.exp(x - lse.unsqueeze(1))  # (n, V)
+        # p * x is 0 * -inf = nan for masked-out (-inf) vocabulary entries; they contribute 0.
+        px = torch.where(p > 0, p * x, torch.zeros_like(x))
+        ent = lse - px.sum(dim=-1)
+    return logp, ent, lse, p
+
+
+def _compute_dtype(logits: torch.Tensor) -> torch.dtype:
+    # float32 for half/bf16/fp32 logits; float64 logits stay float64 (exact reference checks).
+    return torch.float64 if logits.dtype == torch.float64 else torch.float32
+
+
+class _ChunkedLogprobEntropy(torch.autograd.Function):
+    """Forward and backward chunked over rows; saves only (logits, labels) for backward."""
+
+    @staticmethod
+    def forward(ctx, logits2d, labels1d, chunk_size, temperature, with_logp, with_entropy):
+        n = logits2d.shape[0]
+        dev = logits2d.device
+        cdt = _compute_dtype(logits2d)
+        logp = torch.zeros(n, dtype=cdt, device=dev) if with_logp else None
+        ent = torch.zeros(n, dtype=cdt, device=dev) if with_entropy else None
+        for s in range(0, n, chunk_size):
+            e = min(n, s + chunk_size)
+            x = logits2d[s:e].to(cdt)
+            if temperature != 1.0:
+                x = x / temperature
+            lab = labels1d[s:e] if with_logp else None
+            lp, h, _, _ = _chunk_stats(x, lab, with_entropy)
+            if with_logp:
+                logp[s:e] = lp
+            if with_entropy:
+                ent[s:e] = h
+        ctx.save_for_backward(logits2d, labels1d if with_logp else None)
+        ctx.chunk_size = chunk_size
+        ctx.temperature = temperature
+        ctx.with_logp = with_logp
+        ctx.with_entropy = with_entropy
+        if not with_logp:
+            logp = torch.zeros(0, dtype=cdt, device=dev)
+        if not with_entropy:
+            ent = torch.zeros(0, dtype=cdt, device=dev)
+        ctx.mark_non_differentiable(*[t for t, w in ((logp, with_logp), (ent, with_entropy)) if not w])
+        return logp, ent
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g_logp, g_ent):
+        logits2d, labels1d = ctx.saved_tensors
+        n = logits2d.shape[0]
+        t = ctx.temperature
+        cdt = _compute_dtype(logits2d)
+        grad = torch.empty_like(logits2d)
+        use_logp = ctx.with_logp and g_logp is not None
+        use_ent = ctx.with_entropy and g_ent is not None
+        for s in range(0, n, ctx.chunk_size):
+            e = min(n, s + ctx.chunk_size)
+            x = logits2d[s:e].to(cdt)
+            if t != 1.0:
+                x = x / t
+            lse = torch.logsumexp(x, dim=-1)
+            p = torch.exp(x - lse.unsqueeze(1))  # (n, V)
+            g = torch.zeros_like(x)
+            if use_logp:
+                lab = labels1d[s:e]
+                gl = torch.where(lab != IGNORE_INDEX, g_logp[s:e].to(cdt), torch.zeros_like(lse))  # (n,)
+                g -= p * gl.unsqueeze(1)
+                g.scatter_add_(1, lab.clamp_min(0).unsqueeze(1), gl.unsqueeze(1))
+            if use_ent:
+                px = torch.where(p > 0, p * x, torch.zeros_like(x))
+                ex = px.sum(dim=-1, keepdim=True)  # E_p[x], (n, 1)
+                xc = torch.where(p > 0, x - ex, torch.zeros_like(x))
+                g -= p * xc * g_ent[s:e].to(cdt).unsqueeze(1)
+            if t != 1.0:
+                g = g / t
+            grad[s:e] = g.to(grad.dtype)
+        return grad, None, None, None, None, None
+
+
+def _check(logits: torch.Tensor, labels: torch.Tensor | None, chunk_size: int) -> None:
+    if logits.dim() < 2:
+        raise ValueError(f"logits must have shape (..., V), got {tuple(logits.shape)}")
+    if labels is not None and tuple(labels.shape) != tuple(logits.shape[:-1]):
+        raise ValueError(
+            f"labels shape {tuple(labels.shape)} must equal logits shape without vocab "
+            f"{tuple(logits.shape[:-1])}"
+        )
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+
+
+def logprobs_and_entropy(
+    logits: torch.Tensor,
+    labels: torch.Tensor | None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    with_entropy: bool = False,
+    temperature: float = 1.0,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Per-token log p(label) and entropy of softmax(logits / temperature), chunked over rows.
+
+    logits: (..., V) any float dtype (typically (B, T, V)); already aligned with labels, i.e.
+        logits[b, t] predicts labels[b, t] (shift before calling).
+    labels: (...) int64 token ids, IGNORE_INDEX (-100) where there is no target; or None to
+        skip the logprob.
+    chunk_size: rows of the flattened (..., V) processed at once; bounds work memory.
+    Returns (logp (...) float32 or None, entropy (...) float32 in nats or None). logp is 0
+    (and gets no gradient) where labels == -100. Differentiable w.r.t. logits.
+    """
+    _check(logits, labels, chunk_size)
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    lead = logits.shape[:-1]
+    logits2d = logits.reshape(-1, logits.shape[-1])
+    labels1d = labels.reshape(-1).long() if labels is not None else None
+    logp, ent = _ChunkedLogprobEntropy.apply(
+        logits2d, labels1d, int(chunk_size), float(temperature), labels is not None, with_entropy
+    )
+    return (
+        logp.reshape(lead) if labels is not None else None,
+        ent.reshape(lead) if with_entropy else None,
+    )
+
+
+def token_logprobs_from_logits(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """log softmax(logits / temperature)[label]. logits (B, T, V), labels (B, T) -> (B, T) float32.
+
+    Labels equal to -100 give 0. Numerically stable (logsumexp in float32), chunked over B*T rows.
+    """
+    logp, _ = logprobs_and_entropy(logits, labels, chunk_size, False, temperature)
+    return logp
+
+
+def entropy_from_logits(
+    logits: torch.Tensor, chunk_size: int = DEFAULT_CHUNK_SIZE, temperature: float = 1.0
+) -> torch.Tensor:
+    """Entropy in nats of softmax(logits / temperature). logits (B, T, V) -> (B, T) float32."""
+    _, ent = logprobs_and_entropy(logits, None, chunk_size, True, temperature)
+    return ent
