@@ -1,0 +1,145 @@
+"""Tiny character-level policies for CPU tests, demos and benchmarks.
+
+`build_tiny_model` returns a *real* transformers causal LM (Qwen2ForCausalLM or LlamaForCausalLM)
+and a `PreTrainedTokenizerFast` built with the `tokenizers` library, so the tiny-model path runs
+exactly the same code as a real checkpoint: only the weights and the vocabulary differ.
+
+Tokenizer design (decided here, relied on by tests and the CPU demo):
+- one token per character of `alphabet` (WordLevel model over single characters, split by an
+  "isolate every character" pre-tokenizer, `Fuse` decoder), so spaces and newlines round-trip
+  exactly and sequence lengths are easy to reason about ("12+345=" is 7 tokens);
+- special tokens `<pad>`, `<bos>`, `<eos>`, `<unk>` (ids 0..3); characters outside the alphabet
+  encode to `<unk>` and therefore do not round-trip;
+- no BOS/EOS is added by `tokenizer(text)` (like Qwen), so prompt + response tokenization is
+  exactly the concatenation of the parts;
+- multi-character tags such as "<think>", "</think>", "<answer>", "</answer>" are plain character
+  sequences by default (the r1_zero template therefore round-trips with no special casing and a
+  tiny model must learn the tags character by character). Pass `added_tokens=("<answer>", ...)`
+  to make them single ids instead; added tokens are not special, so `decode(...,
+  skip_special_tokens=True)` keeps them.
+- a minimal chat template (`<|user|>...\n<|assistant|>`) so code that renders chat prompts can be
+  tested with the tiny tokenizer.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Sequence
+
+DEFAULT_ALPHABET = string.digits + string.ascii_letters + string.punctuation + " \n"
+PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN = "<pad>", "<bos>", "<eos>", "<unk>"
+SPECIAL_TOKENS = (PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)
+TINY_CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+def build_char_tokenizer(alphabet: str = DEFAULT_ALPHABET, added_tokens: Sequence[str] = ()):
+    """A character-level `PreTrainedTokenizerFast`: ids 0..3 are pad/bos/eos/unk, then one id per
+    distinct character of `alphabet` (in order), then one id per entry of `added_tokens`."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    chars = list(dict.fromkeys(alphabet))  # de-duplicate, keep order
+    clash = [c for c in chars if c in SPECIAL_TOKENS]
+    if clash:
+        raise ValueError(f"alphabet characters clash with special tokens: {clash}")
+    if not chars:
+        raise ValueError("alphabet is empty")
+    vocab = {tok: i for i, tok in enumerate([*SPECIAL_TOKENS, *chars])}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK_TOKEN))
+    # "[\s\S]" matches every character including newlines: each character is one pre-token.
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()  # concatenate, never insert spaces
+    tok.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in SPECIAL_TOKENS])
+    multi = [t for t in added_tokens if t not in vocab]
+    if multi:
+        tok.add_tokens([AddedToken(t, normalized=False, special=False) for t in multi])
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token=PAD_TOKEN,
+        bos_token=BOS_TOKEN,
+        eos_token=EOS_TOKEN,
+        unk_token=UNK_TOKEN,
+        # Right padding is for training/scoring; rlvr's generators build their own left-padded
+        # batches, so nothing in rlvr depends on this attribute.
+        padding_side="right",
+        # The default clean-up would turn "a , b" into "a, b": never wanted for exact round-trips.
+        clean_up_tokenization_spaces=False,
+        model_max_length=1 << 30,
+    )
+    hf.chat_template = TINY_CHAT_TEMPLATE
+    return hf
+
+
+def build_tiny_model(
+    *,
+    alphabet: str = DEFAULT_ALPHABET,
+    added_tokens: Sequence[str] = (),
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int | None = None,
+    intermediate_size: int | None = None,
+    max_position_embeddings: int = 512,
+    arch: str = "qwen2",
+    tie_word_embeddings: bool = True,
+    seed: int = 0,
+    dtype: str = "float32",
+):
+    """Build a randomly initialized tiny causal LM and its character tokenizer.
+
+    Returns (model, tokenizer). The model is a transformers `Qwen2ForCausalLM` (arch="qwen2") or
+    `LlamaForCausalLM` (arch="llama") in eval mode on CPU; vocab size = 4 + len(alphabet) +
+    len(added_tokens). Initialization uses a private RNG seeded with `seed`, so the caller's
+    global torch RNG state is left untouched and the same seed gives identical weights.
+    intermediate_size defaults to 2 * hidden_size (small but non-trivial MLP).
+    """
+    import torch
+
+    if arch not in TINY_ARCHS:
+        raise ValueError(f"unknown tiny arch {arch!r}; known: {sorted(TINY_ARCHS)}")
+    if hidden_size % num_heads:
+        raise ValueError(f"hidden_size={hidden_size} must be divisible by num_heads={num_heads}")
+    tokenizer = build_char_tokenizer(alphabet, added_tokens)
+    config_cls, model_cls = TINY_ARCHS[arch]()
+    config = config_cls(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads or num_heads,
+        intermediate_size=intermediate_size or 2 * hidden_size,
+        max_position_embeddings=max_position_embeddings,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=tie_word_embeddings,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = model_cls(config)
+    model.to(getattr(torch, dtype))
+    # Make greedy/sampled generation from transformers' own `generate` consistent with ours.
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.bos_token_id = tokenizer.bos_token_id
+    model.eval()
+    return model, tokenizer
+
+
+def _qwen2():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    return Qwen2Config, Qwen2ForCausalLM
+
+
+def _llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    return LlamaConfig, LlamaForCausalLM
+
+
+# Registered by name: (config class, model class), imported lazily.
+TINY_ARCHS = {"qwen2": _qwen2, "llama": _llama}
