@@ -1,0 +1,93 @@
+"""Per-token log-probabilities (and entropy) of given labels under a causal LM.
+
+One function for the policy (called with grad) and for old/reference policies (called under
+torch.no_grad()). Memory is bounded two ways: the batch is run in micro-batches of
+`micro_batch_size` rows, and the (rows, T, V) logits are turned into logprobs by the chunked
+functions of `rlvr.algo.logprobs`, which never materialise a full log_softmax. Under grad each
+micro-batch's graph stays alive until the caller's backward, so a trainer that wants bounded
+activation memory calls `score_tokens` once per micro-batch and backpropagates in between.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from rlvr.algo.logprobs import DEFAULT_CHUNK_SIZE, logprobs_and_entropy
+
+
+@dataclass
+class ScoreOutput:
+    """Scores aligned with the labels passed in."""
+
+    logprobs: torch.Tensor  # (B, T) float32, log p(labels[b, t] | input_ids[b, :t+1]) in nats
+    entropy: torch.Tensor | None = None  # (B, T) float32 entropy of the next-token distribution (nats)
+
+
+def _position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
+    # Positions count real tokens only, so left-padded rows get the same positions as unpadded
+    # ones (transformers would otherwise number the pads). For right padding this is arange.
+    return (attention_mask.long().cumsum(-1) - 1).clamp_min(0)
+
+
+def score_tokens(
+    model,
+    input_ids: torch.Tensor,
+    labels: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    *,
+    micro_batch_size: int | None = None,
+    with_entropy: bool = False,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    temperature: float = 1.0,
+) -> ScoreOutput:
+    """Score `labels` (B, T) given `input_ids` (B, T) (already shifted: labels[:, t] is the token
+    after input_ids[:, t]). attention_mask (B, T) optional (1 = real token); with it, padded
+    rows may be left- or right-padded, and trailing all-pad columns of each micro-batch are
+    skipped (exact: a causal model never looks right). Positions where attention_mask is 0 get
+    logprob 0 and entropy 0. temperature divides the logits (use the sampling temperature to
+    score under the sampled distribution). Gradients flow if called with grad enabled.
+    Returns ScoreOutput(logprobs (B, T) float32, entropy (B, T) float32 | None).
+    """
+    if input_ids.shape != labels.shape or input_ids.dim() != 2:
+        raise ValueError(
+            f"input_ids {tuple(input_ids.shape)} and labels {tuple(labels.shape)} must be equal (B, T)"
+        )
+    if attention_mask is not None and attention_mask.shape != input_ids.shape:
+        raise ValueError(
+            f"attention_mask {tuple(attention_mask.shape)} != input_ids {tuple(input_ids.shape)}"
+        )
+    B, T = input_ids.shape
+    mb = micro_batch_size or B
+    if mb <= 0:
+        raise ValueError(f"micro_batch_size must be > 0, got {micro_batch_size}")
+    device = next(model.parameters()).device
+    lp_parts, ent_parts = [], []
+    for s in range(0, B, mb):
+        ids = input_ids[s : s + mb].to(device)
+        lab = labels[s : s + mb].to(device)
+        kwargs = {}
+        L = T
+        if attention_mask is not None:
+            am = attention_mask[s : s + mb].to(device)
+            cols = am.any(dim=0).nonzero()
+            L = int(cols[-1]) + 1 if len(cols) else 1
+            am = am[:, :L]
+            kwargs = {"attention_mask": am, "position_ids": _position_ids(am)}
+        logits = model(input_ids=ids[:, :L], use_cache=False, **kwargs).logits  # (mb, L, V)
+        lp, ent = logprobs_and_entropy(
+            logits, lab[:, :L], chunk_size=chunk_size, with_entropy=with_entropy, temperature=temperature
+        )
+        if attention_mask is not None:
+            keep = kwargs["attention_mask"].bool()
+            lp = torch.where(keep, lp, torch.zeros_like(lp))
+            ent = torch.where(keep, ent, torch.zeros_like(ent)) if ent is not None else None
+        if L < T:  # pad the skipped all-pad columns back with zeros
+            lp = torch.nn.functional.pad(lp, (0, T - L))
+            ent = torch.nn.functional.pad(ent, (0, T - L)) if ent is not None else None
+        lp_parts.append(lp)
+        ent_parts.append(ent)
+    logprobs = torch.cat(lp_parts, dim=0)
+    entropy = torch.cat(ent_parts, dim=0) if with_entropy else None
+    return ScoreOutput(logprobs=logprobs, entropy=entropy)

@@ -1,0 +1,106 @@
+"""Prompt + response tokenization with a response mask (CS336 assignment 5 semantics).
+
+Layout of one row, with P prompt tokens, R response tokens and right padding to the batch's
+longest P + R (called T):
+
+    ids           = prompt_ids + response_ids + [pad] * (T - P - R)           # (T,)
+    input_ids     = ids[:-1]                                                    # (T-1,)
+    labels        = ids[1:]                                                     # (T-1,)
+    response_mask = 1 where labels[t] is a response token, i.e. t in [P-1, P+R-1)
+
+Right padding needs no attention mask for a causal model (real positions never attend to later
+pads), but `attention_mask` is provided anyway for code that wants to trim or pass it.
+Prompt and response are tokenized *separately* (no special tokens added), exactly as the
+assignment does, so response token ids are those the sampler produced, not a re-tokenization of
+the concatenated text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class TrainingBatch:
+    """Right-padded, shifted batch for scoring and training. All tensors (B, T-1)."""
+
+    input_ids: torch.Tensor  # (B, T-1) int64
+    labels: torch.Tensor  # (B, T-1) int64; labels[b, t] = ids[b, t+1]
+    response_mask: torch.Tensor  # (B, T-1) bool; label is a response token that enters the loss
+    attention_mask: torch.Tensor  # (B, T-1) int64; 1 on real input tokens
+    sampler_logprobs: torch.Tensor | None = None  # (B, T-1) float32 aligned with labels; 0 elsewhere
+
+    def to(self, device) -> TrainingBatch:
+        """Move every tensor to `device`."""
+        move = lambda t: None if t is None else t.to(device)
+        return TrainingBatch(*(move(getattr(self, f)) for f in self.__dataclass_fields__))
+
+
+def build_training_batch(
+    prompt_ids: Sequence[Sequence[int]],
+    response_ids: Sequence[Sequence[int]],
+    pad_token_id: int,
+    *,
+    loss_masks: Sequence[Sequence[bool]] | None = None,
+    sampler_logprobs: Sequence[Sequence[float] | None] | None = None,
+) -> TrainingBatch:
+    """Concatenate token ids, right-pad, shift, and mark response positions.
+
+    loss_masks[i] (optional, len = len(response_ids[i])): False for response tokens that must not
+    enter the loss (e.g. text forced by a thinking budget); they stay in the sequence so the
+    model still conditions on them. sampler_logprobs[i] (optional): per-response-token logprobs
+    from the sampler, placed at the same positions as the labels.
+    """
+    if len(prompt_ids) != len(response_ids):
+        raise ValueError(f"{len(prompt_ids)} prompts but {len(response_ids)} responses")
+    if not prompt_ids:
+        raise ValueError("empty batch")
+    rows = [list(p) + list(r) for p, r in zip(prompt_ids, response_ids, strict=True)]
+    T = max(len(r) for r in rows)
+    if T < 2:
+        raise ValueError("every batch needs at least one sequence of >= 2 tokens")
+    B = len(rows)
+    ids = torch.full((B, T), pad_token_id, dtype=torch.long)
+    attn = torch.zeros((B, T), dtype=torch.long)
+    resp = torch.zeros((B, T - 1), dtype=torch.bool)
+    lps = torch.zeros((B, T - 1), dtype=torch.float32) if sampler_logprobs is not None else None
+    for i, (p, r, row) in enumerate(zip(prompt_ids, response_ids, rows, strict=True)):
+        P, R = len(p), len(r)
+        if P == 0 and R > 0:
+            raise ValueError(f"row {i}: empty prompt; the first response token would have no context")
+        ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+        attn[i, : len(row)] = 1
+        if R:
+            m = torch.ones(R, dtype=torch.bool)
+            if loss_masks is not None:
+                if len(loss_masks[i]) != R:
+                    raise ValueError(f"row {i}: loss mask has {len(loss_masks[i])} entries for {R} tokens")
+                m = torch.tensor([bool(x) for x in loss_masks[i]], dtype=torch.bool)
+            resp[i, P - 1 : P - 1 + R] = m
+            if lps is not None and sampler_logprobs[i] is not None:
+                if len(sampler_logprobs[i]) != R:
+                    raise ValueError(f"row {i}: {len(sampler_logprobs[i])} sampler logprobs for {R} tokens")
+                lps[i, P - 1 : P - 1 + R] = torch.tensor(list(sampler_logprobs[i]), dtype=torch.float32)
+    return TrainingBatch(
+        input_ids=ids[:, :-1].contiguous(),
+        labels=ids[:, 1:].contiguous(),
+        response_mask=resp,
+        attention_mask=attn[:, :-1].contiguous(),
+        sampler_logprobs=lps,
+    )
+
+
+def tokenize_prompt_and_output(prompt_strs: list[str], output_strs: list[str], tokenizer) -> dict:
+    """CS336 `tokenize_prompt_and_output`: dict with input_ids, labels, response_mask, each
+    (B, max(prompt_and_output_lens) - 1); padding uses tokenizer.pad_token_id, response_mask is
+    bool. Prompt and output are tokenized separately without special tokens."""
+    if len(prompt_strs) != len(output_strs):
+        raise ValueError(f"{len(prompt_strs)} prompts but {len(output_strs)} outputs")
+    p_ids = [tokenizer.encode(s, add_special_tokens=False) for s in prompt_strs]
+    o_ids = [tokenizer.encode(s, add_special_tokens=False) for s in output_strs]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    b = build_training_batch(p_ids, o_ids, pad)
+    return {"input_ids": b.input_ids, "labels": b.labels, "response_mask": b.response_mask}
