@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any, Protocol
 
 
-class Status(str, Enum):
+class Status(StrEnum):
     """Outcome of checking one response. Timeouts and errors are counted, never hidden as 0."""
 
     CORRECT = "correct"
@@ -42,3 +42,12 @@ class RewardFn(Protocol):
     """A reward function is plain Python: (response text, example) -> Reward. It never raises."""
 
     def __call__(self, response: str, example: ExampleLike) -> Reward: ...
+
+
+@dataclass(frozen=True)
+class SimpleExample:
+    """A plain, picklable ExampleLike: what batch scoring sends to worker processes and what
+    `rlvr grade` builds from a JSONL line."""
+
+    reference: str
+    meta: Mapping[str, Any] = field(default_factory=dict)
