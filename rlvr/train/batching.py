@@ -1,0 +1,103 @@
+"""Batch-size arithmetic of the policy-gradient trainer, checked before any work starts.
+
+One RL step samples a *rollout batch* of n_prompts * group_size responses. It is consumed in
+`epochs_per_rollout_batch` passes; each pass is cut into minibatches of `train_batch_size` rollouts
+(one optimizer step each), and each minibatch into micro-batches of `micro_batch_size` rollouts
+(one forward/backward each, gradients accumulated). The loss aggregation's normalizer is computed
+over the whole minibatch, so the micro-batch size changes memory, never the gradient.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class BatchConfigError(ValueError):
+    """The batch sizes cannot be split as configured; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """Resolved batch sizes of one RL step (all counts are rollouts, i.e. responses)."""
+
+    rollout_batch: int  # n_prompts * group_size
+    train_batch: int  # rollouts per optimizer step
+    micro_batch: int  # rollouts per forward/backward
+    epochs: int  # passes over the rollout batch
+    optimizer_steps_per_rollout_batch: int  # epochs * rollout_batch / train_batch
+    accumulation_steps: int  # train_batch / micro_batch
+    on_policy: bool  # exactly one optimizer step per rollout batch: ratio == 1 at the step
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _suggest(n: int, near: int) -> str:
+    """A few divisors of n close to `near`, as a readable hint."""
+    divs = sorted(_divisors(n), key=lambda d: (abs(d - near), d))[:4]
+    return ", ".join(str(d) for d in sorted(divs))
+
+
+def plan_batches(
+    n_prompts: int,
+    group_size: int,
+    train_batch_size: int = 0,
+    micro_batch_size: int = 0,
+    epochs: int = 1,
+) -> BatchPlan:
+    """Resolve 0 = "whole" defaults and check that every level divides the one above.
+
+    Raises BatchConfigError naming the config keys and suggesting values that work.
+    """
+    if n_prompts < 1:
+        raise BatchConfigError(f"sampling.n_prompts must be >= 1, got {n_prompts}")
+    if group_size < 1:
+        raise BatchConfigError(f"sampling.group_size must be >= 1, got {group_size}")
+    if epochs < 1:
+        raise BatchConfigError(f"algo.epochs_per_rollout_batch must be >= 1, got {epochs}")
+    if train_batch_size < 0 or micro_batch_size < 0:
+        raise BatchConfigError(
+            "algo.train_batch_size and algo.micro_batch_size must be >= 0 (0 = the whole batch), got "
+            f"{train_batch_size} and {micro_batch_size}"
+        )
+    rollout = n_prompts * group_size
+    train = train_batch_size or rollout
+    if train > rollout:
+        raise BatchConfigError(
+            f"algo.train_batch_size={train} is larger than the rollout batch "
+            f"sampling.n_prompts*sampling.group_size={n_prompts}*{group_size}={rollout}; "
+            f"lower it to at most {rollout} or raise sampling.n_prompts"
+        )
+    if rollout % train:
+        raise BatchConfigError(
+            f"algo.train_batch_size={train} does not divide the rollout batch "
+            f"sampling.n_prompts*sampling.group_size={n_prompts}*{group_size}={rollout}; "
+            f"use one of {_suggest(rollout, train)} (or change sampling.n_prompts)"
+        )
+    micro = micro_batch_size or train
+    if micro > train:
+        raise BatchConfigError(
+            f"algo.micro_batch_size={micro} is larger than algo.train_batch_size={train}; "
+            f"lower it to at most {train}"
+        )
+    if train % micro:
+        raise BatchConfigError(
+            f"algo.micro_batch_size={micro} does not divide algo.train_batch_size={train}; "
+            f"use one of {_suggest(train, micro)}"
+        )
+    steps = epochs * (rollout // train)
+    return BatchPlan(
+        rollout_batch=rollout,
+        train_batch=train,
+        micro_batch=micro,
+        epochs=epochs,
+        optimizer_steps_per_rollout_batch=steps,
+        accumulation_steps=train // micro,
+        on_policy=steps == 1,
+    )
+
+
+def split_indices(n: int, size: int) -> list[range]:
+    """Consecutive chunks of range(n) of length `size` (the last may be shorter)."""
+    return [range(i, min(i + size, n)) for i in range(0, n, size)]
