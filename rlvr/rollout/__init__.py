@@ -1,1 +1,8 @@
+"""Sampling: specs, rollouts, the Generator protocol, the transformers and vLLM generators,
+and thinking budgets."""
 
+from rlvr.rollout.batch import rollouts_to_batch
+from rlvr.rollout.hf_generator import HFGenerator
+from rlvr.rollout.types import Generator, Rollout, SamplingSpec
+
+__all__ = ["Generator", "HFGenerator", "Rollout", "SamplingSpec", "rollouts_to_batch"]

@@ -1,0 +1,260 @@
+"""Batched sampling with a transformers causal LM: our own decode loop over the KV cache.
+
+Why our own loop instead of `model.generate`: per-sequence stop strings, min_tokens, exact
+sampler logprobs and per-sequence RNGs (reproducible whatever the batch size) are each a few
+lines here and fragile through generate's logits processors. benchmarks/generation.py measures
+the loop with and without the KV cache.
+
+Batch layout: prompts are left-padded to the longest prompt of the micro-batch; positions are
+counted over real tokens only (so a padded row computes the same logits as an unpadded one,
+up to float rounding); rows that finished keep decoding a pad token that nobody reads.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable, Sequence
+
+import torch
+
+from rlvr.rollout.types import Rollout, SamplingSpec, sequence_seed
+
+
+def process_logits(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
+    """logits (B, V) -> log-probabilities (B, V) float32 of the distribution sampled from:
+    softmax(logits / temperature) restricted to the top_k tokens and then to the smallest set
+    whose mass reaches top_p (the most likely token is always kept), renormalized. Removed
+    tokens get -inf. temperature must be > 0."""
+    x = logits.float() / temperature
+    V = x.shape[-1]
+    if top_k and 0 < top_k < V:
+        kth = torch.topk(x, top_k, dim=-1).values[:, -1:]  # (B, 1)
+        x = x.masked_fill(x < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_x, order = torch.sort(x, dim=-1, descending=True)
+        probs = torch.softmax(sorted_x, dim=-1)
+        before = probs.cumsum(-1) - probs  # mass of strictly more likely tokens
+        drop_sorted = before >= top_p  # keep a token while the mass before it is < top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        x = x.masked_fill(drop, float("-inf"))
+    return torch.log_softmax(x, dim=-1)
+
+
+def sample_rows(logp: torch.Tensor, generators: Sequence[torch.Generator]) -> torch.Tensor:
+    """Inverse-CDF sampling, one uniform per row from that row's own RNG (so a row's sample does
+    not depend on which other rows share the batch). logp (B, V) -> ids (B,) int64."""
+    u = torch.stack([torch.rand((), generator=g, dtype=torch.float64) for g in generators])  # (B,)
+    cdf = logp.double().exp().cumsum(-1)  # (B, V)
+    target = (u * cdf[:, -1]).unsqueeze(-1).to(cdf.device)
+    # right=True: first index whose cdf is > target, so zero-probability tokens are never chosen.
+    ids = torch.searchsorted(cdf, target, right=True).squeeze(-1)
+    return ids.clamp_max(logp.shape[-1] - 1)
+
+
+class HFGenerator:
+    """Generator backed by a transformers model (CPU or GPU).
+
+    model: a causal LM. It may be the trainer's own module (colocated: the generator always
+    sees the current weights, and update_weights only checks and bumps the version) or a
+    separate copy (update_weights copies tensors in). tokenizer: its tokenizer.
+    batch_size: sequences decoded together (prompt-major chunks of the len(prompts) * n rows).
+    use_cache: decode with the KV cache (False recomputes the whole prefix every step; only
+    for benchmarks and checks).
+    """
+
+    def __init__(self, model, tokenizer, *, batch_size: int = 64, device=None, use_cache: bool = True):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.device = torch.device(device) if device is not None else next(model.parameters()).device
+        if next(model.parameters()).device != self.device:
+            self.model.to(self.device)
+        self.use_cache = use_cache
+        # transformers >= 5.2x renamed the `past_key_values` argument/output to `cache`.
+        fwd = inspect.signature(type(model).forward).parameters
+        self._cache_kw = "cache" if "cache" in fwd else "past_key_values"
+        self.weight_version = 0
+        eos = tokenizer.eos_token_id
+        cfg_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        ids = {eos} if eos is not None else set()
+        ids |= set(cfg_eos if isinstance(cfg_eos, list) else [cfg_eos] if cfg_eos is not None else [])
+        self.eos_ids = sorted(ids)
+        pad = tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else (self.eos_ids[0] if self.eos_ids else 0)
+
+    # -- weights -------------------------------------------------------------------------------
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        """Copy the given tensors into the model (skipped when they already are its storage)."""
+        params = dict(self.model.named_parameters())
+        params.update(dict(self.model.named_buffers()))
+        with torch.no_grad():
+            for name, tensor in named_tensors:
+                if name not in params:
+                    known = ", ".join(list(params)[:5])
+                    raise KeyError(f"update_weights: unknown tensor {name!r} (model has e.g. {known}, ...)")
+                dst = params[name]
+                if dst.data_ptr() == tensor.data_ptr():
+                    continue  # colocated: it is the same storage
+                if dst.shape != tensor.shape:
+                    raise ValueError(
+                        f"update_weights: {name} has shape {tuple(tensor.shape)}, expected {tuple(dst.shape)}"
+                    )
+                dst.copy_(tensor.to(dst.device, dst.dtype))
+        self.weight_version = int(version)
+
+    # -- generation ----------------------------------------------------------------------------
+    def generate(
+        self, prompts: list[str], spec: SamplingSpec, *, prompt_ids: Sequence[Sequence[int]] | None = None
+    ) -> list[Rollout]:
+        """len(prompts) * spec.n Rollouts in prompt-major order (see Generator)."""
+        if prompt_ids is None:
+            # add_special_tokens=True: a BOS is added if the tokenizer adds one (as vLLM does).
+            prompt_ids = [self.tokenizer.encode(p) for p in prompts]
+        elif len(prompt_ids) != len(prompts):
+            raise ValueError(f"{len(prompt_ids)} prompt_ids for {len(prompts)} prompts")
+        if any(len(p) == 0 for p in prompt_ids):
+            raise ValueError("empty prompt: the first token would have no context (give a BOS)")
+        base_seed = spec.seed
+        if base_seed is None:
+            base_seed = int(torch.randint(0, 2**62, (), dtype=torch.int64))
+        jobs = [(i, j) for i in range(len(prompts)) for j in range(spec.n)]
+        out: list[Rollout] = []
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                for s in range(0, len(jobs), self.batch_size):
+                    chunk = jobs[s : s + self.batch_size]
+                    out.extend(self._generate_chunk(prompts, prompt_ids, chunk, spec, base_seed))
+        finally:
+            self.model.train(was_training)
+        return out
+
+    def _forward(self, ids, attn, past):
+        """Logits (B, V) of the last position, and the cache to pass next time."""
+        pos = (attn.cumsum(-1) - 1).clamp_min(0)
+        kwargs = {}
+        if past is not None:  # only the new token goes in; its position is the last one
+            pos = pos[:, -ids.shape[1] :]
+            kwargs[self._cache_kw] = past
+        # logits_to_keep=1: only the last position's logits are computed (saves a (B, L, V) tensor).
+        out = self.model(
+            input_ids=ids,
+            attention_mask=attn,
+            position_ids=pos,
+            use_cache=self.use_cache,
+            logits_to_keep=1,
+            **kwargs,
+        )
+        cache = getattr(out, self._cache_kw, None) if self.use_cache else None
+        return out.logits[:, -1, :], cache
+
+    def _generate_chunk(
+        self, prompts, prompt_ids, chunk, spec: SamplingSpec, base_seed: int
+    ) -> list[Rollout]:
+        dev = self.device
+        B = len(chunk)
+        p_ids = [list(prompt_ids[i]) for i, _ in chunk]
+        Lp = max(len(p) for p in p_ids)
+        ids = torch.full((B, Lp), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((B, Lp), dtype=torch.long)
+        for r, p in enumerate(p_ids):
+            ids[r, Lp - len(p) :] = torch.tensor(p, dtype=torch.long)
+            attn[r, Lp - len(p) :] = 1
+        ids, attn = ids.to(dev), attn.to(dev)
+        gens = []
+        if spec.temperature > 0:
+            for i, j in chunk:
+                g = torch.Generator()  # CPU RNG: identical streams on CPU and GPU machines
+                g.manual_seed(sequence_seed(base_seed, i, j))
+                gens.append(g)
+
+        resp: list[list[int]] = [[] for _ in range(B)]
+        lps: list[list[float]] = [[] for _ in range(B)]
+        finish: list[str | None] = [None] * B
+        stop_reason: list[str | None] = [None] * B
+        cut_text: list[str | None] = [None] * B
+        eos = torch.tensor(self.eos_ids, dtype=torch.long, device=dev)
+        max_stop = max((len(x) for x in spec.stop), default=0)
+        window = max_stop + 16  # tokens decoded to look for a stop string that just completed
+
+        logits, past = self._forward(ids, attn, None)
+        full_ids = ids
+        for step in range(spec.max_tokens):
+            if step < spec.min_tokens and len(eos):
+                logits = logits.clone()
+                logits[:, eos] = float("-inf")
+            if spec.temperature == 0:
+                logp = torch.log_softmax(logits.float(), dim=-1)
+                tok = logp.argmax(-1)
+            else:
+                logp = process_logits(logits, spec.temperature, spec.top_k, spec.top_p)
+                tok = sample_rows(logp, gens).to(dev)
+            tok_lp = logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1).tolist()
+            tok_list = tok.tolist()
+            for r in range(B):
+                if finish[r] is not None:
+                    continue
+                resp[r].append(tok_list[r])
+                lps[r].append(tok_lp[r])
+                if tok_list[r] in self.eos_ids:
+                    finish[r], stop_reason[r] = "stop", "<eos>"
+                elif spec.stop and len(resp[r]) >= spec.min_tokens:  # vLLM: stops count from min_tokens on
+                    hit = self._find_stop(resp[r], spec, window)
+                    if hit is not None:
+                        finish[r], stop_reason[r], cut_text[r] = "stop", hit[0], hit[1]
+                if finish[r] is None and len(resp[r]) >= spec.max_tokens:
+                    finish[r] = "length"
+            if all(f is not None for f in finish):
+                break
+            nxt = torch.tensor(
+                [t if f is None else self.pad_id for t, f in zip(tok_list, finish, strict=True)],
+                dtype=torch.long,
+                device=dev,
+            ).unsqueeze(-1)
+            attn = torch.cat([attn, torch.ones((B, 1), dtype=torch.long, device=dev)], dim=1)
+            if self.use_cache:
+                logits, past = self._forward(nxt, attn, past)
+            else:
+                full_ids = torch.cat([full_ids, nxt], dim=1)
+                logits, _ = self._forward(full_ids, attn, None)
+
+        rollouts = []
+        for r, (i, j) in enumerate(chunk):
+            text = cut_text[r]
+            if text is None:
+                text = self.tokenizer.decode(resp[r], skip_special_tokens=True)
+            rollouts.append(
+                Rollout(
+                    prompt=prompts[i],
+                    prompt_ids=p_ids[r],
+                    response_ids=resp[r],
+                    text=text,
+                    logprobs=lps[r] if spec.logprobs else None,
+                    finish_reason=finish[r] or "length",
+                    group=i,
+                    weight_version=self.weight_version,
+                    sample_index=j,
+                    stop_reason=stop_reason[r],
+                )
+            )
+        return rollouts
+
+    def _find_stop(self, ids: list[int], spec: SamplingSpec, window: int) -> tuple[str, str] | None:
+        """If the last token completed a stop string, return (stop, text cut per spec)."""
+        tail = self.tokenizer.decode(ids[-window:], skip_special_tokens=True)
+        if not any(s in tail for s in spec.stop):
+            return None
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        prev_len = len(self.tokenizer.decode(ids[:-1], skip_special_tokens=True))
+        best = None  # (start, stop): the earliest stop occurrence that ends in the new text
+        for s in spec.stop:
+            k = text.find(s, max(0, prev_len - len(s) + 1))
+            if k >= 0 and (best is None or k < best[0]):
+                best = (k, s)
+        if best is None:
+            return None  # the stop string in the window is an old one (before min_tokens)
+        k, s = best
+        return s, text[: k + len(s)] if spec.include_stop_str_in_output else text[:k]

@@ -1,0 +1,106 @@
+"""Sampling specs, rollouts and the Generator protocol shared by every generator backend."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import torch
+
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass(frozen=True)
+class SamplingSpec:
+    """How to sample. Mirrors vLLM's SamplingParams names so the two backends read the same.
+
+    Reproducibility: sample j of prompt i uses its own RNG seeded from (seed, i, j), so the same
+    seed gives the same rollouts whatever the batch size (up to float differences in logits
+    between batch shapes, see docs/models.md). A trainer passes a different seed each step
+    (e.g. base_seed + step); seed=None draws the base seed from torch's global RNG.
+    """
+
+    n: int = 1  # samples per prompt; the n samples of prompt i are consecutive in the output
+    temperature: float = 1.0  # 0 = greedy
+    top_p: float = 1.0  # nucleus mass kept, in (0, 1]; 1 = off
+    top_k: int = 0  # keep the k most likely tokens; 0 or -1 = off
+    max_tokens: int = 256  # new tokens per response (EOS and stop tokens included)
+    min_tokens: int = 0  # EOS and stop strings are ignored before this many new tokens
+    stop: tuple[str, ...] = ()  # stop when the response text contains one of these
+    include_stop_str_in_output: bool = False  # keep the stop string at the end of `text`
+    seed: int | None = None
+    logprobs: bool = True  # return the sampler's per-token logprobs (see Rollout.logprobs)
+
+    def __post_init__(self):
+        if self.n < 1:
+            raise ValueError(f"SamplingSpec.n must be >= 1, got {self.n}")
+        if self.temperature < 0:
+            raise ValueError(f"SamplingSpec.temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"SamplingSpec.top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < -1:
+            raise ValueError(f"SamplingSpec.top_k must be -1, 0 (off) or > 0, got {self.top_k}")
+        if self.max_tokens < 1:
+            raise ValueError(f"SamplingSpec.max_tokens must be >= 1, got {self.max_tokens}")
+        if not 0 <= self.min_tokens <= self.max_tokens:
+            raise ValueError(f"SamplingSpec.min_tokens must be in [0, max_tokens], got {self.min_tokens}")
+        if isinstance(self.stop, str):  # a bare string would be split into characters
+            object.__setattr__(self, "stop", (self.stop,))
+        object.__setattr__(self, "stop", tuple(self.stop))
+        if any(not s for s in self.stop):
+            raise ValueError("SamplingSpec.stop contains an empty string")
+
+
+@dataclass
+class Rollout:
+    """One sampled response.
+
+    logprobs[k] is log pi_sample(response_ids[k]) under the distribution actually sampled from
+    (logits / temperature, then top-k/top-p truncation, renormalized); for greedy decoding
+    (temperature 0) it is the untempered model logprob. At temperature 1 without truncation it
+    equals the scoring forward's logprob. Forced tokens (thinking budget) get 0.0 and
+    loss_mask False.
+    """
+
+    prompt: str
+    prompt_ids: list[int]  # (P,) token ids the response was conditioned on (BOS included if any)
+    response_ids: list[int]  # (R,) sampled ids, incl. EOS and the token(s) that completed a stop string
+    text: str  # decoded response without special tokens, cut at the stop string (kept per spec)
+    logprobs: list[float] | None  # (R,) sampler logprobs, or None if spec.logprobs is False
+    finish_reason: FinishReason  # "stop": EOS or a stop string; "length": max_tokens reached
+    group: int  # index of the prompt in the generate() call
+    weight_version: int = 0  # generator weight version that produced the sample
+    sample_index: int = 0  # j in 0..n-1 within the group
+    stop_reason: str | None = None  # the stop string that ended it, "<eos>" for EOS, None for length
+    loss_mask: list[bool] | None = None  # (R,) False for tokens that were not sampled; None = all True
+
+
+class Generator(Protocol):
+    """A sampler the trainer talks to without knowing the backend (transformers or vLLM)."""
+
+    weight_version: int
+
+    def generate(
+        self, prompts: list[str], spec: SamplingSpec, *, prompt_ids: Sequence[Sequence[int]] | None = None
+    ) -> list[Rollout]:
+        """len(prompts) * spec.n rollouts, prompt-major (the n samples of prompt i consecutive).
+        prompt_ids, if given, are used instead of tokenizing `prompts` (which then only label
+        the rollouts)."""
+        ...
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        """Load new policy weights (names as in model.named_parameters()) and set weight_version."""
+        ...
+
+
+def sequence_seed(base_seed: int, group: int, sample_index: int) -> int:
+    """Seed of the RNG for sample `sample_index` of prompt `group` (a fixed 63-bit mix, so seeds
+    of different (group, sample) pairs do not collide for realistic sizes)."""
+    x = (base_seed * 0x9E3779B97F4A7C15 + group * 0xBF58476D1CE4E5B9 + sample_index * 0x94D049BB133111EB) & (
+        (1 << 64) - 1
+    )
+    x ^= x >> 31
+    x = (x * 0xD6E8FEB86659FD93) & ((1 << 64) - 1)
+    x ^= x >> 29
+    return x & ((1 << 63) - 1)
