@@ -12,6 +12,10 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+from rlvr.commands.plot import plot  # noqa: E402
+
+app.command()(plot)
+
 
 def main() -> None:
     """Console-script entry point."""

@@ -1,0 +1,318 @@
+"""Atomic checkpoints with exact RNG state, and their loading.
+
+    RUN_DIR/checkpoints/
+      latest               text file: the name of the newest complete checkpoint ("step_000020")
+      step_000010/
+        model/             model.save_pretrained (+ tokenizer.save_pretrained): a loadable HF folder
+                           (plain nn.Modules: model/model.pt holding the state_dict)
+        optimizer.pt       optimizer.state_dict()          (when given)
+        scheduler.pt       scheduler.state_dict()          (when given)
+        rng.pt             torch CPU (+ CUDA) generator states
+        rng.json           python `random` and numpy global states
+        trainer_state.json the trainer's counters, data position, ... (JSON)
+        meta.json          {"step", "format", "files"}; written last
+
+Atomicity: everything is written into `checkpoints/.tmp-step_000010-<pid>/`, every file and the
+folder are fsynced, the folder is renamed to `step_000010`, the parent folder is fsynced, and only
+then `latest` is replaced (write `latest.tmp`, fsync, os.replace). A crash at any point leaves the
+previous checkpoint and the previous `latest` intact; leftover `.tmp-*` folders are removed by the
+next save. Loading never trusts `latest` blindly: if it is missing or names an incomplete folder,
+the newest folder with a meta.json is used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+FORMAT_VERSION = 1
+_STEP_RE = re.compile(r"^step_(\d+)$")
+
+__all__ = [
+    "checkpoint_name",
+    "latest_checkpoint",
+    "list_checkpoints",
+    "load_checkpoint",
+    "save_checkpoint",
+]
+
+
+def checkpoint_name(step: int) -> str:
+    """`step_000010`: zero-padded so names sort by step."""
+    return f"step_{int(step):06d}"
+
+
+def _checkpoints_dir(run_dir: Any) -> Path:
+    path = Path(getattr(run_dir, "path", run_dir))
+    return path if path.name == "checkpoints" else path / "checkpoints"
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:  # some platforms cannot open directories; rename is still atomic there
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: Path) -> None:
+    for dirpath, _dirnames, filenames in os.walk(root):
+        for name in filenames:
+            _fsync_file(Path(dirpath) / name)
+        _fsync_dir(Path(dirpath))
+
+
+def _write_atomic_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def list_checkpoints(run_dir: Any) -> list[Path]:
+    """Complete checkpoint folders (with meta.json), oldest first."""
+    ckpt_dir = _checkpoints_dir(run_dir)
+    if not ckpt_dir.is_dir():
+        return []
+    found = []
+    for p in ckpt_dir.iterdir():
+        m = _STEP_RE.match(p.name)
+        if m and p.is_dir() and (p / "meta.json").exists():
+            found.append((int(m.group(1)), p))
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(run_dir: Any) -> Path | None:
+    """The checkpoint `latest` names if it is complete, else the newest complete one, else None."""
+    ckpt_dir = _checkpoints_dir(run_dir)
+    pointer = ckpt_dir / "latest"
+    if pointer.exists():
+        target = ckpt_dir / pointer.read_text(encoding="utf-8").strip()
+        if target.is_dir() and (target / "meta.json").exists():
+            return target
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+# ------------------------------------------------------------------------------------ RNG state
+
+
+def _rng_state() -> tuple[dict, dict[str, torch.Tensor]]:
+    version, internal, gauss = random.getstate()
+    js: dict[str, Any] = {"python": [version, list(internal), gauss]}
+    try:
+        import numpy as np
+
+        name, keys, pos, has_gauss, cached = np.random.get_state()
+        js["numpy"] = [name, keys.tolist(), int(pos), int(has_gauss), float(cached)]
+    except ImportError:
+        pass
+    tensors = {"torch_cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        for i, state in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"torch_cuda_{i}"] = state
+    return js, tensors
+
+
+def _set_rng_state(js: Mapping[str, Any], tensors: Mapping[str, torch.Tensor]) -> None:
+    version, internal, gauss = js["python"]
+    random.setstate((version, tuple(internal), gauss))
+    if "numpy" in js:
+        import numpy as np
+
+        name, keys, pos, has_gauss, cached = js["numpy"]
+        np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(tensors["torch_cpu"])
+    cuda = sorted((k for k in tensors if k.startswith("torch_cuda_")), key=lambda k: int(k.rsplit("_", 1)[1]))
+    if cuda and torch.cuda.is_available():
+        states = [tensors[k] for k in cuda]
+        if len(states) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(states)
+        else:  # a different number of GPUs: restore the ones both have
+            for i, state in enumerate(states[: torch.cuda.device_count()]):
+                torch.cuda.set_rng_state(state, i)
+
+
+# ------------------------------------------------------------------------------------ save/load
+
+
+def _unwrap(model: Any) -> Any:
+    return getattr(model, "module", model)  # DDP / compiled wrappers keep the real model in .module
+
+
+def save_checkpoint(
+    run_dir: Any,
+    step: int,
+    *,
+    model: Any,
+    tokenizer: Any = None,
+    optimizer: Any = None,
+    scheduler: Any = None,
+    trainer_state: Mapping[str, Any] | None = None,
+    rng: bool = True,
+    keep: int | None = 2,
+) -> Path:
+    """Write checkpoint `step` of `run_dir` (a RunDir or a path) atomically; see the module doc.
+
+    model: has `save_pretrained` (HF; saved as safetensors with its config) or `state_dict`.
+    trainer_state: JSON-able dict (data position, counters, ...); checked before anything is written.
+    keep: keep this many newest checkpoints (None or 0 = keep all); the new one is never removed.
+    Returns the checkpoint folder.
+    """
+    state = dict(trainer_state or {})
+    try:
+        state_text = json.dumps(state, indent=1, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"trainer_state must be JSON-able (no NaN), got an error: {exc}") from exc
+    ckpt_dir = _checkpoints_dir(run_dir)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    for stale in ckpt_dir.glob(".tmp-*"):  # left by a save that crashed
+        shutil.rmtree(stale, ignore_errors=True)
+    name = checkpoint_name(step)
+    final = ckpt_dir / name
+    tmp = ckpt_dir / f".tmp-{name}-{os.getpid()}"
+    tmp.mkdir()
+    try:
+        files = []
+        real = _unwrap(model)
+        model_dir = tmp / "model"
+        model_dir.mkdir()
+        if hasattr(real, "save_pretrained") and tokenizer is not None:
+            from rlvr.models.loading import save_policy
+
+            save_policy(real, tokenizer, model_dir)  # load_policy(<ckpt>/model) round-trips exactly
+        elif hasattr(real, "save_pretrained"):
+            real.save_pretrained(model_dir)
+        else:
+            torch.save(real.state_dict(), model_dir / "model.pt")
+            if tokenizer is not None:
+                tokenizer.save_pretrained(model_dir)
+        files.append("model")
+        if optimizer is not None:
+            torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+            files.append("optimizer.pt")
+        if scheduler is not None:
+            torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+            files.append("scheduler.pt")
+        if rng:
+            js, tensors = _rng_state()
+            (tmp / "rng.json").write_text(json.dumps(js), encoding="utf-8")
+            torch.save(tensors, tmp / "rng.pt")
+            files += ["rng.json", "rng.pt"]
+        (tmp / "trainer_state.json").write_text(state_text, encoding="utf-8")
+        files.append("trainer_state.json")
+        meta = {"step": int(step), "format": FORMAT_VERSION, "files": files}
+        (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")  # completeness marker, last
+        _fsync_tree(tmp)
+        if final.exists():  # re-saving a step (e.g. after a resume): swap, then delete the old one
+            old = ckpt_dir / f".tmp-old-{name}-{os.getpid()}"
+            os.rename(final, old)
+            os.rename(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, final)
+        _fsync_dir(ckpt_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _write_atomic_text(ckpt_dir / "latest", name + "\n")
+    if keep:
+        for old_ckpt in list_checkpoints(ckpt_dir)[:-keep]:
+            if old_ckpt != final:
+                shutil.rmtree(old_ckpt, ignore_errors=True)
+    return final
+
+
+def _resolve(path_or_run_dir: Any) -> Path:
+    path = Path(getattr(path_or_run_dir, "path", path_or_run_dir))
+    if (path / "meta.json").exists():
+        return path
+    found = latest_checkpoint(path)
+    if found is None:
+        raise FileNotFoundError(f"no complete checkpoint in {path} (looked for checkpoints/step_*/meta.json)")
+    return found
+
+
+def _load_model_weights(model: Any, model_dir: Path) -> None:
+    real = _unwrap(model)
+    if (model_dir / "model.pt").exists():
+        real.load_state_dict(torch.load(model_dir / "model.pt", map_location="cpu", weights_only=True))
+        return
+    from safetensors.torch import load_file
+
+    shards = sorted(model_dir.glob("*.safetensors"))
+    if not shards:
+        raise FileNotFoundError(f"{model_dir}: no model weights (*.safetensors or model.pt)")
+    state: dict[str, torch.Tensor] = {}
+    for shard in shards:
+        state.update(load_file(str(shard)))
+    result = real.load_state_dict(state, strict=False)
+    # save_pretrained drops tied copies (lm_head.weight tied to the embedding); those are filled by
+    # the tie. Anything else missing or unexpected is a real mismatch.
+    current = real.state_dict()
+    loaded_ptrs = {current[k].data_ptr() for k in state if k in current}
+    missing = [k for k in result.missing_keys if current[k].data_ptr() not in loaded_ptrs]
+    if missing or result.unexpected_keys:
+        raise RuntimeError(
+            f"{model_dir}: checkpoint does not match the model: missing {missing[:5]}, "
+            f"unexpected {list(result.unexpected_keys)[:5]}"
+        )
+
+
+def load_checkpoint(
+    path_or_run_dir: Any,
+    *,
+    model: Any = None,
+    optimizer: Any = None,
+    scheduler: Any = None,
+    restore_rng: bool = True,
+) -> dict[str, Any]:
+    """Load a checkpoint into the given objects and return its trainer_state (with "step" added).
+
+    path_or_run_dir: a RunDir, a run directory, its checkpoints/ folder, or one step_* folder.
+    RNG states (python, numpy, torch CPU, CUDA) are restored exactly when restore_rng. The model
+    folder is `<checkpoint>/model` (`load_policy` can also load it directly: it is a HF folder).
+    """
+    ckpt = _resolve(path_or_run_dir)
+    meta = json.loads((ckpt / "meta.json").read_text(encoding="utf-8"))
+    if model is not None:
+        _load_model_weights(model, ckpt / "model")
+    if optimizer is not None:
+        if not (ckpt / "optimizer.pt").exists():
+            raise FileNotFoundError(f"{ckpt}: no optimizer.pt (saved without an optimizer)")
+        optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", map_location="cpu", weights_only=True))
+    if scheduler is not None:
+        if not (ckpt / "scheduler.pt").exists():
+            raise FileNotFoundError(f"{ckpt}: no scheduler.pt (saved without a scheduler)")
+        scheduler.load_state_dict(torch.load(ckpt / "scheduler.pt", map_location="cpu", weights_only=True))
+    if restore_rng and (ckpt / "rng.json").exists():
+        tensors = torch.load(ckpt / "rng.pt", map_location="cpu", weights_only=True)
+        _set_rng_state(json.loads((ckpt / "rng.json").read_text(encoding="utf-8")), tensors)
+    state = json.loads((ckpt / "trainer_state.json").read_text(encoding="utf-8"))
+    state.setdefault("step", meta["step"])
+    state.setdefault("checkpoint_path", str(ckpt))
+    return state
