@@ -1,0 +1,568 @@
+"""The program that runs INSIDE a sandbox. Stdlib only, self-contained: the grader passes this
+file's source with `python -I -S -B -c <source> <json config>`, so nothing of rlvr is importable
+(or even readable) in the sandbox. The grader also imports this module for the value codec, so
+both sides share one definition of how values cross the process boundary.
+
+Stages (see docs/code_rewards.md for what each one guarantees):
+
+stage 1 (root only; runs as root, before any untrusted byte is read)
+    unshare a network + mount namespace, bind the Python installation read-only onto a
+    world-readable mount point (the interpreter may live under a 0700 directory such as /root),
+    mount a size-capped tmpfs on the work directory, drop to the slot's unprivileged uid/gid with
+    no supplementary groups, then exec stage 2 from the bound interpreter.
+stage 2 (unprivileged)
+    no_new_privs, Landlock (filesystem allow-list, TCP deny, signal + abstract-socket scoping),
+    a seccomp filter (socket families other than AF_UNIX, ptrace, process_vm_*, setsid/setpgid,
+    namespaces, mount, io_uring, bpf ... -> EPERM), an audit hook that FLAGS (and blocks)
+    suspicious Python-level actions, then one of three modes:
+      script  run the candidate as __main__ with the test's stdin (stdin/stdout tests)
+      serve   import the candidate, answer call requests (JSON lines) on a pipe
+      check   (the test process, never shares memory with the candidate) run assert-based test
+              code whose `candidate`/entry point is a proxy that calls the serve process.
+
+The rlimits are set by stage 1 (or, when not root, by stage 2 itself before anything else).
+"""
+
+import json
+import math
+import os
+import sys
+
+# ----------------------------------------------------------------------------------------------
+# Value codec: candidate return values cross the boundary as tagged JSON, decoded on the trusted
+# side into EXACT builtin types. A candidate cannot smuggle an object whose __eq__ always returns
+# True (the "always equal" hack): only data crosses, never objects.
+# ----------------------------------------------------------------------------------------------
+
+MAX_DEPTH = 64
+
+
+def encode_value(value, depth=0):
+    """Python value -> JSON-able tagged structure. Runs on the untrusted side; anything it does is
+    just part of the candidate's answer. Raises TypeError for unsupported types."""
+    if depth > MAX_DEPTH:
+        raise TypeError("value nested too deeply")
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        f = float(value)
+        if math.isfinite(f):
+            return f
+        return {"__float__": repr(f)}
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, (list, tuple, set, frozenset)):
+        tag = {list: None, tuple: "__tuple__", set: "__set__", frozenset: "__frozenset__"}
+        kind = next(t for t in (list, tuple, frozenset, set) if isinstance(value, t))
+        items = [encode_value(v, depth + 1) for v in value]
+        if kind in (set, frozenset):
+            items.sort(key=lambda v: json.dumps(v, sort_keys=True))
+        return items if tag[kind] is None else {tag[kind]: items}
+    if isinstance(value, dict):
+        return {"__dict__": [[encode_value(k, depth + 1), encode_value(v, depth + 1)] for k, v in value.items()]}
+    if isinstance(value, (bytes, bytearray)):
+        return {"__bytes__": bytes(value).hex()}
+    raise TypeError(f"cannot return a value of type {type(value).__name__}")
+
+
+def decode_value(data, depth=0):
+    """Tagged JSON -> exact builtin types (trusted side). Raises ValueError on malformed input."""
+    if depth > MAX_DEPTH:
+        raise ValueError("value nested too deeply")
+    if data is None or type(data) in (bool, int, float, str):
+        return data
+    if type(data) is list:
+        return [decode_value(v, depth + 1) for v in data]
+    if type(data) is dict and len(data) == 1:
+        (tag, body), = data.items()
+        if tag == "__float__" and type(body) is str and body in ("inf", "-inf", "nan"):
+            return float(body)
+        if tag == "__bytes__" and type(body) is str:
+            return bytes.fromhex(body)
+        if type(body) is list:
+            items = [decode_value(v, depth + 1) for v in body]
+            if tag == "__tuple__":
+                return tuple(items)
+            if tag == "__set__":
+                return set(items)
+            if tag == "__frozenset__":
+                return frozenset(items)
+            if tag == "__dict__" and all(type(p) is list and len(p) == 2 for p in items):
+                return {k: v for k, v in items}
+    raise ValueError("malformed encoded value")
+
+
+# ----------------------------------------------------------------------------------------------
+# Kernel-level confinement (Linux, via ctypes). Each function returns a short note for the
+# isolation report instead of raising: the grader decides whether weaker isolation is acceptable.
+# ----------------------------------------------------------------------------------------------
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWNET = 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
+PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 4, 38, 22
+
+# x86_64 syscall numbers denied by the seccomp filter (-> EPERM) and why:
+DENIED_SYSCALLS = {
+    101: "ptrace", 310: "process_vm_readv", 311: "process_vm_writev",  # read other processes
+    112: "setsid", 109: "setpgid",  # leaving the process group would escape killpg
+    272: "unshare", 308: "setns", 165: "mount", 166: "umount2", 155: "pivot_root", 161: "chroot",
+    321: "bpf", 298: "perf_event_open", 323: "userfaultfd", 250: "keyctl", 248: "add_key",
+    249: "request_key", 425: "io_uring_setup",  # io_uring can open sockets behind seccomp's back
+    246: "kexec_load", 175: "init_module", 313: "finit_module", 169: "reboot",
+}
+SOCKET_SYSCALLS = (41, 53)  # socket, socketpair: only AF_UNIX (1) allowed
+
+
+def _libc():
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return ctypes, libc
+
+
+def set_rlimits(limits):
+    import resource
+
+    cpu = int(limits["cpu_s"])
+    mem = int(limits["memory_mb"]) * 1024 * 1024
+    pairs = [
+        (resource.RLIMIT_CPU, (cpu, cpu + 1)),
+        (resource.RLIMIT_AS, (mem, mem)),
+        (resource.RLIMIT_FSIZE, (int(limits["file_size_mb"]) * 1024 * 1024,) * 2),
+        (resource.RLIMIT_NOFILE, (int(limits["max_open_files"]),) * 2),
+        (resource.RLIMIT_CORE, (0, 0)),
+        (resource.RLIMIT_NPROC, (int(limits["nproc"]),) * 2),
+    ]
+    for res, val in pairs:
+        resource.setrlimit(res, val)
+
+
+def build_seccomp_program():
+    """Classic BPF for seccomp (x86_64). Returns a list of (code, jt, jf, k)."""
+    ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    allow, errno_eperm, kill = 0x7FFF0000, 0x00050000 | 1, 0x80000000
+    prog = [(ld_abs, 0, 0, 4), (jeq, 1, 0, 0xC000003E), (ret, 0, 0, kill), (ld_abs, 0, 0, 0)]
+    # x32 ABI syscall numbers (bit 30) would dodge the number checks below.
+    prog += [(jge, 0, 1, 0x40000000), (ret, 0, 0, errno_eperm)]
+    for nr in DENIED_SYSCALLS:
+        prog += [(jeq, 0, 1, nr), (ret, 0, 0, errno_eperm)]
+    for nr in SOCKET_SYSCALLS:
+        # socket(family, ...): args[0] low word at offset 16 on little-endian.
+        prog += [(jeq, 0, 4, nr), (ld_abs, 0, 0, 16), (jeq, 0, 1, 1), (ret, 0, 0, allow),
+                 (ret, 0, 0, 0x00050000 | 13)]  # EACCES
+    prog.append((ret, 0, 0, allow))
+    return prog
+
+
+def install_seccomp():
+    import platform
+
+    if platform.machine() != "x86_64":
+        return "seccomp: unsupported architecture " + platform.machine()
+    ctypes, libc = _libc()
+
+    class SockFilter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte),
+                    ("k", ctypes.c_uint)]
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
+
+    prog = build_seccomp_program()
+    arr = (SockFilter * len(prog))(*[SockFilter(*ins) for ins in prog])
+    fprog = SockFprog(len(prog), ctypes.cast(arr, ctypes.POINTER(SockFilter)))
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        return "seccomp: no_new_privs failed"
+    if libc.prctl(PR_SET_SECCOMP, 2, ctypes.byref(fprog), 0, 0) != 0:
+        return "seccomp: failed errno " + str(ctypes.get_errno())
+    return "seccomp"
+
+
+def install_landlock(read_paths, rw_paths, dev_paths):
+    """Filesystem allow-list; with ABI >= 4 deny all TCP bind/connect; with ABI >= 6 scope signals
+    and abstract unix sockets to the sandbox's own domain (so it cannot signal the grader or
+    another sandbox even under the same uid)."""
+    ctypes, libc = _libc()
+    abi = libc.syscall(444, None, 0, 1)
+    if abi < 1:
+        return "landlock: unavailable"
+    fs_all = (1 << 13) - 1  # EXECUTE .. MAKE_SYM
+    if abi >= 2:
+        fs_all |= 1 << 13  # REFER
+    if abi >= 3:
+        fs_all |= 1 << 14  # TRUNCATE
+    read_dir = 1 | (1 << 2) | (1 << 3)  # EXECUTE | READ_FILE | READ_DIR
+    file_rw = (1 << 1) | (1 << 2) | ((1 << 14) if abi >= 3 else 0)
+    attr = [fs_all, 3 if abi >= 4 else 0, 3 if abi >= 6 else 0]
+    size = 24 if abi >= 6 else (16 if abi >= 4 else 8)
+    buf = (ctypes.c_uint64 * 3)(*attr)
+    rs = libc.syscall(444, buf, size, 0)
+    if rs < 0:
+        return "landlock: create_ruleset failed errno " + str(ctypes.get_errno())
+
+    class PathBeneath(ctypes.Structure):
+        _pack_ = 1
+        _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+    def add(path, access):
+        try:
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            return
+        if not os.path.isdir(path):
+            access &= (1 << 0) | (1 << 1) | (1 << 2) | (1 << 14)
+        rule = PathBeneath(access & fs_all, fd)
+        libc.syscall(445, rs, 1, ctypes.byref(rule), 0)
+        os.close(fd)
+
+    for p in read_paths:
+        add(p, read_dir)
+    for p in dev_paths:
+        add(p, file_rw)
+    for p in rw_paths:
+        add(p, fs_all)
+    libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    if libc.syscall(446, rs, 0) != 0:
+        return "landlock: restrict_self failed errno " + str(ctypes.get_errno())
+    os.close(rs)
+    return f"landlock-abi{abi}"
+
+
+def stage1(cfg, src):
+    """Root only: namespaces, bind mounts, privilege drop, exec stage 2."""
+    ctypes, libc = _libc()
+    set_rlimits(cfg["limits"])
+    notes = []
+    if libc.unshare(CLONE_NEWNET | CLONE_NEWNS) == 0:
+        notes.append("netns")
+        libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None)
+        stash = cfg["stash"].encode()
+        if libc.mount(cfg["prefix"].encode(), stash, None, MS_BIND | MS_REC, None) != 0:
+            os.write(2, b"rlvr-sandbox: bind mount of the interpreter failed\n")
+            os._exit(70)
+        libc.mount(None, stash, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID, None)
+        opts = f"size={cfg['limits']['disk_mb']}m,mode=0700,uid={cfg['uid']},gid={cfg['uid']}"
+        if libc.mount(b"tmpfs", cfg["work"].encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts.encode()) == 0:
+            notes.append("tmpfs")
+        exe = os.path.join(cfg["stash"], os.path.relpath(cfg["executable"], cfg["prefix"]))
+    else:
+        exe = cfg["executable"]
+    os.chdir(cfg["work"])
+    os.setgroups([])
+    os.setgid(cfg["uid"])
+    os.setuid(cfg["uid"])
+    cfg = dict(cfg, stage=2, notes=notes, prefix=cfg["stash"] if "netns" in notes else cfg["prefix"])
+    env = {"PATH": "/usr/bin:/bin", "HOME": cfg["work"], "TMPDIR": cfg["work"], "LANG": "C.UTF-8",
+           "LD_LIBRARY_PATH": os.path.join(cfg["prefix"], "lib")}
+    os.execve(exe, [exe, "-I", "-S", "-B", "-c", src, json.dumps(cfg)], env)
+
+
+def confine(cfg):
+    """Stage 2 confinement, in the unprivileged process. Returns the isolation notes."""
+    notes = list(cfg.get("notes", []))
+    if not cfg.get("root"):
+        set_rlimits(cfg["limits"])
+        ctypes, libc = _libc()
+        if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
+            notes.append("netns(userns)")
+    prefix = cfg["prefix"]
+    reads = [prefix, "/usr/lib", "/usr/lib64", "/lib", "/lib64", "/etc/ld.so.cache", cfg["code_dir"]]
+    notes.append(install_landlock(reads, [cfg["work"]], ["/dev/null", "/dev/zero", "/dev/urandom"]))
+    notes.append(install_seccomp())
+    try:
+        _, libc = _libc()
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no /proc/<pid>/mem, fd, environ for same-uid peers
+    except OSError:
+        pass
+    return notes
+
+
+# ----------------------------------------------------------------------------------------------
+# Audit hook: Python-level detection. Bypassable by ctypes (which it therefore flags and blocks);
+# it is integrity FLAGGING and defense in depth, the boundary is the kernel confinement above.
+# ----------------------------------------------------------------------------------------------
+
+
+def make_audit_hook(flag_fd, work, read_roots, max_forks):
+    state = {"forks": 0}
+    write = os.write
+    abspath, realpath = os.path.abspath, os.path.realpath
+    own_pid = os.getpid()
+    dev_ok = ("/dev/null", "/dev/zero", "/dev/urandom")
+    blocked = PermissionError
+
+    def flag(name, detail):
+        try:
+            write(flag_fd, ("flag\t{}\t{}\n".format(name, str(detail)[:200].replace("\n", " "))).encode())
+        except OSError:
+            pass
+
+    def inside(path, roots):
+        try:
+            p = realpath(abspath(os.fsdecode(path)))
+        except (TypeError, ValueError):
+            return True
+        return p in dev_ok or any(p == r or p.startswith(r + "/") for r in roots)
+
+    def hook(event, args):
+        if event == "open":
+            path, mode = args[0], args[1]
+            if isinstance(path, int) or path is None:
+                return
+            writing = mode is not None and any(c in str(mode) for c in "wax+")
+            flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
+            writing = writing or bool(flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT))
+            if writing and not inside(path, [work]):
+                flag("file_write_outside", path)
+                raise blocked("rlvr sandbox: writing outside the work directory")
+            if not writing and not inside(path, read_roots):
+                flag("file_read_outside", path)
+                raise blocked("rlvr sandbox: reading outside the sandbox")
+        elif event.startswith("socket."):
+            if event == "socket.__new__" and len(args) > 1 and args[1] == 1:
+                return  # AF_UNIX stays inside the sandbox
+            flag("network", event)
+            raise blocked("rlvr sandbox: no network")
+        elif event in ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "pty.spawn"):
+            flag("subprocess", f"{event} {str(args)[:100]}")
+            raise blocked("rlvr sandbox: no subprocesses")
+        elif event in ("os.fork", "os.forkpty"):
+            state["forks"] += 1
+            if state["forks"] > max_forks:
+                flag("process_spawn", f"more than {max_forks} forks")
+                raise blocked("rlvr sandbox: too many processes")
+        elif event in ("os.kill", "os.killpg"):
+            pid = args[0]
+            if pid not in (0, own_pid, -own_pid) or event == "os.killpg" and pid != own_pid:
+                flag("signal_outside", f"{event}({pid})")
+                raise blocked("rlvr sandbox: signal outside the sandbox")
+        elif event in ("os.remove", "os.rmdir", "os.rename", "os.mkdir", "os.symlink", "os.link",
+                       "os.chmod", "os.chown", "os.truncate", "os.utime", "shutil.rmtree"):
+            if not inside(args[0], [work]) or (event in ("os.rename", "os.link", "os.symlink")
+                                               and len(args) > 1 and not inside(args[1], [work])):
+                flag("file_write_outside", f"{event} {args[0]}")
+                raise blocked("rlvr sandbox: writing outside the work directory")
+        elif event.startswith("ctypes."):
+            flag("ctypes", event)
+            raise blocked("rlvr sandbox: ctypes is not available")
+        elif event == "sys.addaudithook":
+            flag("harness_tamper", "sys.addaudithook")
+            raise blocked("rlvr sandbox: audit hooks are reserved")
+        elif event in ("sys._current_frames", "gc.get_objects", "gc.get_referrers", "gc.get_referents"):
+            flag("introspection", event)
+
+    return hook, flag
+
+
+# ----------------------------------------------------------------------------------------------
+# Modes
+# ----------------------------------------------------------------------------------------------
+
+
+def _exec_candidate(path, name):
+    with open(path, encoding="utf-8") as f:
+        source = f.read()
+    code = compile(source, "main.py", "exec", dont_inherit=True)
+    ns = {"__name__": name, "__builtins__": __builtins__, "__file__": "main.py"}
+    exec(code, ns)
+    return ns
+
+
+def _guarded_objects():
+    import builtins
+
+    return {"builtins.print": builtins.print, "builtins.open": builtins.open, "json.dumps": json.dumps,
+            "json.loads": json.loads, "sys.exit": sys.exit, "os._exit": os._exit, "os.write": os.write,
+            "builtins.__import__": builtins.__import__, "encode_value": encode_value}
+
+
+def _tampered(reference):
+    import builtins
+
+    now = {"builtins.print": builtins.print, "builtins.open": builtins.open,
+           "json.dumps": sys.modules["json"].dumps, "json.loads": sys.modules["json"].loads,
+           "sys.exit": sys.exit, "os._exit": sys.modules["os"]._exit, "os.write": sys.modules["os"].write,
+           "builtins.__import__": builtins.__import__,
+           "encode_value": sys.modules["__main__"].__dict__.get("encode_value")}
+    return [k for k, v in reference.items() if now[k] is not v]
+
+
+def mode_script(cfg, flag):
+    """Run main.py as __main__; stdin/stdout are the test's pipes. Exit status as python would."""
+    import traceback
+
+    flag_write = os.write
+    ffd = cfg["flag_fd"]
+    sys.argv = ["main.py"]
+    status = 0
+    try:
+        _exec_candidate(os.path.join(cfg["code_dir"], "main.py"), "__main__")
+    except SystemExit as e:
+        code = e.code
+        status = code if isinstance(code, int) else (0 if code is None else 1)
+        if not isinstance(code, int) and code is not None:
+            print(code, file=sys.stderr)
+    except BaseException:  # the candidate's own crash: report like python does
+        traceback.print_exc()
+        status = 1
+    try:
+        sys.stdout.flush()
+    except Exception:
+        status = status or 1
+    try:
+        flag_write(ffd, b"done\n")
+    except OSError:
+        pass
+    os._exit(status & 0xFF)
+
+
+def mode_serve(cfg, flag):
+    """Import the candidate, then answer one JSON request line per call on req_fd -> resp_fd."""
+    reference = _guarded_objects()
+    dumps, loads, write, enc = json.dumps, json.loads, os.write, encode_value
+    ffd = cfg["flag_fd"]
+    # Move the request/answer channels off 0/1 before the candidate runs: its stdin becomes
+    # /dev/null and its stdout goes to stderr, so prints cannot corrupt the answers.
+    req_fd, resp_fd = os.dup(cfg["req_fd"]), os.dup(cfg["resp_fd"])
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)
+    for fd in (cfg["req_fd"], cfg["resp_fd"]):
+        if fd > 2:
+            os.close(fd)
+    req = os.fdopen(req_fd, "rb", buffering=1 << 16)
+    fn = None
+    error = None
+    try:
+        ns = _exec_candidate(os.path.join(cfg["code_dir"], "main.py"), "solution")
+        fn = ns.get(cfg["entry_point"])
+        if not callable(fn):
+            error = "NameError: the program defines no function {!r}".format(cfg["entry_point"])
+    except SystemExit as e:
+        flag("exit_during_import", f"SystemExit({e.code!r})")
+        error = "SystemExit during import"
+    except BaseException as e:
+        error = f"{type(e).__name__}: {str(e)[:300]}"
+    changed = _tampered(reference)
+    if changed:
+        flag("harness_tamper", ",".join(changed))
+    write(ffd, b"ready\n")
+    while True:
+        line = req.readline(cfg["max_request_bytes"])
+        if not line:
+            break
+        try:
+            request = loads(line)
+            args = [decode_value(a) for a in request["args"]]
+            kwargs = {k: decode_value(v) for k, v in request.get("kwargs", {}).items()}
+        except Exception as e:
+            out = {"ok": False, "error": f"bad request: {e}"}
+        else:
+            if error is not None:
+                out = {"ok": False, "error": error}
+            else:
+                try:
+                    out = {"ok": True, "value": enc(fn(*args, **kwargs))}
+                except SystemExit as e:
+                    out = {"ok": False, "error": f"SystemExit({e.code!r})"}
+                except BaseException as e:
+                    out = {"ok": False, "error": f"{type(e).__name__}: {str(e)[:300]}",
+                           "type": type(e).__name__}
+        changed = _tampered(reference)
+        if changed:
+            flag("harness_tamper", ",".join(changed))
+        try:
+            data = (dumps(out) + "\n").encode()
+        except Exception as e:
+            data = (dumps({"ok": False, "error": f"unencodable result: {e}"}) + "\n").encode()
+        while data:
+            data = data[write(resp_fd, data):]
+    try:
+        sys.stdout.flush()
+    except Exception:
+        pass
+    write(ffd, b"done\n")
+    os._exit(0)
+
+
+class CandidateError(Exception):
+    """Raised in the check process when a call into the candidate failed."""
+
+
+def mode_check(cfg, flag):
+    """Run assert-based tests. The candidate lives in another process; `candidate(...)` is an RPC."""
+    import builtins
+
+    config = json.loads(sys.stdin.buffer.read(cfg["max_request_bytes"]))
+    nonce, entry = config["nonce"], config["entry_point"]
+    req = os.fdopen(cfg["req_fd"], "wb", buffering=0)
+    resp = os.fdopen(cfg["resp_fd"], "rb", buffering=1 << 16)
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    limit = cfg["max_response_bytes"]
+
+    def proxy(*args, **kwargs):
+        line = json.dumps({"args": [encode_value(a) for a in args],
+                           "kwargs": {k: encode_value(v) for k, v in kwargs.items()}}) + "\n"
+        try:
+            req.write(line.encode())
+        except OSError:
+            raise CandidateError("candidate process is gone") from None
+        answer = resp.readline(limit)
+        if not answer.endswith(b"\n"):
+            raise CandidateError("no (or oversized) answer from the candidate")
+        answer = json.loads(answer)
+        if answer.get("ok"):
+            return decode_value(answer["value"])
+        exc = getattr(builtins, str(answer.get("type", "")), None)
+        if isinstance(exc, type) and issubclass(exc, Exception) and exc.__module__ == "builtins":
+            raise exc(answer.get("error", ""))
+        raise CandidateError(answer.get("error", "candidate failed"))
+
+    for i, test in enumerate(config["tests"]):
+        ns = {"__name__": "__check__", "candidate": proxy, entry: proxy}
+        try:
+            exec(compile(config.get("setup", "") + "\n" + test, f"test_{i}", "exec"), ns)
+            if callable(ns.get("check")):
+                ns["check"](proxy)
+            status, detail = "passed", ""
+        except AssertionError as e:
+            status, detail = "failed", f"AssertionError: {str(e)[:200]}"
+        except CandidateError as e:
+            status, detail = "error", str(e)[:300]
+        except Exception as e:
+            status, detail = "error", f"{type(e).__name__}: {str(e)[:300]}"
+        out.write(json.dumps({"nonce": nonce, "i": i, "status": status, "detail": detail}) + "\n")
+    out.write(json.dumps({"nonce": nonce, "end": True}) + "\n")
+    out.flush()
+    os._exit(0)
+
+
+MODES = {"script": mode_script, "serve": mode_serve, "check": mode_check}
+
+
+def main():
+    cfg = json.loads(sys.argv[-1])
+    if cfg["stage"] == 1:
+        with open("/proc/self/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+        src = argv[argv.index(b"-c") + 1].decode()
+        stage1(cfg, src)
+        return
+    notes = confine(cfg)
+    work = os.path.realpath(cfg["work"])
+    read_roots = [os.path.realpath(cfg["prefix"]), os.path.realpath(cfg["code_dir"]), work]
+    hook, flag = make_audit_hook(cfg["flag_fd"], work, read_roots, cfg["max_forks"])
+    os.write(cfg["flag_fd"], ("isolation\t{}\n".format(",".join(n for n in notes if n))).encode())
+    if cfg["mode"] != "check":  # the check process runs trusted test code
+        sys.addaudithook(hook)
+    MODES[cfg["mode"]](cfg, flag)
+
+
+if __name__ == "__main__":
+    main()
