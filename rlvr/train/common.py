@@ -1,0 +1,190 @@
+"""Pieces shared by the trainers: building the policy, AdamW with warmup and a schedule, the
+deterministic data order, per-step sampling seeds, and gradient-norm bookkeeping.
+
+Plain functions with plain arguments; the trainers call them with fields of their config sections.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+# --------------------------------------------------------------------------------------- policy
+
+
+def quiet_transformers() -> None:
+    """transformers prints a progress bar per checkpoint shard: noise in a training log."""
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except Exception:  # noqa: BLE001 - cosmetic only
+        pass
+
+
+def build_policy(
+    name: str = "tiny",
+    *,
+    init_from: str = "",
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    intermediate_size: int = 256,
+    dtype: str = "float32",
+    device: str = "cpu",
+    seed: int = 0,
+):
+    """(model, tokenizer) in train mode.
+
+    init_from: a run directory (its latest checkpoint's model), a checkpoint folder, or a model
+    folder; it wins over `name`. name 'tiny' builds a fresh char-level Qwen2-style model whose
+    init is seeded by `seed`; anything else is a local transformers folder.
+    """
+    from rlvr.models import build_tiny_model, load_policy
+
+    if init_from:
+        model, tok = load_policy(resolve_model_dir(init_from), dtype=dtype, device=device)
+    elif name == "tiny":
+        model, tok = build_tiny_model(
+            hidden_size=hidden_size,
+            num_layers=num_layers,
+            num_heads=num_heads,
+            intermediate_size=intermediate_size,
+            seed=seed,
+            dtype=dtype,
+        )
+        model.to(device)
+    else:
+        model, tok = load_policy(name, dtype=dtype, device=device)
+    model.train()
+    return model, tok
+
+
+def resolve_model_dir(path: str | Path) -> Path:
+    """A loadable model folder from a run directory, a checkpoint folder or a model folder."""
+    p = Path(path)
+    if (p / "config.json").exists():
+        return p
+    if (p / "model" / "config.json").exists():
+        return p / "model"
+    from rlvr.runs.checkpoint import latest_checkpoint
+
+    ckpt = latest_checkpoint(p) if p.is_dir() else None
+    if ckpt is not None and (ckpt / "model" / "config.json").exists():
+        return ckpt / "model"
+    raise FileNotFoundError(
+        f"model.init_from={str(path)!r}: not a model folder, checkpoint folder or run directory with a checkpoint"
+    )
+
+
+# ------------------------------------------------------------------------------------ optimizer
+
+
+def _constant(progress: float, min_ratio: float) -> float:
+    return 1.0
+
+
+def _linear(progress: float, min_ratio: float) -> float:
+    return 1.0 - (1.0 - min_ratio) * progress
+
+
+def _cosine(progress: float, min_ratio: float) -> float:
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+# Learning-rate multiplier after warmup as a function of progress in [0, 1] (0 = end of warmup,
+# 1 = last optimizer step).
+LR_SCHEDULES: dict[str, Callable[[float, float], float]] = {
+    "constant": _constant,
+    "linear": _linear,
+    "cosine": _cosine,
+}
+
+
+def lr_multiplier(step: int, *, warmup_steps: int, total_steps: int, schedule: str, min_lr_ratio: float) -> float:
+    """Multiplier of the peak lr at optimizer step `step` (0-based): linear warmup over
+    warmup_steps (step 0 gets 1/warmup_steps, never 0), then the named schedule until total_steps - 1."""
+    if schedule not in LR_SCHEDULES:
+        raise KeyError(f"unknown lr schedule {schedule!r}; known: {', '.join(sorted(LR_SCHEDULES))}")
+    if warmup_steps > 0 and step < warmup_steps:
+        return (step + 1) / warmup_steps
+    span = max(1, total_steps - 1 - warmup_steps)
+    progress = min(1.0, max(0.0, (step - warmup_steps) / span))
+    return LR_SCHEDULES[schedule](progress, min_lr_ratio)
+
+
+def build_optimizer(
+    model,
+    *,
+    lr: float,
+    weight_decay: float = 0.0,
+    beta1: float = 0.9,
+    beta2: float = 0.999,
+    eps: float = 1e-8,
+    warmup_steps: int = 0,
+    schedule: str = "constant",
+    min_lr_ratio: float = 0.0,
+    total_steps: int = 1,
+):
+    """AdamW over trainable parameters + a LambdaLR scheduler stepped once per optimizer step."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    # foreach=False: identical numerics whatever the parameter grouping; negligible cost at our sizes.
+    opt = torch.optim.AdamW(params, lr=lr, betas=(beta1, beta2), eps=eps, weight_decay=weight_decay, foreach=False)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt,
+        lambda s: lr_multiplier(
+            s, warmup_steps=warmup_steps, total_steps=total_steps, schedule=schedule, min_lr_ratio=min_lr_ratio
+        ),
+    )
+    return opt, sched
+
+
+def clip_and_step(model, optimizer, scheduler, grad_clip: float) -> float:
+    """Clip the global grad norm (0 = no clip), step optimizer and scheduler, zero grads.
+    Returns the gradient norm before clipping."""
+    params = [p for p in model.parameters() if p.grad is not None]
+    if grad_clip > 0:
+        norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
+    else:
+        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params])) if params else torch.zeros(())
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return float(norm)
+
+
+# ----------------------------------------------------------------------------- data and seeds
+
+
+def data_order(n: int, seed: int, epoch: int) -> list[int]:
+    """Permutation of range(n) for one pass over the data; a pure function of (seed, epoch)."""
+    order = list(range(n))
+    random.Random(seed * 1_000_003 + epoch).shuffle(order)
+    return order
+
+
+def take(items: Sequence[Any], position: int, count: int, seed: int) -> list[Any]:
+    """`count` items starting at global position `position` of the endless shuffled stream
+    (epoch e uses data_order(n, seed, e)). The data position saved in checkpoints is `position`."""
+    n = len(items)
+    if n == 0:
+        raise ValueError("no training examples")
+    out = []
+    cache: dict[int, list[int]] = {}
+    for k in range(position, position + count):
+        epoch, i = divmod(k, n)
+        if epoch not in cache:
+            cache[epoch] = data_order(n, seed, epoch)
+        out.append(items[cache[epoch][i]])
+    return out
+
+
+def step_seed(seed: int, step: int) -> int:
+    """Sampling seed of RL step `step`: a pure function of (run seed, step), so a resumed run
+    samples exactly what an uninterrupted one would."""
+    return (seed * 1_000_003 + step * 7919 + 17) % (2**31 - 1)

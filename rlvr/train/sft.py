@@ -1,0 +1,174 @@
+"""Supervised fine-tuning on prompt/response pairs: `rlvr sft`.
+
+One step: take batch_size examples from the shuffled stream -> tokenize prompt and target
+separately (target + EOS) -> per-token negative log-likelihood on response tokens only ->
+aggregation over the whole batch (algo.aggregation, normalizers from the full batch, so
+micro-batching does not change the gradient) -> backward per micro-batch -> clip -> AdamW step.
+Every run.eval_every steps the policy is evaluated with a generator on held-out problems.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from rlvr.algo import LOSS_AGGREGATIONS, loss_normalizers
+from rlvr.models import TrainingBatch, build_training_batch, score_tokens
+from rlvr.train.batching import BatchConfigError, split_indices
+from rlvr.train.common import build_optimizer, build_policy, clip_and_step, quiet_transformers, take
+from rlvr.train.config import SFTConfig
+from rlvr.train.pg import TrainResult, _prefixed, _rows
+
+
+def validate_sft_config(cfg: SFTConfig) -> tuple[int, int]:
+    """Cross-field checks; returns (batch_size, micro_batch_size). Raises ValueError naming the key."""
+    a = cfg.algo
+    if a.aggregation not in LOSS_AGGREGATIONS:
+        raise ValueError(
+            f"algo.aggregation={a.aggregation!r} is unknown; known: {', '.join(sorted(LOSS_AGGREGATIONS))}"
+        )
+    if a.batch_size < 1:
+        raise BatchConfigError(f"algo.batch_size must be >= 1, got {a.batch_size}")
+    micro = a.micro_batch_size or a.batch_size
+    if micro > a.batch_size or a.batch_size % micro:
+        raise BatchConfigError(
+            f"algo.micro_batch_size={micro} must divide algo.batch_size={a.batch_size}; "
+            f"use a divisor of {a.batch_size} such as {a.batch_size // 2 or 1} or {a.batch_size}"
+        )
+    if cfg.run.steps < 1:
+        raise ValueError(f"run.steps={cfg.run.steps} must be >= 1")
+    if cfg.optim.lr <= 0:
+        raise ValueError(f"optim.lr={cfg.optim.lr} must be > 0")
+    return a.batch_size, micro
+
+
+def sft_batch(examples, task, tokenizer, max_length: int) -> TrainingBatch:
+    """Prompt and target tokenized separately (target + EOS); truncated to max_length tokens."""
+    prompt_ids, response_ids = [], []
+    for ex in examples:
+        p = tokenizer.encode(task.prompt(ex))
+        t = tokenizer.encode(task.target(ex), add_special_tokens=False) + [tokenizer.eos_token_id]
+        room = max(0, max_length - len(p))
+        prompt_ids.append(p[:max_length])
+        response_ids.append(t[:room])
+    return build_training_batch(prompt_ids, response_ids, tokenizer.pad_token_id)
+
+
+def sft_loss(model, batch: TrainingBatch, aggregation: str, micro_batch_size: int) -> float:
+    """Backward of the aggregated response-token NLL over `batch` in micro-batches; returns the loss."""
+    norm = loss_normalizers(batch.response_mask)
+    agg = LOSS_AGGREGATIONS[aggregation]
+    total = 0.0
+    for chunk in split_indices(batch.input_ids.shape[0], micro_batch_size):
+        mb = _rows(batch, torch.arange(chunk.start, chunk.stop))
+        logp = score_tokens(model, mb.input_ids, mb.labels, mb.attention_mask).logprobs  # (b, T)
+        loss = agg(-logp, mb.response_mask, norm)
+        loss.backward()
+        total += float(loss.detach())
+    return total
+
+
+def train_sft(
+    cfg: SFTConfig,
+    *,
+    resume: bool = False,
+    data=None,
+    on_step: Callable[[int, dict], None] | None = None,
+    stop_at_accuracy: float = 0.0,
+) -> TrainResult:
+    """Run SFT as configured (resume=True continues cfg.run.out_dir from its latest checkpoint).
+    data: optional TaskData instead of loading cfg.data. stop_at_accuracy > 0 stops early once a
+    periodic greedy evaluation reaches it (the demo's "until partly right")."""
+    from rlvr.rollout import HFGenerator
+    from rlvr.runs import checkpoint as ckpt_mod
+    from rlvr.runs.plots import plot_run
+    from rlvr.runs.progress import Progress
+    from rlvr.runs.rundir import RunDir
+    from rlvr.runtime import seed_everything, set_num_threads
+    from rlvr.train.tasks import eval_policy, load_task_data
+
+    batch_size, micro = validate_sft_config(cfg)
+    set_num_threads(cfg.run.num_threads or None)
+    seed_everything(cfg.run.seed)
+    quiet_transformers()
+    r = cfg.run
+    model, tokenizer = build_policy(
+        cfg.model.name,
+        init_from=cfg.model.init_from,
+        hidden_size=cfg.model.hidden_size,
+        num_layers=cfg.model.num_layers,
+        num_heads=cfg.model.num_heads,
+        intermediate_size=cfg.model.intermediate_size,
+        dtype=cfg.model.dtype,
+        device=cfg.model.device,
+        seed=cfg.run.seed,
+    )
+    task = data if data is not None else load_task_data(cfg.data, tokenizer)
+    o = cfg.optim
+    optimizer, scheduler = build_optimizer(
+        model, lr=o.lr, weight_decay=o.weight_decay, beta1=o.beta1, beta2=o.beta2, eps=o.eps,
+        warmup_steps=o.warmup_steps, schedule=o.schedule, min_lr_ratio=o.min_lr_ratio, total_steps=r.steps,
+    )
+    start_step = 0
+    if resume:
+        state = ckpt_mod.load_checkpoint(r.out_dir, model=model, optimizer=optimizer, scheduler=scheduler)
+        start_step = int(state["step"])
+        run = RunDir.resume(r.out_dir, start_step)
+    else:
+        run = RunDir.create(r.out_dir, config=cfg, exist_ok=True)
+    generator = HFGenerator(model, tokenizer, batch_size=max(64, r.eval_batch_size))
+    last: dict[str, Any] = {}
+    progress = Progress(r.steps, "sft", start=start_step, mode=None if r.progress else "off")
+    step = start_step
+    try:
+        for step in range(start_step + 1, r.steps + 1):
+            t0 = time.perf_counter()
+            model.train()
+            examples = take(task.train, (step - 1) * batch_size, batch_size, cfg.data.seed)
+            batch = sft_batch(examples, task, tokenizer, cfg.algo.max_length)
+            loss = sft_loss(model, batch, cfg.algo.aggregation, micro)
+            grad_norm = clip_and_step(model, optimizer, scheduler, o.grad_clip)
+            n_tok = int(batch.response_mask.sum())
+            dt = time.perf_counter() - t0
+            metrics: dict[str, Any] = {
+                "loss": loss,
+                "grad_norm": grad_norm,
+                "lr": scheduler.get_last_lr()[0],
+                "tokens_per_s": n_tok / max(dt, 1e-9),
+                "time/train": dt,
+            }
+            done = step == r.steps
+            if (r.eval_every and step % r.eval_every == 0) or done:
+                ev = eval_policy(generator, task, cfg, greedy=r.eval_greedy, step=step)
+                metrics.update(_prefixed(ev))
+                if stop_at_accuracy and ev["accuracy"] >= stop_at_accuracy:
+                    done = True
+            last = run.log_metrics(step, metrics)
+            progress.update(1, loss=loss, **({"acc": metrics["eval/accuracy"]} if "eval/accuracy" in metrics else {}))
+            if on_step is not None:
+                on_step(step, metrics)
+            if done or (r.checkpoint_every and step % r.checkpoint_every == 0):
+                ckpt_mod.save_checkpoint(
+                    run, step, model=model, tokenizer=tokenizer, optimizer=optimizer, scheduler=scheduler,
+                    trainer_state={"data_pos": step * batch_size}, keep=r.keep_checkpoints,
+                )
+                if r.debug_kill_at_step and step == r.debug_kill_at_step:
+                    run.close()
+                    os.kill(os.getpid(), signal.SIGKILL)  # test hook: die like a preempted job
+            if done:
+                break
+    finally:
+        progress.close()
+        run.close()
+    try:
+        plot_run(run.path)
+    except Exception as exc:  # noqa: BLE001 - a plot failure must not lose a finished run
+        print(f"warning: plotting failed: {exc}")
+    final = {k[len("eval/") :]: v for k, v in last.items() if k.startswith("eval/")}
+    return TrainResult(run_dir=run.path, steps=step, last_metrics=last, eval=final)
+
