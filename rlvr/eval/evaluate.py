@@ -1,0 +1,222 @@
+"""`evaluate`: sample with any Generator, score with any reward function, aggregate.
+
+    result = evaluate(generator, examples, prompts, get_reward_fn("arithmetic"),
+                      SamplingSpec(n=1, temperature=0.0, max_tokens=16, seed=0))    # greedy
+    result.accuracy, result.format_rate, result.pass_at_k, result.metrics("eval/")
+
+Metric definitions are in rlvr/eval/metrics.py (and docs/runs.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlvr.eval.metrics import default_ks, is_formatted, length_stats, mean_pass_at_k, status_counts
+from rlvr.rewards.types import Reward, Status
+
+BatchScorer = Callable[[Sequence[str], Sequence[Any]], Sequence[Reward]]
+
+
+@dataclass
+class EvalSample:
+    """One scored response."""
+
+    example_index: int  # position of the example in the `examples` argument
+    example_id: str  # example.id when it has one, else str(example_index)
+    sample_index: int  # j in 0..n-1 within the example's group
+    prompt: str
+    response: str
+    reference: str
+    reward: float  # Reward.total
+    parts: dict[str, float]  # Reward.parts
+    status: str  # Status value: correct / incorrect / unparsable / timeout / error
+    num_tokens: int  # response length in tokens (len(response_ids))
+    finish_reason: str  # "stop" | "length"
+    info: str = ""  # Reward.info (why it was judged so)
+
+    @property
+    def correct(self) -> bool:
+        return self.status == Status.CORRECT.value
+
+    @property
+    def formatted(self) -> bool:
+        return is_formatted(self.parts, self.status)
+
+
+@dataclass
+class EvalResult:
+    """Per-sample records (prompt-major: the n samples of example i are consecutive) and aggregates."""
+
+    samples: list[EvalSample]
+    n: int  # samples per example
+    temperature: float  # 0 = greedy
+    num_examples: int
+    accuracy: float  # fraction of samples with status correct (= mean pass@1)
+    format_rate: float  # fraction of samples judged formatted (see rlvr.eval.metrics)
+    mean_reward: float  # mean Reward.total
+    truncated_rate: float  # fraction of samples that hit max_tokens
+    lengths: dict[str, float]  # len/mean, len/median, len/max, len/correct, len/incorrect (tokens)
+    status_counts: dict[str, int]  # samples per reward status
+    pass_at_k: dict[int, float] = field(default_factory=dict)  # k -> mean unbiased pass@k (n > 1)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def metrics(self, prefix: str = "") -> dict[str, float]:
+        """Flat numbers for metrics.jsonl / tables: accuracy, format_rate, reward, lengths, counts,
+        pass@k; keys prefixed (e.g. "eval/")."""
+        out: dict[str, float] = {
+            "accuracy": self.accuracy,
+            "format_rate": self.format_rate,
+            "reward": self.mean_reward,
+            "truncated_rate": self.truncated_rate,
+            **self.lengths,
+        }
+        for k, v in self.pass_at_k.items():
+            out[f"pass@{k}"] = v
+        for status, count in self.status_counts.items():
+            out[f"status/{status}"] = count
+        return {prefix + k: v for k, v in out.items()}
+
+    def per_example(self) -> list[list[EvalSample]]:
+        """Samples grouped by example (n each)."""
+        return [self.samples[i * self.n:(i + 1) * self.n] for i in range(self.num_examples)]
+
+    def sample_rows(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """Samples as plain dicts (for samples.jsonl / RunDir.log_samples)."""
+        rows = [dataclasses.asdict(s) for s in self.samples]
+        return rows if limit is None else rows[:limit]
+
+
+def _safe_score(reward_fn: Callable[[str, Any], Reward], response: str, example: Any) -> Reward:
+    try:
+        reward = reward_fn(response, example)
+    except Exception as exc:  # a reward never raises into eval either: count it as an error
+        return Reward(0.0, {}, Status.ERROR, f"reward function raised {type(exc).__name__}: {exc}"[:200])
+    return reward
+
+
+def _chunk_spec(spec: Any, start: int) -> Any:
+    """The spec for the chunk starting at prompt `start`. Generators seed sample j of prompt i
+    from (seed, i, j) with i counted within one generate call, so every chunk after the first
+    gets its own seed derived from (seed, start); otherwise chunks would repeat the first one's
+    random streams. The first chunk keeps the seed, so chunk_size >= len(prompts) is unchanged."""
+    seed = getattr(spec, "seed", None)
+    if start == 0 or seed is None or not dataclasses.is_dataclass(spec):
+        return spec
+    mixed = (int(seed) * 0x9E3779B97F4A7C15 + (start + 1) * 0xBF58476D1CE4E5B9) % (1 << 62)
+    return dataclasses.replace(spec, seed=mixed)
+
+
+def summarize(
+    samples: list[EvalSample], n: int, temperature: float, ks: Sequence[int] | None = None
+) -> EvalResult:
+    """Aggregate already-scored samples (prompt-major, n per example) into an EvalResult."""
+    if n < 1 or len(samples) % n:
+        raise ValueError(f"{len(samples)} samples is not a multiple of n={n}")
+    num_examples = len(samples) // n
+    total = len(samples)
+    correct = [s.correct for s in samples]
+    per_example = [(n, sum(correct[i * n:(i + 1) * n])) for i in range(num_examples)]
+    pass_k: dict[int, float] = {}
+    if n > 1 and num_examples:
+        for k in ks if ks is not None else default_ks(n):
+            if 1 <= k <= n:
+                pass_k[k] = mean_pass_at_k(per_example, k)
+    return EvalResult(
+        samples=samples,
+        n=n,
+        temperature=temperature,
+        num_examples=num_examples,
+        accuracy=sum(correct) / total if total else math.nan,
+        format_rate=sum(s.formatted for s in samples) / total if total else math.nan,
+        mean_reward=sum(s.reward for s in samples) / total if total else math.nan,
+        truncated_rate=sum(s.finish_reason == "length" for s in samples) / total if total else math.nan,
+        lengths=length_stats([s.num_tokens for s in samples], correct),
+        status_counts=status_counts([s.status for s in samples]),
+        pass_at_k=pass_k,
+    )
+
+
+def evaluate(
+    generator: Any,
+    examples: Sequence[Any],
+    prompts: Sequence[str],
+    reward_fn: Callable[[str, Any], Reward] | None,
+    spec: Any,
+    *,
+    ks: Sequence[int] | None = None,
+    scorer: BatchScorer | None = None,
+    chunk_size: int | None = None,
+    on_chunk: Callable[[int, int], None] | None = None,
+) -> EvalResult:
+    """Generate spec.n responses per prompt with `generator`, score each against its example and
+    aggregate.
+
+    generator: has `generate(prompts, spec) -> list[Rollout]` (prompt-major, n per prompt).
+    examples: objects with `.reference` (and `.meta`, `.id` if the reward function needs them);
+      examples[i] is scored against the responses to prompts[i].
+    reward_fn: `(response, example) -> Reward`; or None when `scorer` is given.
+    spec: a SamplingSpec (temperature 0 = greedy; n > 1 adds pass@k for ks, default 1, 2, 4, .., n).
+    scorer: optional batch scorer `(responses, examples) -> list[Reward]` (e.g. the rewards
+      layer's pool with hard timeouts); used instead of calling reward_fn per response.
+    chunk_size: prompts per generate call (None = all at once); on_chunk(done, total) is called
+      after each chunk (for progress bars). Greedy results do not depend on it; sampled ones do
+      (each chunk gets a seed derived from spec.seed and its first prompt, see _chunk_spec).
+    """
+    if len(examples) != len(prompts):
+        raise ValueError(f"evaluate: {len(examples)} examples but {len(prompts)} prompts")
+    if reward_fn is None and scorer is None:
+        raise ValueError("evaluate: give reward_fn or scorer")
+    n = int(spec.n)
+    step = chunk_size or max(1, len(prompts))
+    samples: list[EvalSample] = []
+    for start in range(0, len(prompts), step):
+        chunk_prompts = list(prompts[start:start + step])
+        chunk_examples = examples[start:start + step]
+        rollouts = generator.generate(chunk_prompts, _chunk_spec(spec, start))
+        if len(rollouts) != len(chunk_prompts) * n:
+            raise RuntimeError(
+                f"generator returned {len(rollouts)} rollouts for {len(chunk_prompts)} prompts x n={n}"
+            )
+        # rollout r belongs to prompt r // n (prompt-major order, checked via Rollout.group if present)
+        owners = [chunk_examples[r // n] for r in range(len(rollouts))]
+        for r, ro in enumerate(rollouts):
+            group = getattr(ro, "group", r // n)
+            if group != r // n:
+                raise RuntimeError(f"rollout {r} has group {group}, expected {r // n}: not prompt-major")
+        texts = [ro.text for ro in rollouts]
+        if scorer is not None:
+            rewards = list(scorer(texts, owners))
+            if len(rewards) != len(texts):
+                raise RuntimeError(f"scorer returned {len(rewards)} rewards for {len(texts)} responses")
+        else:
+            rewards = [_safe_score(reward_fn, t, ex) for t, ex in zip(texts, owners, strict=True)]
+        for r, (ro, rew) in enumerate(zip(rollouts, rewards, strict=True)):
+            idx = start + r // n
+            ex = owners[r]
+            samples.append(
+                EvalSample(
+                    example_index=idx,
+                    example_id=str(getattr(ex, "id", idx)),
+                    sample_index=r % n,
+                    prompt=chunk_prompts[r // n],
+                    response=ro.text,
+                    reference=str(getattr(ex, "reference", "")),
+                    reward=float(rew.total),
+                    parts={k: float(v) for k, v in dict(rew.parts).items()},
+                    status=Status(rew.status).value,
+                    num_tokens=len(ro.response_ids),
+                    finish_reason=str(ro.finish_reason),
+                    info=str(rew.info),
+                )
+            )
+        if on_chunk is not None:
+            on_chunk(min(start + step, len(prompts)), len(prompts))
+    return summarize(samples, n, float(spec.temperature), ks)
+

@@ -1,0 +1,128 @@
+"""Evaluation metrics on plain numbers: pass@k, format rate, length statistics.
+
+Definitions (docs/runs.md repeats them):
+
+- accuracy: fraction of all samples whose reward status is `correct`. With n samples per problem
+  this is the unbiased pass@1 estimate, averaged over problems (every problem has the same n).
+- pass@k: per problem with n samples of which c are correct, the unbiased estimator of Chen et
+  al. (2021) 1 - C(n-c, k) / C(n, k), averaged over problems. Needs k <= n.
+- format rate: fraction of samples whose reward has a "format" part > 0; for reward functions
+  that report no "format" part, the fraction whose status is not `unparsable` (an answer could be
+  extracted). Both mean "the response followed the output format well enough to be graded".
+- lengths are response lengths in tokens (len(response_ids), EOS/stop tokens included, prompt
+  excluded); `truncated_rate` is the fraction that hit max_tokens (finish_reason == "length").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rlvr.rewards.types import Status
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k for one problem: 1 - C(n-c, k) / C(n, k).
+
+    Computed as 1 - prod_{i=n-c+1}^{n} (1 - k/i), which never forms the huge binomials (exact
+    in exact arithmetic; the product form is how Chen et al. evaluate it stably). n samples,
+    c of them correct, 1 <= k <= n.
+    """
+    for name, v in (("n", n), ("c", c), ("k", k)):
+        if isinstance(v, bool) or int(v) != v:
+            raise ValueError(f"pass_at_k: {name} must be an integer, got {v!r}")
+    n, c, k = int(n), int(c), int(k)
+    if not 0 <= c <= n:
+        raise ValueError(f"pass_at_k: need 0 <= c <= n, got c={c}, n={n}")
+    if not 1 <= k <= n:
+        raise ValueError(f"pass_at_k: need 1 <= k <= n, got k={k}, n={n}")
+    if n - c < k:  # every k-subset contains a correct sample
+        return 1.0
+    prod = 1.0
+    for i in range(n - c + 1, n + 1):
+        prod *= 1.0 - k / i
+    return 1.0 - prod
+
+
+def mean_pass_at_k(counts: Sequence[tuple[int, int]], k: int) -> float:
+    """Average of pass_at_k(n, c, k) over problems given as (n, c) pairs."""
+    if not counts:
+        raise ValueError("mean_pass_at_k: no problems")
+    return sum(pass_at_k(n, c, k) for n, c in counts) / len(counts)
+
+
+def default_ks(n: int) -> list[int]:
+    """k values reported for n samples per problem: 1, 2, 4, 8, ... below n, and n itself."""
+    ks = [1]
+    while ks[-1] * 2 < n:
+        ks.append(ks[-1] * 2)
+    if n > 1:
+        ks.append(n)
+    return ks
+
+
+def is_formatted(parts: Mapping[str, float], status: Status | str) -> bool:
+    """The format-rate predicate (see module doc): parts["format"] > 0 if present, else the
+    status is not unparsable."""
+    if "format" in parts:
+        return float(parts["format"]) > 0
+    return Status(status) is not Status.UNPARSABLE
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs) if xs else math.nan
+
+
+def length_stats(lengths: Sequence[int], correct: Sequence[bool] | None = None) -> dict[str, float]:
+    """mean / median / max response length in tokens, and the means over correct and incorrect
+    samples (NaN when there are none)."""
+    if not lengths:
+        return {"len/mean": math.nan, "len/median": math.nan, "len/max": math.nan,
+                "len/correct": math.nan, "len/incorrect": math.nan}
+    s = sorted(lengths)
+    mid = len(s) // 2
+    median = float(s[mid]) if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+    out = {"len/mean": _mean(lengths), "len/median": median, "len/max": float(s[-1])}
+    if correct is not None:
+        if len(correct) != len(lengths):
+            raise ValueError(f"length_stats: {len(correct)} flags for {len(lengths)} lengths")
+        out["len/correct"] = _mean([n for n, ok in zip(lengths, correct, strict=True) if ok])
+        out["len/incorrect"] = _mean([n for n, ok in zip(lengths, correct, strict=True) if not ok])
+    return out
+
+
+def status_counts(statuses: Sequence[Status | str]) -> dict[str, int]:
+    """Count per reward status, every status present (0 when absent), in Status order."""
+    counts = {s.value: 0 for s in Status}
+    for st in statuses:
+        counts[Status(st).value] += 1
+    return counts
+
+
+def is_fraction_metric(name: str) -> bool:
+    """Whether a metric is a fraction in [0, 1] shown as a percentage in tables."""
+    base = name.rsplit("/", 1)[-1].lower()
+    return any(t in base for t in ("accuracy", "rate", "pass@", "frac"))
+
+
+def format_metric(name: str, value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if is_fraction_metric(name):
+        return f"{100 * float(value):.1f}%"
+    return f"{float(value):.2f}" if abs(float(value)) < 100 else f"{float(value):.1f}"
+
+
+def format_delta(name: str, before: Any, after: Any) -> str:
+    try:
+        b, a = float(before), float(after)
+    except (TypeError, ValueError):
+        return "-"
+    if math.isnan(a) or math.isnan(b):
+        return "-"
+    if is_fraction_metric(name):
+        return f"{100 * (a - b):+.1f} pts"
+    return f"{a - b:+.2f}"
