@@ -119,11 +119,13 @@ def _leftover_flag(report: ExecutionReport, r: ProcResult, where: str) -> None:
                                           where))
 
 
-def run_io_tests(code: str, task: CodeTask, report: ExecutionReport, base: SandboxLimits | None) -> None:
+def run_io_tests(code: str, task: CodeTask, report: ExecutionReport, base: SandboxLimits | None,
+                 audit: bool = True) -> None:
     limits = limits_for(task, 1, base)
     for i, case in enumerate(task.io_tests):
         box = Box(code)
-        (r,) = _run([{"box": box, "mode": "script", "limits": limits, "stdin": case.stdin.encode()}], [box],
+        (r,) = _run([{"box": box, "mode": "script", "limits": limits, "stdin": case.stdin.encode(),
+                      "extra": {"audit": audit}}], [box],
                     limits.wall_s)
         _collect_flags(report, r, f"io[{i}]")
         _leftover_flag(report, r, f"io[{i}]")
@@ -139,12 +141,13 @@ def run_io_tests(code: str, task: CodeTask, report: ExecutionReport, base: Sandb
         report.tests.append(TestResult("io", i, status, detail, _excerpt(r.stderr)))
 
 
-def _serve_spec(box: Box, limits: SandboxLimits, entry: str, stdin: bytes | None, fds: dict) -> dict:
+def _serve_spec(box: Box, limits: SandboxLimits, entry: str, stdin: bytes | None, fds: dict,
+                audit: bool) -> dict:
     # `fds` are passed to the child (and closed here); without them the requests come on stdin
     # and the answers go to stdout.
     std = {} if fds else {"req_fd": 0, "resp_fd": 1}
     return {"box": box, "mode": "serve", "limits": limits, "stdin": stdin, "fds": fds,
-            "extra": {"entry_point": entry, **std}}
+            "extra": {"entry_point": entry, "audit": audit, **std}}
 
 
 def _bypass_flag(report: ExecutionReport, r: ProcResult, where: str) -> None:
@@ -155,7 +158,8 @@ def _bypass_flag(report: ExecutionReport, r: ProcResult, where: str) -> None:
                                           where))
 
 
-def run_call_tests(code: str, task: CodeTask, report: ExecutionReport, base: SandboxLimits | None) -> None:
+def run_call_tests(code: str, task: CodeTask, report: ExecutionReport, base: SandboxLimits | None,
+                   audit: bool = True) -> None:
     n = len(task.call_tests)
     limits = limits_for(task, n, base)
     requests = b"".join(
@@ -165,7 +169,7 @@ def run_call_tests(code: str, task: CodeTask, report: ExecutionReport, base: San
     box = Box(code)
     # serve mode with req_fd=0/resp_fd=1: the harness moves them aside before the candidate runs
     # and points the candidate's fd 1 at stderr, so prints cannot corrupt the answers.
-    (r,) = _run([_serve_spec(box, limits, task.entry_point, requests, {})], [box], limits.wall_s)
+    (r,) = _run([_serve_spec(box, limits, task.entry_point, requests, {}, audit)], [box], limits.wall_s)
     _collect_flags(report, r, "calls")
     _leftover_flag(report, r, "calls")
     _bypass_flag(report, r, "calls")
@@ -192,7 +196,8 @@ def run_call_tests(code: str, task: CodeTask, report: ExecutionReport, base: San
         report.tests.append(TestResult("call", i, status, detail, _excerpt(r.stderr)))
 
 
-def run_assert_tests(code: str, task: CodeTask, report: ExecutionReport, base: SandboxLimits | None) -> None:
+def run_assert_tests(code: str, task: CodeTask, report: ExecutionReport, base: SandboxLimits | None,
+                     audit: bool = True) -> None:
     n = len(task.assert_tests)
     limits = limits_for(task, n, base)
     nonce = secrets.token_hex(16)
@@ -201,7 +206,7 @@ def run_assert_tests(code: str, task: CodeTask, report: ExecutionReport, base: S
     cand_box, check_box = Box(code), Box(None)
     config = json.dumps({"nonce": nonce, "entry_point": task.entry_point, "tests": list(task.assert_tests),
                          "setup": task.assert_setup}).encode()
-    specs = [_serve_spec(cand_box, limits, task.entry_point, None, {"req_fd": req_r, "resp_fd": resp_w}),
+    specs = [_serve_spec(cand_box, limits, task.entry_point, None, {"req_fd": req_r, "resp_fd": resp_w}, audit),
              {"box": check_box, "mode": "check", "limits": limits, "stdin": config,
               "fds": {"req_fd": req_w, "resp_fd": resp_r}}]
     cand, check = _run(specs, [cand_box, check_box], limits.wall_s)
@@ -237,16 +242,18 @@ def run_assert_tests(code: str, task: CodeTask, report: ExecutionReport, base: S
                                           "asserts"))
 
 
-def run_tests(code: str, task: CodeTask, base_limits: SandboxLimits | None = None) -> ExecutionReport:
+def run_tests(code: str, task: CodeTask, base_limits: SandboxLimits | None = None, *,
+              audit: bool = True) -> ExecutionReport:
     """Run `code` against every hidden test of `task`. Never raises for anything the candidate
-    does; raises only for grader-side failures (e.g. cannot create a temp dir)."""
+    does; raises only for grader-side failures (e.g. cannot create a temp dir). `audit=False`
+    turns off the in-process audit hook (flags), leaving only the kernel confinement: for tests."""
     report = ExecutionReport()
     if task.io_tests:
-        run_io_tests(code, task, report, base_limits)
+        run_io_tests(code, task, report, base_limits, audit)
     if task.call_tests:
-        run_call_tests(code, task, report, base_limits)
+        run_call_tests(code, task, report, base_limits, audit)
     if task.assert_tests:
-        run_assert_tests(code, task, report, base_limits)
+        run_assert_tests(code, task, report, base_limits, audit)
     if not report.isolation:
         report.isolation = isolation().notes
     return report
