@@ -1,0 +1,86 @@
+"""Loaders: task JSONL files, GSM8K, MATH-style, prompt/response SFT files, HF datasets.
+
+All file loaders validate every line and raise DataError "path:line: what is wrong"; nothing is
+skipped silently. HF `datasets` is imported only inside `load_hf` (it is not a dependency).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlvr.data.example import Example
+from rlvr.data.jsonl import DataError, iter_jsonl
+from rlvr.data.tasks import get_task
+
+
+@dataclass
+class SFTExample:
+    """One supervised pair: the model is trained on `response` given `prompt`."""
+
+    prompt: str
+    response: str
+    id: str = ""
+
+
+def load_task_file(task: str, path: str | Path) -> list[Example]:
+    """Examples of task `task` (a name in TASKS) from a JSONL file."""
+    return get_task(task).load(path)
+
+
+def load_gsm8k(path: str | Path) -> list[Example]:
+    """GSM8K JSONL (question, answer with '#### final'); reference has commas stripped."""
+    return get_task("gsm8k").load(path)
+
+
+def load_math(path: str | Path) -> list[Example]:
+    """MATH-style JSONL (problem/question, solution with \\boxed{} or answer)."""
+    return get_task("math").load(path)
+
+
+def load_sft(
+    path: str | Path, prompt_key: str = "prompt", response_key: str = "response"
+) -> list[SFTExample]:
+    """Prompt/response JSONL for SFT; both keys required on every line."""
+    out = []
+    for where, row in iter_jsonl(path, (prompt_key, response_key)):
+        out.append(
+            SFTExample(
+                prompt=str(row[prompt_key]), response=str(row[response_key]), id=str(row.get("id", where))
+            )
+        )
+    return out
+
+
+def sft_examples(
+    examples: Iterable[Example], task: str, template: str | None = None, tokenizer=None
+) -> list[SFTExample]:
+    """Task examples -> SFT pairs: the task's prompt under `template` and its target format."""
+    t = get_task(task)
+    return [SFTExample(t.prompt(ex, template, tokenizer), t.target(ex, template), ex.id) for ex in examples]
+
+
+def load_hf(
+    task: str, dataset: str, split: str = "train", *, config: str | None = None, **kwargs
+) -> list[Example]:
+    """Examples from a Hugging Face dataset (needs the `datasets` package and hub access, so it
+    is never used in tests). Rows are parsed by the task's parse_row like JSONL lines."""
+    try:
+        import datasets
+    except ImportError as exc:
+        raise ImportError("load_hf needs the `datasets` package: pip install datasets") from exc
+    ds = datasets.load_dataset(dataset, config, split=split, **kwargs)
+    return get_task(task).from_rows((dict(r) for r in ds), source=f"{dataset}[{split}]")
+
+
+__all__ = [
+    "DataError",
+    "SFTExample",
+    "load_gsm8k",
+    "load_hf",
+    "load_math",
+    "load_sft",
+    "load_task_file",
+    "sft_examples",
+]

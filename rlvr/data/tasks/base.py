@@ -1,0 +1,92 @@
+"""The task interface. A task ties together how examples are read, how a prompt is rendered,
+and which reward function checks the answer, so the training reward and the evaluation metric
+come from the same place and cannot drift apart.
+
+Adding a task = one module in rlvr/data/tasks/ that defines a `TASK = Task(...)`, plus its name
+in `_TASK_MODULES` of rlvr/data/tasks/__init__.py (modules that are absent are skipped).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlvr.data.example import Example
+from rlvr.data.jsonl import iter_jsonl
+from rlvr.data.templates import render_prompt
+
+
+@dataclass(frozen=True)
+class Task:
+    """A named task.
+
+    parse_row(row, where, index) -> Example: one raw row (JSONL line or HF record) to an Example;
+        raises DataError starting with `where` ("path:line") when the row is bad.
+    required_keys: keys every raw row must have (checked before parse_row, naming file:line).
+    default_template: prompt template used when none is given.
+    rewards: template name -> reward function name in rlvr.rewards; key "*" is the fallback.
+    make_target(example, template) -> str: the SFT response for that template (None: the task
+        has no canonical response format).
+    generate(n, split, seed, **difficulty) -> list[Example]: synthetic tasks only.
+    """
+
+    name: str
+    description: str
+    parse_row: Callable[[dict, str, int], Example] | None = None
+    required_keys: tuple[str, ...] = ()
+    default_template: str = "question_only"
+    rewards: Mapping[str, str] = field(default_factory=dict)
+    make_target: Callable[[Example, str], str] | None = None
+    generate: Callable[..., list[Example]] | None = None
+
+    def reward_name(self, template: str | None = None) -> str:
+        """Reward function name for prompts rendered with `template`."""
+        template = template or self.default_template
+        if template in self.rewards:
+            return self.rewards[template]
+        if "*" in self.rewards:
+            return self.rewards["*"]
+        raise KeyError(
+            f"task {self.name!r} has no reward for template {template!r}; has: {sorted(self.rewards)}"
+        )
+
+    def reward_fn(self, template: str | None = None):
+        """The RewardFn `(response, example) -> Reward` for prompts rendered with `template`."""
+        from rlvr.rewards import get_reward_fn
+
+        return get_reward_fn(self.reward_name(template))
+
+    def prompt(self, example: Example, template: str | None = None, tokenizer=None) -> str:
+        """Prompt text of `example` rendered with `template` (default: the task's)."""
+        return render_prompt(example.question, template or self.default_template, tokenizer)
+
+    def target(self, example: Example, template: str | None = None) -> str:
+        """SFT response text for `example` under `template`."""
+        if self.make_target is None:
+            raise ValueError(f"task {self.name!r} defines no SFT target format")
+        return self.make_target(example, template or self.default_template)
+
+    def from_rows(self, rows: Iterable[dict], source: str = "rows") -> list[Example]:
+        """Rows (dicts) -> Examples, validating required keys; errors name `source` and the row."""
+        from rlvr.data.jsonl import DataError
+
+        if self.parse_row is None:
+            raise ValueError(f"task {self.name!r} is synthetic; use generate()")
+        out = []
+        for i, row in enumerate(rows):
+            where = f"{source}:{i}"
+            for key in self.required_keys:
+                if key not in row:
+                    raise DataError(f'{where}: missing key "{key}" (has: {", ".join(sorted(row))})')
+            out.append(self.parse_row(row, where, i))
+        return out
+
+    def load(self, path: str | Path) -> list[Example]:
+        """Examples from a JSONL file; a bad line raises DataError "path:line: ..."."""
+        if self.parse_row is None:
+            raise ValueError(f"task {self.name!r} is synthetic; use generate()")
+        return [
+            self.parse_row(row, where, i)
+            for i, (where, row) in enumerate(iter_jsonl(path, self.required_keys))
+        ]

@@ -1,0 +1,52 @@
+"""MATH-style problems (Hendrycks et al. 2021): the reference is the last \\boxed{} of the
+solution unless the row carries an explicit answer."""
+
+from __future__ import annotations
+
+from rlvr.data.example import Example
+from rlvr.data.jsonl import DataError
+from rlvr.data.tasks.base import Task
+
+
+def parse_row(row: dict, where: str, index: int) -> Example:
+    from rlvr.rewards.extract import last_boxed
+
+    question = row.get("problem", row.get("question"))
+    if question is None:
+        raise DataError(f'{where}: missing key "problem" (or "question")')
+    solution = row.get("solution")
+    if row.get("answer") is not None:
+        ref = str(row["answer"]).strip()
+    elif solution is not None:
+        ref = last_boxed(str(solution))
+        if ref is None:
+            raise DataError(f"{where}: solution has no \\boxed{{}} answer and the row has no 'answer'")
+    else:
+        raise DataError(f'{where}: missing key "answer" (or a "solution" with \\boxed{{}})')
+    meta = {"source": where}
+    for key in ("level", "type", "subject", "unique_id"):
+        if key in row:
+            meta[key] = row[key]
+    return Example(
+        id=str(row.get("unique_id", row.get("id", f"math:{index}"))),
+        question=str(question).strip(),
+        reference=ref.strip(),
+        meta=meta,
+        solution=str(solution) if solution is not None else None,
+    )
+
+
+def make_target(ex: Example, template: str) -> str:
+    if template == "r1_zero":
+        return f" {ex.solution or ''} </think> <answer>{ex.reference}</answer>"
+    return ex.solution if ex.solution else f"\\boxed{{{ex.reference}}}"
+
+
+TASK = Task(
+    name="math",
+    description="MATH-style problems; rows with problem/question and solution (last \\boxed{}) or answer",
+    parse_row=parse_row,
+    default_template="r1_zero",
+    rewards={"r1_zero": "r1_zero", "question_only": "question_only", "*": "math"},
+    make_target=make_target,
+)

@@ -1,0 +1,223 @@
+"""Examples, JSONL validation, task loaders, templates, synthetic tasks and their held-out splits."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from rlvr.data import (
+    DataError,
+    Example,
+    get_task,
+    load_gsm8k,
+    load_math,
+    load_sft,
+    read_jsonl,
+    render_prompt,
+    sft_examples,
+    template_text,
+)
+from rlvr.data.tasks.arithmetic import evaluate
+from rlvr.data.tasks.synthetic import split_of
+
+SHARED = Path("/work/shared/data")
+
+
+def _write(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_jsonl_errors_name_file_and_line(tmp_path):
+    good = json.dumps({"question": "q", "answer": "#### 1"})
+    p = _write(tmp_path / "x.jsonl", [good, "", good, json.dumps({"question": "q"})])
+    # blank line 2 is skipped; the bad row is on line 4
+    with pytest.raises(DataError, match=re.escape(f'{p}:4: missing key "answer"')):
+        load_gsm8k(p)
+    p = _write(tmp_path / "y.jsonl", [good, "{not json"])
+    with pytest.raises(DataError, match=re.escape(f"{p}:2: invalid JSON")):
+        read_jsonl(p, ("question",))
+    p = _write(tmp_path / "z.jsonl", ["[1, 2]"])
+    with pytest.raises(DataError, match=re.escape(f"{p}:1: expected a JSON object, got list")):
+        read_jsonl(p)
+    p = _write(tmp_path / "w.jsonl", [json.dumps({"question": ["a"], "answer": "#### 1"})])
+    with pytest.raises(
+        DataError, match=re.escape(f'{p}:1: key "question" must be a string or number, got list')
+    ):
+        load_gsm8k(p)
+    with pytest.raises(DataError, match="no such file"):
+        read_jsonl(tmp_path / "missing.jsonl")
+
+
+def test_gsm8k_reference_after_hashes_commas_stripped(tmp_path):
+    rows = [
+        {"question": " How many? ", "answer": "2 + 3 = <<2+3=5>>5 apples\n#### 5"},
+        {"question": "Big?", "answer": "lots\n#### 1,234,567"},
+        {"question": "Neg?", "answer": "#### -3.5"},
+    ]
+    p = _write(tmp_path / "g.jsonl", [json.dumps(r) for r in rows])
+    ex = load_gsm8k(p)
+    assert [e.reference for e in ex] == ["5", "1234567", "-3.5"]
+    assert ex[0].question == "How many?" and ex[0].solution == "2 + 3 = 5 apples"  # calculator notes removed
+    bad = _write(
+        tmp_path / "b.jsonl", [json.dumps(rows[0]), json.dumps({"question": "q", "answer": "no marker"})]
+    )
+    with pytest.raises(DataError, match=re.escape(f"{bad}:2: GSM8K answer has no '####'")):
+        load_gsm8k(bad)
+
+
+def test_gsm8k_shared_test_file_loads():
+    ex = load_gsm8k(SHARED / "gsm8k" / "test.jsonl")
+    assert len(ex) == 1319
+    assert ex[0].reference == "18"  # Janet's ducks: (16 - 3 - 4) * 2 = 18
+    assert all("," not in e.reference and e.reference for e in ex)
+
+
+def test_math_reference_from_last_boxed_or_answer(tmp_path):
+    rows = [
+        {"problem": "p1", "solution": "first \\boxed{1} then \\boxed{\\frac{1}{2}}", "level": "Level 2"},
+        {"problem": "p2", "solution": "irrelevant \\boxed{9}", "answer": "3"},
+        {"question": "p3", "solution": "x = \\boxed{\\{1, 2\\}}"},
+    ]
+    p = _write(tmp_path / "m.jsonl", [json.dumps(r) for r in rows])
+    ex = load_math(p)
+    assert [e.reference for e in ex] == ["\\frac{1}{2}", "3", "\\{1, 2\\}"]
+    assert ex[0].meta["level"] == "Level 2"
+    bad = _write(
+        tmp_path / "mb.jsonl", [json.dumps(rows[0]), json.dumps({"problem": "p", "solution": "no box"})]
+    )
+    with pytest.raises(DataError, match=re.escape(f"{bad}:2: solution has no \\boxed{{}}")):
+        load_math(bad)
+
+
+def test_sft_loader(tmp_path):
+    p = _write(
+        tmp_path / "s.jsonl", [json.dumps({"prompt": "1+1=", "response": "2"}), json.dumps({"prompt": "x"})]
+    )
+    with pytest.raises(DataError, match=re.escape(f'{p}:2: missing key "response"')):
+        load_sft(p)
+    p = _write(tmp_path / "s2.jsonl", [json.dumps({"prompt": "1+1=", "response": "2", "id": "a"})])
+    assert [(s.prompt, s.response, s.id) for s in load_sft(p)] == [("1+1=", "2", "a")]
+
+
+def test_templates_packaged_equal_shared_and_render():
+    for name in ("r1_zero", "question_only"):
+        assert template_text(name) == (SHARED / "prompts" / f"{name}.prompt").read_text()
+    q = "What is {x} + \\frac{1}{2}?"  # braces must survive (no str.format)
+    r1 = render_prompt(q, "r1_zero")
+    assert r1.endswith(f"User: {q}\nAssistant: <think>")
+    assert render_prompt(q, "question_only") == q
+    assert render_prompt("7*8=", "Q: {question} A:") == "Q: 7*8= A:"
+    with pytest.raises(KeyError, match="unknown prompt template 'nope'; known: chat, question_only, r1_zero"):
+        render_prompt(q, "nope")
+
+
+def test_r1_zero_prompt_round_trips_through_tiny_tokenizer_and_chat_template():
+    from rlvr.models import build_char_tokenizer
+
+    tok = build_char_tokenizer()
+    prompt = render_prompt("What is 12+345?", "r1_zero")
+    target = get_task("arithmetic").target(Example("a", "12+345=", "357"), "r1_zero")
+    for text in (prompt, prompt + target):
+        ids = tok.encode(text)
+        assert tok.decode(ids) == text and tok.unk_token_id not in ids
+    assert render_prompt("1+1", "chat", tok) == "<|user|>1+1\n<|assistant|>"
+    with pytest.raises(ValueError, match="needs a tokenizer"):
+        render_prompt("1+1", "chat")
+
+
+def test_task_registry_and_reward_names():
+    with pytest.raises(KeyError, match="unknown task 'nope'; known: arithmetic, countdown, gsm8k, math"):
+        get_task("nope")
+    assert get_task("gsm8k").reward_name("r1_zero") == "r1_zero"
+    assert get_task("gsm8k").reward_name("question_only") == "gsm8k"
+    assert get_task("arithmetic").reward_name() == "arithmetic"
+    assert get_task("countdown").reward_name("r1_zero") == "countdown"
+    assert get_task("math").reward_name("question_only") == "question_only"
+
+
+def test_arithmetic_evaluate_hand_computed():
+    assert evaluate([2, 3, 4], ["+", "*"]) == 14  # 2 + 12
+    assert evaluate([10, 2, 3], ["-", "-"]) == 5  # (10 - 2) - 3, left to right
+    assert evaluate([12, 4], ["/"]) == 3
+    assert evaluate([2, 3, 4, 5], ["*", "-", "*"]) == -14  # 6 - 20
+    with pytest.raises(ValueError):
+        evaluate([7, 2], ["/"])
+
+
+def _independent_value(question: str) -> int:
+    # Our own generated strings only (digits and + - * /, checked by the regex): safe to eval.
+    assert re.fullmatch(r"[0-9+\-*/]+=", question)
+    return eval(question[:-1].replace("/", "//"), {"__builtins__": {}})
+
+
+def test_arithmetic_generation_deterministic_correct_and_compact():
+    task = get_task("arithmetic")
+    a = task.generate(300, "train", seed=1, digits=(1, 3), ops="+-*", operands=3)
+    b = task.generate(300, "train", seed=1, digits=(1, 3), ops="+-*", operands=3)
+    c = task.generate(300, "train", seed=2, digits=(1, 3), ops="+-*", operands=3)
+    assert [e.question for e in a] == [e.question for e in b]
+    assert [e.question for e in a] != [e.question for e in c]
+    assert len({e.question for e in a}) == 300
+    for e in a:
+        assert int(e.reference) == _independent_value(e.question) >= 0
+        assert len(e.question) <= 12  # 3 operands of <= 3 digits + 2 ops + "="
+    d = task.generate(100, "test", seed=0, digits=2, ops="/")
+    for e in d:
+        x, y = e.question[:-1].split("/")
+        assert int(x) == int(y) * int(e.reference) and 10 <= int(y) <= 99
+
+
+def test_synthetic_train_and_heldout_never_overlap():
+    task = get_task("arithmetic")
+    train = {e.question for s in (0, 1) for e in task.generate(2000, "train", seed=s, digits=2)}
+    test = {e.question for s in (0, 5) for e in task.generate(200, "test", seed=s, digits=2)}
+    assert train and test and not (train & test)
+    assert all(split_of(q, 0.1) == "test" for q in test)
+    cd = get_task("countdown")
+    ctrain = {e.id for e in cd.generate(500, "train", seed=0)}
+    ctest = {e.id for e in cd.generate(100, "test", seed=3)}
+    assert not (ctrain & ctest)
+    # 1-digit addition has 100 problems, ~10 of them held out: 50 test problems cannot exist
+    with pytest.raises(ValueError, match="found only .* distinct test problems of the 50"):
+        task.generate(50, "test", seed=0, digits=1)
+
+
+def test_countdown_always_solvable_by_its_own_checker():
+    from rlvr.rewards import get_reward_fn
+
+    reward = get_reward_fn("countdown")
+    ex = get_task("countdown").generate(200, "train", seed=7, count=4, max_number=30, max_target=200)
+    for e in ex:
+        assert 1 <= e.meta["target"] <= 200 and len(e.meta["numbers"]) == 4
+        r = reward(f"<answer>{e.solution}</answer>", e)
+        assert r.total == 1.0, (e.meta, e.solution, r)
+        # the solution uses exactly the given numbers
+        assert sorted(int(x) for x in re.findall(r"\d+", e.solution)) == sorted(e.meta["numbers"])
+
+
+@pytest.mark.parametrize(
+    ("task_name", "template"),
+    [
+        ("arithmetic", "question_only"),
+        ("arithmetic", "r1_zero"),
+        ("countdown", "question_only"),
+        ("countdown", "r1_zero"),
+        ("gsm8k", "r1_zero"),
+        ("gsm8k", "question_only"),
+    ],
+)
+def test_task_sft_target_earns_full_reward_under_the_task_checker(task_name, template):
+    # training reward and evaluation metric come from the task: its own gold target must pass
+    task = get_task(task_name)
+    if task.generate is not None:
+        examples = task.generate(30, "train", seed=0)
+    else:
+        examples = load_gsm8k(SHARED / "gsm8k" / "train.jsonl")[:30]
+    reward = task.reward_fn(template)
+    pairs = sft_examples(examples, task_name, template)
+    for ex, pair in zip(examples, pairs, strict=True):
+        assert pair.prompt == task.prompt(ex, template)
+        assert reward(pair.response, ex).total == 1.0, (pair.response, ex.reference)
+        assert reward("<answer>-999999</answer> 12345", ex).total == 0.0
