@@ -3,11 +3,12 @@
 `plot_run(run_dir)` draws whichever keys of the metric schema (docs/runs.md) the run logged, one
 figure per theme, and returns the PNG paths under RUN_DIR/plots/:
 
-    reward.png        reward/mean and reward/<part>; accuracy, format_rate and eval/* vs step
+    reward.png        reward/mean, reward/<part>, eval/reward; accuracy, format_rate, eval/accuracy,
+                      eval/format_rate, eval/pass@k vs step
     reward_time.png   the same against wall time ("time", seconds since the run started)
-    length.png        len/mean, len/correct, len/incorrect (tokens)
+    length.png        len/mean, len/correct, len/incorrect (tokens); truncated fractions
     optimization.png  loss, grad_norm, entropy, kl, clip_frac/*, ratio/*, lr
-    system.png        tokens_per_s, time/*, verifier/*, zero_var_groups
+    system.png        tokens_per_s, time/*, verifier/*, zero_var_groups, kept_frac
     other.png         numeric keys outside the schema (at most 12)
 
 Noisy series (more than 20 points) are drawn faint with a moving average on top.
@@ -25,15 +26,18 @@ from rlvr.runs.rundir import metric_series, read_jsonl
 
 # (figure file, x key, [(panel title, y label, [key patterns])]); patterns are fnmatch globs.
 REWARD_PANELS = [
-    ("Reward", "reward", ["reward/mean", "reward/*"]),
+    ("Reward", "reward", ["reward/mean", "reward/*", "eval/reward"]),
     ("Accuracy and format", "fraction", ["accuracy", "format_rate", "eval/accuracy*", "eval/format_rate*",
                                          "eval/pass@*"]),
 ]
 FIGURES: list[tuple[str, str, list[tuple[str, str, list[str]]]]] = [
     ("reward.png", "step", REWARD_PANELS),
     ("reward_time.png", "time", REWARD_PANELS),
-    ("length.png", "step", [("Response length", "tokens", ["len/mean", "len/correct", "len/incorrect", "len/*",
-                                                            "eval/len*"])]),
+    ("length.png", "step", [
+        ("Response length", "tokens", ["len/mean", "len/correct", "len/incorrect", "eval/len/mean",
+                                       "eval/len/correct", "eval/len/incorrect"]),
+        ("Truncated at max_tokens", "fraction", ["len/truncated_frac", "eval/truncated_rate"]),
+    ]),
     ("optimization.png", "step", [
         ("Loss", "loss", ["loss", "loss/*"]),
         ("Gradient norm (before clipping)", "L2 norm", ["grad_norm"]),
@@ -48,6 +52,7 @@ FIGURES: list[tuple[str, str, list[tuple[str, str, list[str]]]]] = [
         ("Time per step", "seconds", ["time/*"]),
         ("Verifier failures", "count", ["verifier/*"]),
         ("Zero-variance groups", "groups", ["zero_var_groups"]),
+        ("Rollouts kept for the loss", "fraction", ["kept_frac"]),
     ]),
 ]
 MAX_OTHER = 12
