@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -352,3 +353,41 @@ def test_not_a_dataclass():
     with pytest.raises(TypeError):
         load_config(dict)  # type: ignore[arg-type]
     assert dataclasses.is_dataclass(load_config(RootConfig))
+
+
+class Color(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+@dataclass
+class RefSection:
+    path: Path = Path("ref")
+    """Reference model folder."""
+    refresh: int = 0
+    """Refresh every k steps."""
+
+
+@dataclass
+class WithOptionalSection:
+    ref: RefSection | None = None
+    """Reference policy; null = none."""
+    color: Color = Color.RED
+    """An enum field."""
+    pair: tuple[int, float] = (1, 2.0)
+    """A fixed tuple."""
+
+
+def test_optional_section_enum_path_and_fixed_tuple(tmp_path):
+    assert load_config(WithOptionalSection).ref is None
+    cfg = load_config(WithOptionalSection, overrides=["ref.refresh=5", "color=blue", "pair=[3, 4]"])
+    assert cfg.ref == RefSection(path=Path("ref"), refresh=5)
+    assert cfg.color is Color.BLUE and cfg.pair == (3, 4.0)
+    cfg2 = load_config(WithOptionalSection, overrides=["ref={path: /x}", "ref.refresh=2"])
+    assert cfg2.ref == RefSection(path=Path("/x"), refresh=2)
+    assert load_config(WithOptionalSection, dump_yaml(cfg2, tmp_path / "c.yaml")) == cfg2
+    assert load_config(WithOptionalSection, overrides=["ref.refresh=2", "ref=null"]).ref is None
+    with pytest.raises(ConfigError) as err:
+        load_config(WithOptionalSection, overrides=["color=green", "pair=[1, 2, 3]"])
+    assert "'color' expects one of 'red', 'blue', got 'green'" in str(err.value)
+    assert "'pair' expects tuple[int, float] (exactly 2 items)" in str(err.value)

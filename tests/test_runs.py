@@ -381,3 +381,17 @@ def test_plot_run_only_what_exists_and_cli(tmp_path):
     missing = CliRunner().invoke(app, [*cmd, str(tmp_path / "nope")])
     assert missing.exit_code == 2
     assert "metrics.jsonl does not exist" in missing.output
+
+
+def test_resume_from_an_earlier_checkpoint_drops_later_ones(tmp_path):
+    # Resuming at step 20 abandons what came after it: the step-30 checkpoint must not survive to
+    # be picked by `latest` or by keep-last-k pruning of the new continuation.
+    model = torch.nn.Linear(2, 2)
+    with RunDir.create(tmp_path / "r", tensorboard=False) as run:
+        for s in (10, 20, 30):
+            run.log_metrics(s, {"loss": 1.0})
+            save_checkpoint(run, s, model=model, trainer_state={"s": s}, keep=0)
+    with RunDir.resume(tmp_path / "r", 20, tensorboard=False) as run:
+        assert [p.name for p in list_checkpoints(run)] == ["step_000010", "step_000020"]
+        assert latest_checkpoint(run).name == "step_000020"
+        assert [r["step"] for r in run.read_metrics()] == [10, 20]

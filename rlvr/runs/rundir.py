@@ -90,6 +90,21 @@ def _truncate_jsonl(path: Path, max_step: int) -> int:
     return len(kept)
 
 
+def _drop_later_checkpoints(ckpt_dir: Path, step: int) -> None:
+    from rlvr.runs.checkpoint import checkpoint_name, list_checkpoints
+
+    if not ckpt_dir.is_dir():
+        return
+    later = [p for p in list_checkpoints(ckpt_dir) if int(p.name.split("_")[1]) > step]
+    if later:
+        pointer = ckpt_dir / "latest"
+        pointer_tmp = ckpt_dir / "latest.tmp"
+        pointer_tmp.write_text(checkpoint_name(step) + "\n", encoding="utf-8")
+        os.replace(pointer_tmp, pointer)  # point at the resume step before deleting anything
+        for p in later:
+            shutil.rmtree(p, ignore_errors=True)
+
+
 def default_run_path(root: str | Path = "runs", name: str = "run") -> Path:
     """`root/<name>-<YYYYmmdd-HHMMSS>` (a numeric suffix is added if that already exists)."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -172,10 +187,13 @@ class RunDir:
     def resume(cls, path: str | Path, step: int, *, tensorboard: bool = True) -> RunDir:
         """Reopen a run at checkpoint `step`: metrics.jsonl and samples.jsonl keep only rows with
         step <= `step` (what the uninterrupted run had written by then), TensorBoard events from
-        later steps are purged, and `time` continues from the last kept metrics row."""
+        later steps are purged, checkpoints of later steps are deleted (they belong to the abandoned
+        continuation; keeping them would let "keep last k" and `latest` pick them over the new
+        ones), and `time` continues from the last kept metrics row."""
         path = Path(path)
         if not path.is_dir():
             raise FileNotFoundError(f"no run directory at {path}")
+        _drop_later_checkpoints(path / "checkpoints", step)
         _truncate_jsonl(path / "metrics.jsonl", step)
         _truncate_jsonl(path / "samples.jsonl", step)
         rows = read_jsonl(path / "metrics.jsonl")
