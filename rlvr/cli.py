@@ -13,8 +13,10 @@ app = typer.Typer(
 )
 
 from rlvr.commands.plot import plot  # noqa: E402
+from rlvr.commands.grade import grade  # noqa: E402
 
 app.command()(plot)
+app.command()(grade)
 
 
 def main() -> None:

@@ -10,8 +10,10 @@ A composition can be named inline: "r1_zero:1.0,language:0.1" (name:weight, comm
 from __future__ import annotations
 
 from rlvr.rewards import functions as _f
+from rlvr.rewards.batch import ScoreCounters, score_batch
 from rlvr.rewards.functions import ComposedReward, compose
-from rlvr.rewards.grader import Verdict, grade_answer
+from rlvr.rewards.grader import Verdict, grade_answer, is_equivalent, verifier_timeout
+from rlvr.rewards.pool import WorkerPool, get_pool
 from rlvr.rewards.types import ExampleLike, Reward, RewardFn, SimpleExample, Status
 
 REWARD_FUNCTIONS: dict[str, RewardFn] = {
@@ -41,15 +43,29 @@ def get_reward_fn(name: str) -> RewardFn:
             except ValueError:
                 raise ValueError(f"bad weight {w!r} for {key!r} in reward spec {name!r}") from None
         return compose(weights)
-    try:
+    if name in REWARD_FUNCTIONS:
         return REWARD_FUNCTIONS[name]
-    except KeyError:
-        raise KeyError(f"unknown reward function {name!r}; known: {', '.join(sorted(REWARD_FUNCTIONS))}") from None
+    extra = _code_reward_fns()
+    if name in extra:
+        return extra[name]
+    known = sorted(set(REWARD_FUNCTIONS) | set(extra))
+    raise KeyError(f"unknown reward function {name!r}; known: {', '.join(known)}")
+
+
+def _code_reward_fns() -> dict[str, RewardFn]:
+    """The code-sandbox rewards (rlvr.rewards.code), imported only when asked for by name."""
+    try:
+        from rlvr.rewards.code.rewards import CODE_REWARD_FUNCTIONS
+    except ImportError:
+        return {}
+    return dict(CODE_REWARD_FUNCTIONS)
 
 
 __all__ = [
     "REWARD_FUNCTIONS",
     "ComposedReward",
+    "ScoreCounters",
+    "WorkerPool",
     "ExampleLike",
     "Reward",
     "RewardFn",
@@ -57,6 +73,10 @@ __all__ = [
     "Status",
     "Verdict",
     "compose",
+    "get_pool",
     "get_reward_fn",
     "grade_answer",
+    "is_equivalent",
+    "score_batch",
+    "verifier_timeout",
 ]

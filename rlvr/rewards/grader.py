@@ -149,7 +149,7 @@ _WRAPPERS = re.compile(
     r"\\(?:text|textbf|textit|textrm|mathrm|mathbf|mathit|mbox|operatorname|boldsymbol|mathsf)\s*\{([^{}]*)\}"
 )
 _LEFT_RIGHT = re.compile(r"\\(?:left|right|big|Big|bigg|Bigg|bigl|bigr|Bigl|Bigr)(?![A-Za-z])\s*")
-_SPACES = re.compile(r"\\[,;:> ]|\\q?quad(?![A-Za-z])|~|\\enspace|\\thinspace")
+_SPACES = re.compile(r"(?<!\\)\\[,;:> ]|\\q?quad(?![A-Za-z])|~|\\enspace|\\thinspace")
 _DEGREE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree(?![A-Za-z])")
 _UNICODE = {
     "\u2212": "-",
@@ -205,6 +205,9 @@ def normalize(text: str) -> str:
             s = s[len(a) : len(s) - len(b)].strip()
     if s.count("$") and not s.startswith("$"):
         pass
+    for box in ("\\boxed{", "\\fbox{"):
+        if s.startswith(box) and s.endswith("}") and _wraps_whole(s[len(box) - 1 :]):
+            s = s[len(box) : -1].strip()
     s = s.replace("\\displaystyle", "").replace("\\!", "").replace("{,}", ",")
     s = _DEGREE.sub(" °", s)
     for _ in range(3):  # \text{\textbf{x}} -> x, bounded
@@ -317,6 +320,12 @@ def structure(s: str, depth: int = 0):
     parts = [p for p in _WORD_SPLIT.split(s) if p.strip()] if (" or " in s or " and " in s or "\\text" in s) else [s]
     if len(parts) > 1:
         return _Seq(tuple(structure(p.strip(), depth + 1) for p in parts), ordered=False)
+    pm = _split_top(s, "\\pm")
+    if len(pm) == 2:
+        # a \pm b -> the two answers a + b and a - b (unordered)
+        a, b = pm[0].strip(), pm[1].strip()
+        plus, minus = (f"{a}+({b})", f"{a}-({b})") if a else (b, f"-({b})")
+        return _Seq((structure(plus, depth + 1), structure(minus, depth + 1)), ordered=False)
     if len(s) >= 2 and s[0] in "([" and s[-1] in ")]" and _wraps_whole(s):
         inner = s[1:-1]
         items = _split_top(inner, ",")

@@ -1,0 +1,137 @@
+"""`rlvr grade FILE.jsonl --reward NAME`: score a file of responses with a reward function.
+
+Each line is a JSON object with a response (`--response-key`, default "response") and a
+reference answer (`--reference-key`, default "reference"); metadata comes from `--meta-key`
+(default "meta") if that is an object, else from the line's other keys (countdown's "numbers" and
+"target" can sit at top level). Writes one result per input line (bad lines included, with their
+error) to `--out` (default FILE with suffix .graded.jsonl) and prints a summary table.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+ON_BAD_LINE = ("skip", "fail")
+
+
+def _read_rows(path: Path, response_key: str, reference_key: str, meta_key: str):
+    """Yield (line_number, row or None, error or None) for every non-blank line."""
+    with path.open("r", encoding="utf-8", errors="replace") as f:
+        for lineno, raw in enumerate(f, start=1):
+            if not raw.strip():
+                continue
+            try:
+                obj = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                yield lineno, None, f"invalid JSON ({exc.msg} at column {exc.colno})"
+                continue
+            if not isinstance(obj, dict):
+                yield lineno, None, f"expected a JSON object, got {type(obj).__name__}"
+                continue
+            missing = [k for k in (response_key, reference_key) if k not in obj]
+            if missing:
+                yield lineno, None, f"missing key(s) {missing}; line has {sorted(obj)}"
+                continue
+            response = obj[response_key]
+            if not isinstance(response, str):
+                yield lineno, None, f"key {response_key!r} must be a string, got {type(response).__name__}"
+                continue
+            reference = obj[reference_key]
+            if isinstance(reference, bool) or not isinstance(reference, str | int | float):
+                yield lineno, None, f"key {reference_key!r} must be a string or number, got {type(reference).__name__}"
+                continue
+            meta = obj.get(meta_key)
+            if not isinstance(meta, dict):
+                meta = {k: v for k, v in obj.items() if k not in (response_key, reference_key)}
+            yield lineno, {"response": response, "reference": str(reference), "meta": meta}, None
+
+
+def grade(
+    file: Path = typer.Argument(..., help="JSONL file of responses to score."),
+    reward: str = typer.Option(..., "--reward", help="Reward function name (e.g. r1_zero, gsm8k, 'r1_zero:1,language:0.1')."),
+    reference_key: str = typer.Option("reference", "--reference-key", help="Key of the reference answer."),
+    response_key: str = typer.Option("response", "--response-key", help="Key of the model response."),
+    meta_key: str = typer.Option("meta", "--meta-key", help="Key of the metadata object (else: the other keys)."),
+    on_bad_line: str = typer.Option("skip", "--on-bad-line", help="skip: report and go on; fail: stop before scoring."),
+    out: Path | None = typer.Option(None, "--out", help="Per-line results JSONL (default FILE.graded.jsonl)."),
+    workers: int = typer.Option(1, "--workers", min=1, help="Scoring threads / verifier processes."),
+    timeout: float = typer.Option(3.0, "--timeout", min=0.01, help="Deadline per symbolic check, seconds."),
+    isolate: bool = typer.Option(False, "--isolate", help="Run each whole reward call in a killable process."),
+) -> None:
+    """Score a JSONL file of responses: accuracy, format rate, counts per status, answers/s."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from rlvr.rewards import get_reward_fn
+    from rlvr.rewards.batch import ScoreCounters, score_batch
+    from rlvr.rewards.types import SimpleExample
+
+    err = Console(stderr=True)
+    if on_bad_line not in ON_BAD_LINE:
+        err.print(f"error: --on-bad-line must be one of {', '.join(ON_BAD_LINE)}, got {on_bad_line!r}")
+        raise typer.Exit(2)
+    if not file.is_file():
+        err.print(f"error: {file}: no such file")
+        raise typer.Exit(2)
+    try:
+        get_reward_fn(reward)
+    except (KeyError, ValueError, TypeError) as exc:
+        err.print(f"error: --reward: {exc}")
+        raise typer.Exit(2) from exc
+
+    rows: list[tuple[int, dict[str, Any]]] = []
+    bad: list[tuple[int, str]] = []
+    for lineno, row, problem in _read_rows(file, response_key, reference_key, meta_key):
+        if problem is not None:
+            bad.append((lineno, problem))
+            err.print(f"{file}:{lineno}: {problem}")
+            if on_bad_line == "fail":
+                err.print("stopping (--on-bad-line fail); nothing was scored or written")
+                raise typer.Exit(2)
+        else:
+            rows.append((lineno, row))
+
+    counters = ScoreCounters()
+    rewards = score_batch(
+        reward,
+        [r["response"] for _, r in rows],
+        [SimpleExample(r["reference"], r["meta"]) for _, r in rows],
+        workers=workers,
+        timeout_s=timeout,
+        isolate=isolate,
+        counters=counters,
+    )
+
+    out_path = out if out is not None else file.with_suffix(".graded.jsonl")
+    records: list[tuple[int, dict[str, Any]]] = [
+        (
+            lineno,
+            {"line": lineno, "reward": r.total, "parts": dict(r.parts), "status": r.status.value, "info": r.info},
+        )
+        for (lineno, _), r in zip(rows, rewards, strict=True)
+    ]
+    records += [(lineno, {"line": lineno, "reward": None, "status": "bad_line", "info": why}) for lineno, why in bad]
+    records.sort(key=lambda x: x[0])
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_path.with_name(out_path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        for _, rec in records:
+            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    tmp.replace(out_path)
+
+    table = Table(title=f"rlvr grade {file.name} --reward {reward}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_row("lines scored", str(counters.total))
+    table.add_row("bad lines (skipped)", str(len(bad)))
+    table.add_row("accuracy", f"{counters.accuracy:.4f}")
+    table.add_row("format rate", f"{counters.format_rate:.4f}")
+    for status, n in counters.by_status.items():
+        table.add_row(f"status {status}", str(n))
+    table.add_row("answers/s", f"{counters.per_second:,.0f}")
+    table.add_row("results", str(out_path))
+    Console().print(table)
