@@ -343,9 +343,12 @@ def make_audit_hook(flag_fd, work, read_roots, max_forks):
                 raise blocked("rlvr sandbox: signal outside the sandbox")
         elif event in ("os.remove", "os.rmdir", "os.rename", "os.mkdir", "os.symlink", "os.link",
                        "os.chmod", "os.chown", "os.truncate", "os.utime", "shutil.rmtree"):
-            if not inside(args[0], [work]) or (event in ("os.rename", "os.link", "os.symlink")
-                                               and len(args) > 1 and not inside(args[1], [work])):
-                flag("file_write_outside", f"{event} {args[0]}")
+            # os.symlink(target, link): the target may point anywhere (reads through the link are
+            # checked on open, after resolving it); only the link itself is a write.
+            first = args[1] if event == "os.symlink" else args[0]
+            if not inside(first, [work]) or (event in ("os.rename", "os.link")
+                                             and len(args) > 1 and not inside(args[1], [work])):
+                flag("file_write_outside", f"{event} {first}")
                 raise blocked("rlvr sandbox: writing outside the work directory")
         elif event.startswith("ctypes."):
             flag("ctypes", event)
@@ -368,7 +371,7 @@ def _exec_candidate(path, name):
     with open(path, encoding="utf-8") as f:
         source = f.read()
     code = compile(source, "main.py", "exec", dont_inherit=True)
-    ns = {"__name__": name, "__builtins__": __builtins__, "__file__": "main.py"}
+    ns = {"__name__": name, "__builtins__": __builtins__, "__file__": path}
     exec(code, ns)
     return ns
 

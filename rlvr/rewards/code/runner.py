@@ -30,6 +30,7 @@ EXCERPT = 400  # characters of stderr kept per test
 
 
 class TestStatus(StrEnum):
+    __test__ = False  # not a pytest class
     PASSED = "passed"
     FAILED = "failed"  # ran to completion, wrong answer
     ERROR = "error"  # crashed, non-zero exit, exception, bad return type
@@ -39,6 +40,7 @@ class TestStatus(StrEnum):
 
 @dataclass(frozen=True)
 class TestResult:
+    __test__ = False  # not a pytest class
     kind: str  # "io" | "call" | "assert"
     index: int
     status: TestStatus
@@ -212,6 +214,7 @@ def run_assert_tests(code: str, task: CodeTask, report: ExecutionReport, base: S
     cand, check = _run(specs, [cand_box, check_box], limits.wall_s)
     _collect_flags(report, cand, "asserts")
     _leftover_flag(report, cand, "asserts")
+    _bypass_flag(report, cand, "asserts")
     verdicts: dict[int, tuple[str, str]] = {}
     ended = False
     for line in check.stdout.decode("utf-8", "replace").splitlines():

@@ -138,7 +138,8 @@ def kill_uid(uid: int, rounds: int = 50) -> int:
                 with open(f"/proc/{entry}/status", "rb") as f:
                     status = f.read()
                 line = status[status.index(b"\nUid:") + 5:].split(b"\n", 1)[0].split()
-                if uid in (int(line[0]), int(line[1])):
+                zombie = b"\nState:\tZ" in status  # already dead; its reaper (init) collects it
+                if uid in (int(line[0]), int(line[1])) and not zombie:
                     signal.pidfd_send_signal(pidfd, signal.SIGKILL)
                     found += 1
             except (OSError, ValueError, IndexError):

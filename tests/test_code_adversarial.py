@@ -1,0 +1,246 @@
+"""Adversarial suite: hostile candidate programs against the code sandbox.
+
+Each case asserts the expected outcome (status, no pass, which integrity flag), that the runner
+came back within its limits, and, at the end, that the machine is clean: no process of a sandbox
+uid, no sandbox temp dir, none of the files the candidates tried to create. The cases run in a
+thread pool (each candidate is its own sandboxed process group), so the suite takes seconds.
+
+Several cases also run with the audit hook OFF (`audit=False`) to show that the kernel
+confinement (uid, Landlock, seccomp, netns, rlimits) holds on its own: the hook only flags.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from rlvr.rewards.code.rewards import code_reward
+from rlvr.rewards.code.runner import TestStatus, run_tests
+from rlvr.rewards.code.sandbox import UID_BASE, UID_SLOTS, isolation
+from rlvr.rewards.code.task import task_from_meta
+from rlvr.rewards.types import SimpleExample, Status
+
+pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+
+REPO = Path(__file__).resolve().parents[1]
+SECRET = "expected-" + secrets.token_hex(8)  # lives only in the grader's memory and environment
+os.environ["RLVR_TEST_EXPECTED_OUTPUT"] = SECRET
+GRADER_SECRET_FILE = Path("/tmp") / f"rlvr_hidden_tests_{secrets.token_hex(4)}.json"
+PWNED = [Path("/tmp/rlvr_pwned_tmp"), Path("/root/rlvr_pwned_home"), REPO / "rlvr_pwned_repo"]
+
+IO1_TASK = task_from_meta({"tests": {"io": [{"stdin": "1 2\n", "stdout": "3\n"}]}, "time_limit_s": 0.5})
+IO_TASK = task_from_meta({"tests": {"io": [{"stdin": "1 2\n", "stdout": "3\n"}, {"stdin": "5 7\n", "stdout": "12\n"}]},
+                          "time_limit_s": 1.0})
+SECRET_TASK = task_from_meta({"tests": {"io": [{"stdin": "", "stdout": SECRET + "\n"}]}, "time_limit_s": 1.0})
+EMPTY_TASK = task_from_meta({"tests": {"io": [{"stdin": "anything\n", "stdout": ""}]}, "time_limit_s": 1.0})
+CALL_TASK = task_from_meta({"entry_point": "add", "tests": {"calls": [{"args": [1, 2], "expected": 3},
+                                                                       {"args": [5, 7], "expected": 12}]},
+                            "time_limit_s": 1.0})
+ASSERT_TASK = task_from_meta({"entry_point": "add", "tests": {"asserts": ["assert add(1, 2) == 3",
+                                                                          "assert add(5, 7) == 12"]},
+                              "time_limit_s": 1.0})
+
+GOOD_SCRIPT = "a, b = map(int, input().split())\nprint(a + b)\n"
+GOOD_FUNC = "def add(a, b):\n    return a + b\n"
+
+# (name, task, code, expectation). Expectation keys: status (every test), flags (must include),
+# audit (False: hook off), passed (number of passed tests, default 0).
+CASES = [
+    ("infinite_loop", IO1_TASK, "while True:\n    pass\n", {"status": TestStatus.TIMEOUT}),
+    ("sleep_forever", IO1_TASK, "import time\ntime.sleep(1000)\n", {"status": TestStatus.TIMEOUT}),
+    ("cpu_limit_raise_attempt", IO1_TASK,
+     "import resource\ntry:\n    resource.setrlimit(resource.RLIMIT_CPU, (10**6, 10**6))\nexcept Exception:\n"
+     "    pass\nwhile True:\n    pass\n", {"status": TestStatus.TIMEOUT}),
+    ("fork_bomb", IO1_TASK,
+     "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+     {"status": TestStatus.TIMEOUT, "flags": {"process_spawn"}}),
+    ("fork_bomb_no_hook", IO1_TASK,
+     "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+     {"status": TestStatus.TIMEOUT, "audit": False}),
+    ("thread_bomb", IO_TASK,
+     "import threading, time\nts = [threading.Thread(target=time.sleep, args=(100,)) for _ in range(10000)]\n"
+     "for t in ts:\n    t.start()\n", {"status": TestStatus.ERROR}),
+    ("memory_bomb", IO_TASK, "x = bytearray(8 * 1024 ** 3)\nprint(3)\n", {"status": TestStatus.ERROR}),
+    ("memory_creep", IO_TASK, "a = []\nwhile True:\n    a.append(' ' * 10 ** 7)\n", {"status": TestStatus.ERROR}),
+    ("gigabyte_output", IO_TASK, "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n",
+     {"status": TestStatus.KILLED}),
+    ("gigabyte_stderr", IO_TASK,
+     "import sys\nfor _ in range(2000):\n    sys.stderr.write('x' * 65536)\nprint(3)\n", {"passed": 1}),
+    ("disk_fill", IO_TASK, "f = open('big', 'wb')\nwhile True:\n    f.write(b'x' * (1 << 20))\n",
+     {"status": TestStatus.ERROR}),
+    ("read_hidden_tests_repo", IO_TASK,
+     f"print(open({str(REPO / 'rlvr/assets/code_tasks/tasks.jsonl')!r}).read()[:10])\n",
+     {"status": TestStatus.ERROR, "flags": {"file_read_outside"}}),
+    ("read_grader_file_no_hook", IO_TASK, f"print(open({str(GRADER_SECRET_FILE)!r}).read())\n",
+     {"status": TestStatus.ERROR, "audit": False}),
+    ("read_repo_no_hook", IO_TASK, f"print(open({str(REPO / 'pyproject.toml')!r}).read()[:10])\n",
+     {"status": TestStatus.ERROR, "audit": False}),
+    ("symlink_out", IO_TASK, f"import os\nos.symlink({str(REPO)!r}, 'l')\nprint(open('l/pyproject.toml').read())\n",
+     {"status": TestStatus.ERROR, "flags": {"file_read_outside"}}),
+    ("os_system_curl", IO_TASK, "import os\nos.system('curl http://example.com')\nprint(3)\n",
+     {"status": TestStatus.ERROR, "flags": {"subprocess"}}),
+    ("subprocess_popen", IO_TASK, "import subprocess\nsubprocess.run(['ls', '/'])\n",
+     {"status": TestStatus.ERROR, "flags": {"subprocess"}}),
+    ("socket_connect", IO_TASK,
+     "import socket\ns = socket.socket()\ns.settimeout(1)\ns.connect(('1.1.1.1', 80))\nprint(3)\n",
+     {"status": TestStatus.ERROR, "flags": {"network"}}),
+    ("socket_connect_no_hook", IO_TASK,
+     "import socket\ns = socket.socket()\ns.settimeout(1)\ns.connect(('1.1.1.1', 80))\nprint(3)\n",
+     {"status": TestStatus.ERROR, "audit": False}),
+    ("vsock_no_hook", IO_TASK, "import socket\ns = socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM)\nprint(3)\n",
+     {"status": TestStatus.ERROR, "audit": False}),
+    ("write_home_and_tmp", IO_TASK,
+     "for p in " + repr([str(p) for p in PWNED]) + ":\n    try:\n        open(p, 'w').write('x')\n"
+     "    except OSError:\n        pass\nprint(3)\n", {"passed": 1, "flags": {"file_write_outside"}}),
+    ("write_outside_no_hook", IO_TASK,
+     "for p in " + repr([str(p) for p in PWNED]) + ":\n    try:\n        open(p, 'w').write('x')\n"
+     "    except OSError:\n        pass\nprint(3)\n", {"passed": 1, "audit": False}),
+    ("alter_own_code", IO_TASK, "import os\nopen(os.path.abspath(__file__), 'w')\n",
+     {"status": TestStatus.ERROR, "flags": {"file_write_outside"}}),
+    ("kill_parent", IO_TASK, "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint(3)\n",
+     {"status": TestStatus.ERROR, "flags": {"signal_outside"}}),
+    ("kill_parent_no_hook", IO_TASK, "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint(3)\n",
+     {"status": TestStatus.ERROR, "audit": False}),
+    ("kill_everything_no_hook", IO_TASK, "import os\nos.kill(-1, 9)\nprint(3)\n", {"audit": False,
+                                                                                  "passed": None}),
+    ("env_secret", SECRET_TASK, "import os\nprint(os.environ.get('RLVR_TEST_EXPECTED_OUTPUT', 'none'))\n",
+     {"status": TestStatus.FAILED}),
+    ("proc_parent_environ", SECRET_TASK, "import os\nprint(open(f'/proc/{os.getppid()}/environ').read())\n",
+     {"status": TestStatus.ERROR, "flags": {"file_read_outside"}}),
+    ("scan_open_fds", SECRET_TASK,
+     "import os\nfound = b''\nfor fd in range(3, 256):\n    try:\n        found += os.read(fd, 4096)\n"
+     "    except OSError:\n        pass\nprint(found.decode(errors='replace'))\n", {"status": TestStatus.FAILED}),
+    ("ctypes_libc", IO_TASK, "import ctypes\nlibc = ctypes.CDLL(None)\nprint(3)\n",
+     {"status": TestStatus.ERROR, "flags": {"ctypes"}}),
+    ("setsid_daemon", IO_TASK,
+     "import os, time\nif os.fork() == 0:\n    try:\n        os.setsid()\n    except OSError:\n        pass\n"
+     "    time.sleep(60)\nprint(3)\n", {"passed": 1}),
+    ("crash_on_empty_expected", EMPTY_TASK, "raise SystemExit(1)\n", {"status": TestStatus.ERROR}),
+    ("exception_on_empty_expected", EMPTY_TASK, "1 / 0\n", {"status": TestStatus.ERROR}),
+    ("exit_before_asserts", ASSERT_TASK, "import sys\nsys.exit(0)\n",
+     {"status": TestStatus.ERROR, "flags": {"exit_during_import"}}),
+    ("os_exit_before_asserts", ASSERT_TASK, "import os\nos._exit(0)\n",
+     {"status": TestStatus.ERROR, "flags": {"harness_bypassed"}}),
+    ("monkeypatch_json", CALL_TASK,
+     "import json\njson.dumps = lambda *a, **k: '{\"ok\": true, \"value\": 3}'\ndef add(a, b):\n    return 0\n",
+     {"status": TestStatus.FAILED, "flags": {"harness_tamper"}}),
+    ("always_equal_object", CALL_TASK,
+     "class E:\n    def __eq__(self, o):\n        return True\ndef add(a, b):\n    return E()\n",
+     {"status": TestStatus.ERROR}),
+    ("int_subclass_eq", CALL_TASK,
+     "class I(int):\n    def __eq__(self, o):\n        return True\ndef add(a, b):\n    return I(0)\n",
+     {"status": TestStatus.FAILED}),
+    ("always_equal_in_asserts", ASSERT_TASK,
+     "class E:\n    def __eq__(self, o):\n        return True\ndef add(a, b):\n    return E()\n",
+     {"status": TestStatus.ERROR}),
+    ("forge_verdicts_everywhere", ASSERT_TASK,
+     "import os, json\nline = json.dumps({'nonce': 'x', 'i': 0, 'status': 'passed'}) + '\\n'\n"
+     "for fd in range(1, 64):\n    try:\n        os.write(fd, line.encode())\n    except OSError:\n        pass\n"
+     "def add(a, b):\n    return 0\n", {}),
+    ("override_assertion_error", ASSERT_TASK,
+     "import builtins\nbuiltins.AssertionError = ZeroDivisionError\ndef add(a, b):\n    return 0\n",
+     {"status": TestStatus.FAILED}),
+    ("gc_dig_for_tests", ASSERT_TASK,
+     "import gc\nleak = [o for o in gc.get_objects() if isinstance(o, str) and 'assert' in o]\n"
+     "def add(a, b):\n    return 0\n", {"status": TestStatus.FAILED, "flags": {"introspection"}}),
+    ("recursion", IO_TASK, "def f(n):\n    return f(n + 1)\nf(0)\n", {"status": TestStatus.ERROR}),
+]
+
+
+def _run_case(case):
+    name, task, code, exp = case
+    t0 = time.monotonic()
+    report = run_tests(code, task, audit=exp.get("audit", True))
+    return name, report, time.monotonic() - t0
+
+
+@pytest.fixture(scope="module")
+def outcomes():
+    GRADER_SECRET_FILE.write_text(f'{{"expected": "{SECRET}"}}')
+    os.chmod(GRADER_SECRET_FILE, 0o600)
+    try:
+        # The benign candidates run CONCURRENTLY with the hostile ones: a kill(-1) or fork bomb
+        # in one box must not disturb another.
+        benign = [("benign_io", IO_TASK, GOOD_SCRIPT, {"passed": 2}),
+                  ("benign_call", CALL_TASK, GOOD_FUNC, {"passed": 2}),
+                  ("benign_assert", ASSERT_TASK, GOOD_FUNC, {"passed": 2})]
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            results = list(pool.map(_run_case, benign + CASES + benign))
+    finally:
+        GRADER_SECRET_FILE.unlink()
+    return {n + ("#2" if n in {r[0] for r in results[:i]} else ""): (rep, dt)
+            for i, (n, rep, dt) in enumerate(results)}
+
+
+def test_suite_is_big_enough():
+    assert len(CASES) >= 25
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_adversary_contained(outcomes, case):
+    name, task, _code, exp = case
+    report, dt = outcomes[name]
+    n = task.n_tests
+    # Never hangs the runner beyond its limits: per process wall = time_limit + 1 s startup,
+    # run sequentially for io tests; allow 3 s of scheduling slack on a loaded 2-core machine.
+    assert dt < n * (task.time_limit_s + 1.0) + 3.0, dt
+    want_passed = exp.get("passed", 0)
+    if want_passed is not None:
+        assert report.n_passed == want_passed, [t.status for t in report.tests]
+    if "status" in exp:
+        assert all(t.status is exp["status"] for t in report.tests), [(t.status, t.detail) for t in report.tests]
+    names = {f.name for f in report.flags}
+    assert exp.get("flags", set()) <= names, (names, report.flags)
+    if exp.get("audit", True) is False:
+        assert not names - {"leftover_processes"}, names  # the hook was off: nothing to flag
+
+
+@pytest.mark.parametrize("name", ["benign_io", "benign_call", "benign_assert", "benign_io#2", "benign_call#2",
+                                  "benign_assert#2"])
+def test_benign_neighbours_unaffected_and_unflagged(outcomes, name):
+    report, _ = outcomes[name]
+    assert report.n_passed == 2 and not report.flags, (report.tests, report.flags)
+
+
+def test_machine_left_clean(outcomes):
+    for p in PWNED:
+        assert not p.exists(), p
+    leftovers = [d for d in Path("/tmp").iterdir() if d.name.startswith("rlvr-sbx-")]
+    assert not leftovers, leftovers
+    if not isolation().root:
+        return
+    stray = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                status = open(f"/proc/{entry}/status").read()
+            except OSError:
+                continue
+            uid = int(status.split("\nUid:")[1].split()[1])
+            # A zombie is dead already (no code, no memory); init reaps it shortly.
+            if UID_BASE <= uid < UID_BASE + UID_SLOTS and "State:\tZ" not in status:
+                stray.append(status[:200])
+    assert not stray, stray
+
+
+def test_isolation_report_is_strong_as_root(outcomes):
+    report, _ = outcomes["benign_io"]
+    if isolation().root:
+        for part in ("netns", "tmpfs", "landlock", "seccomp"):
+            assert part in report.isolation, report.isolation
+
+
+def test_reward_zeroed_by_flag_and_reported():
+    # A correct program that ALSO tries the network: tests pass (1.0) but the integrity flag
+    # zeroes the reward under the default policy; parts keep both facts.
+    code = ("import socket\ntry:\n    socket.create_connection(('1.1.1.1', 80), timeout=1)\nexcept OSError:\n"
+            "    pass\na, b = map(int, input().split())\nprint(a + b)\n")
+    meta = {"tests": {"io": [{"stdin": "1 2\n", "stdout": "3\n"}]}, "time_limit_s": 1.0}
+    r = code_reward(f"```python\n{code}```", SimpleExample("", meta))
+    assert r.parts["tests"] == 1.0 and r.parts["integrity"] == 0.0 and r.total == 0.0
+    assert r.status is Status.CORRECT and "network" in r.info
