@@ -3,6 +3,14 @@ and thinking budgets."""
 
 from rlvr.rollout.batch import rollouts_to_batch
 from rlvr.rollout.hf_generator import HFGenerator
+from rlvr.rollout.thinking import generate_with_thinking_budget
 from rlvr.rollout.types import Generator, Rollout, SamplingSpec
 
-__all__ = ["Generator", "HFGenerator", "Rollout", "SamplingSpec", "rollouts_to_batch"]
+__all__ = [
+    "Generator",
+    "HFGenerator",
+    "Rollout",
+    "SamplingSpec",
+    "generate_with_thinking_budget",
+    "rollouts_to_batch",
+]

@@ -202,7 +202,9 @@ class HFGenerator:
                 if tok_list[r] in self.eos_ids:
                     finish[r], stop_reason[r] = "stop", "<eos>"
                 elif spec.stop and len(resp[r]) >= spec.min_tokens:  # vLLM: stops count from min_tokens on
-                    hit = self._find_stop(resp[r], spec, window)
+                    hit = find_completed_stop(
+                        self.tokenizer, resp[r], spec.stop, spec.include_stop_str_in_output, window
+                    )
                     if hit is not None:
                         finish[r], stop_reason[r], cut_text[r] = "stop", hit[0], hit[1]
                 if finish[r] is None and len(resp[r]) >= spec.max_tokens:
@@ -242,19 +244,25 @@ class HFGenerator:
             )
         return rollouts
 
-    def _find_stop(self, ids: list[int], spec: SamplingSpec, window: int) -> tuple[str, str] | None:
-        """If the last token completed a stop string, return (stop, text cut per spec)."""
-        tail = self.tokenizer.decode(ids[-window:], skip_special_tokens=True)
-        if not any(s in tail for s in spec.stop):
-            return None
-        text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        prev_len = len(self.tokenizer.decode(ids[:-1], skip_special_tokens=True))
-        best = None  # (start, stop): the earliest stop occurrence that ends in the new text
-        for s in spec.stop:
-            k = text.find(s, max(0, prev_len - len(s) + 1))
-            if k >= 0 and (best is None or k < best[0]):
-                best = (k, s)
-        if best is None:
-            return None  # the stop string in the window is an old one (before min_tokens)
-        k, s = best
-        return s, text[: k + len(s)] if spec.include_stop_str_in_output else text[:k]
+
+def find_completed_stop(
+    tokenizer, ids: list[int], stops: Sequence[str], include: bool, window: int | None = None
+) -> tuple[str, str] | None:
+    """If the last of `ids` completed one of `stops`, return (stop, response text cut at it, the
+    stop kept iff `include`); else None. Only the last `window` tokens are decoded for the cheap
+    check (None = all), so the per-step cost does not grow with the response length."""
+    tail_ids = ids if window is None else ids[-window:]
+    tail = tokenizer.decode(tail_ids, skip_special_tokens=True)
+    if not any(s in tail for s in stops):
+        return None
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    prev_len = len(tokenizer.decode(ids[:-1], skip_special_tokens=True))
+    best = None  # (start, stop): the earliest occurrence that ends inside the newest token's text
+    for s in stops:
+        k = text.find(s, max(0, prev_len - len(s) + 1))
+        if k >= 0 and (best is None or k < best[0]):
+            best = (k, s)
+    if best is None:
+        return None  # the stop string in the window is an old one (completed before min_tokens)
+    k, s = best
+    return s, text[: k + len(s)] if include else text[:k]

@@ -1,0 +1,119 @@
+"""Thinking budgets (Qwen3 style): let the model reason for at most B tokens, then force it to
+answer.
+
+Phase 1 samples the reasoning with max_tokens = B and stop = think_end. A response that closed
+its think block (or ended with EOS) within the budget is kept as is; one that ran out of budget
+gets `stop_thinking_text` appended as forced tokens. Phase 2 then samples the answer (with the
+caller's max_tokens, stop strings and min_tokens) conditioned on prompt + reasoning (+ forced
+text), by token ids, so the trainer sees exactly the tokens the sampler conditioned on.
+
+Budget 0 means no thinking: the prompt gets an empty think block ("<think>\\n\\n</think>\\n\\n",
+or just "\\n\\n</think>\\n\\n" when the prompt already ends with "<think>", as the r1_zero
+template does) and the answer is sampled directly.
+
+Loss masking: forced tokens were not sampled, so Rollout.loss_mask is False on them and their
+Rollout.logprobs entries are 0.0; `rollouts_to_batch` drops them from response_mask. The model
+still conditions on them (they stay in the sequence).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from rlvr.rollout.types import Generator, Rollout, SamplingSpec, sequence_seed
+
+QWEN3_STOP_THINKING = (
+    "\n\nConsidering the limited time by the user, I have to give the solution based on the thinking "
+    "directly now.\n</think>\n\n"
+)
+
+
+def _empty_think_block(prompt: str, think_start: str, think_end: str) -> str:
+    if prompt.rstrip().endswith(think_start):
+        return f"{prompt}\n\n{think_end}\n\n"
+    return f"{prompt}{think_start}\n\n{think_end}\n\n"
+
+
+def generate_with_thinking_budget(
+    generator: Generator,
+    prompts: list[str],
+    spec: SamplingSpec,
+    budget_tokens: int,
+    stop_thinking_text: str = QWEN3_STOP_THINKING,
+    think_end: str = "</think>",
+    think_start: str = "<think>",
+    tokenizer=None,
+) -> list[Rollout]:
+    """len(prompts) * spec.n rollouts (prompt-major) whose reasoning is at most `budget_tokens`
+    sampled tokens. spec.max_tokens bounds the answer after the reasoning, so a response has at
+    most budget_tokens + len(forced tokens) + spec.max_tokens tokens. tokenizer defaults to
+    generator.tokenizer (used to encode the forced text and the prompts)."""
+    if budget_tokens < 0:
+        raise ValueError(f"budget_tokens must be >= 0, got {budget_tokens}")
+    tok = tokenizer if tokenizer is not None else getattr(generator, "tokenizer", None)
+    if tok is None:
+        raise ValueError(
+            "generate_with_thinking_budget needs a tokenizer (generator.tokenizer or tokenizer=)"
+        )
+    if budget_tokens == 0:
+        return generator.generate([_empty_think_block(p, think_start, think_end) for p in prompts], spec)
+
+    think_spec = replace(
+        spec,
+        max_tokens=budget_tokens,
+        min_tokens=min(spec.min_tokens, budget_tokens),
+        stop=(think_end,),
+        include_stop_str_in_output=True,
+    )
+    phase1 = generator.generate(prompts, think_spec)
+    forced_ids = tok.encode(stop_thinking_text, add_special_tokens=False)
+
+    cont_idx: list[int] = []  # rollouts that go on to the answer phase
+    cont_prompt_ids: list[list[int]] = []
+    forced: dict[int, list[int]] = {}
+    for k, r in enumerate(phase1):
+        if r.stop_reason == "<eos>":
+            continue  # the model ended inside (or right after) its reasoning: nothing to continue
+        extra = forced_ids if r.finish_reason == "length" else []
+        forced[k] = extra
+        cont_idx.append(k)
+        cont_prompt_ids.append(list(r.prompt_ids) + list(r.response_ids) + list(extra))
+
+    phase2: dict[int, Rollout] = {}
+    if cont_idx:
+        # One answer per reasoning trace; a fresh seed stream per trace, derived from spec.seed.
+        answer_seed = None if spec.seed is None else sequence_seed(spec.seed, -1, budget_tokens)
+        answer_spec = replace(spec, n=1, seed=answer_seed)
+        outs = generator.generate(
+            [phase1[k].prompt for k in cont_idx], answer_spec, prompt_ids=cont_prompt_ids
+        )
+        phase2 = dict(zip(cont_idx, outs, strict=True))
+
+    results = []
+    for k, r in enumerate(phase1):
+        if k not in phase2:
+            results.append(replace(r, loss_mask=[True] * len(r.response_ids)))
+            continue
+        a, extra = phase2[k], forced[k]
+        ids = list(r.response_ids) + list(extra) + list(a.response_ids)
+        think_text = tok.decode(r.response_ids, skip_special_tokens=True)
+        forced_text = tok.decode(extra, skip_special_tokens=True) if extra else ""
+        lps = None
+        if r.logprobs is not None and a.logprobs is not None:
+            lps = list(r.logprobs) + [0.0] * len(extra) + list(a.logprobs)
+        results.append(
+            Rollout(
+                prompt=r.prompt,
+                prompt_ids=list(r.prompt_ids),
+                response_ids=ids,
+                text=think_text + forced_text + a.text,
+                logprobs=lps,
+                finish_reason=a.finish_reason,
+                group=r.group,
+                weight_version=r.weight_version,
+                sample_index=r.sample_index,
+                stop_reason=a.stop_reason,
+                loss_mask=[True] * len(r.response_ids) + [False] * len(extra) + [True] * len(a.response_ids),
+            )
+        )
+    return results
