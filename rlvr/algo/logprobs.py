@@ -5,7 +5,7 @@ Materialising ``log_softmax(logits)`` doubles that, and ``logits.float()`` on bf
 another full copy that autograd keeps alive until backward. Here every pass walks the B*T rows in
 chunks of ``chunk_size`` rows, so the only full-size tensors are the logits themselves and, under
 autograd, their gradient (which backward must produce anyway). The extra working memory is
-O(chunk_size * V) in fp32, whatever B and T are.
+a few (chunk_size, V) fp32 buffers, whatever B and T are.
 
 Under autograd a custom ``torch.autograd.Function`` saves only the logits and the labels and
 recomputes the softmax chunk by chunk in backward:
@@ -25,33 +25,44 @@ IGNORE_INDEX = -100
 DEFAULT_CHUNK_SIZE = 512  # rows of B*T; 512 x 151,936 x 4 bytes ~ 311 MB of fp32 work space
 
 
-def _chunk_stats(
-    x: torch.Tensor, labels: torch.Tensor | None, with_entropy: bool
-) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
-    """x: (n, V) float32 already scaled. Returns (logp (n,) | None, entropy (n,) | None, lse, p)."""
-    lse = torch.logsumexp(x, dim=-1)  # (n,)
-    logp = None
-    if labels is not None:
-        valid = labels != IGNORE_INDEX
-        picked = x.gather(1, labels.clamp_min(0).unsqueeze(1)).squeeze(1)  # (n,)
-        logp = torch.where(valid, picked - lse, torch.zeros_like(lse))
-    ent = None
-    p = None
-    if with_entropy:
-        p = torch.exp(x - lse.unsqueeze(1))  # (n, V)
-        # p * x is 0 * -inf = nan for masked-out (-inf) vocabulary entries; they contribute 0.
-        px = torch.where(p > 0, p * x, torch.zeros_like(x))
-        ent = lse - px.sum(dim=-1)
-    return logp, ent, lse, p
-
-
 def _compute_dtype(logits: torch.Tensor) -> torch.dtype:
     # float32 for half/bf16/fp32 logits; float64 logits stay float64 (exact reference checks).
     return torch.float64 if logits.dtype == torch.float64 else torch.float32
 
 
+def _chunk_input(rows: torch.Tensor, cdt: torch.dtype, temperature: float) -> torch.Tensor:
+    """(n, V) rows of the logits -> scaled compute-dtype values, never aliasing the caller's logits
+    when modified. -inf entries (masked vocabulary) are raised to a huge finite negative number so
+    that p * x is 0 * finite = 0 there instead of 0 * -inf = nan; exp() still gives exactly 0."""
+    x = rows.to(cdt)
+    if temperature != 1.0:
+        x = x / temperature
+    if x.numel() and bool(x.amin() == float("-inf")):  # amin is ~20x cheaper than isinf().any()
+        x = x.clamp_min(torch.finfo(cdt).min / 4)
+    return x
+
+
+def _rowdot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """sum_j a[i, j] * b[i, j] -> (n,) without an (n, V) temporary (batched matmul)."""
+    return torch.bmm(a.unsqueeze(1), b.unsqueeze(2)).reshape(-1)
+
+
+def _softmax_lse(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(n, V) -> (p (n, V), lse (n,)) with ONE (n, V) allocation (exp in place)."""
+    m = x.amax(dim=-1, keepdim=True)  # (n, 1)
+    p = x - m
+    p.exp_()
+    z = p.sum(dim=-1, keepdim=True)
+    p.div_(z)
+    return p, (m + z.log()).squeeze(1)
+
+
 class _ChunkedLogprobEntropy(torch.autograd.Function):
-    """Forward and backward chunked over rows; saves only (logits, labels) for backward."""
+    """Forward and backward chunked over rows; saves only (logits, labels) for backward.
+
+    Per chunk the work memory is about two (chunk_size, V) compute-dtype buffers (plus one more
+    when the logits need a dtype conversion or temperature scaling).
+    """
 
     @staticmethod
     def forward(ctx, logits2d, labels1d, chunk_size, temperature, with_logp, with_entropy):
@@ -62,15 +73,17 @@ class _ChunkedLogprobEntropy(torch.autograd.Function):
         ent = torch.zeros(n, dtype=cdt, device=dev) if with_entropy else None
         for s in range(0, n, chunk_size):
             e = min(n, s + chunk_size)
-            x = logits2d[s:e].to(cdt)
-            if temperature != 1.0:
-                x = x / temperature
-            lab = labels1d[s:e] if with_logp else None
-            lp, h, _, _ = _chunk_stats(x, lab, with_entropy)
-            if with_logp:
-                logp[s:e] = lp
+            x = _chunk_input(logits2d[s:e], cdt, temperature)
             if with_entropy:
-                ent[s:e] = h
+                p, lse = _softmax_lse(x)
+                ent[s:e] = lse - _rowdot(p, x)  # H = lse - E_p[x]
+                del p
+            else:
+                lse = torch.logsumexp(x, dim=-1)
+            if with_logp:
+                lab = labels1d[s:e]
+                picked = x.gather(1, lab.clamp_min(0).unsqueeze(1)).squeeze(1)
+                logp[s:e] = torch.where(lab != IGNORE_INDEX, picked - lse, torch.zeros_like(lse))
         ctx.save_for_backward(logits2d, labels1d if with_logp else None)
         ctx.chunk_size = chunk_size
         ctx.temperature = temperature
@@ -95,25 +108,31 @@ class _ChunkedLogprobEntropy(torch.autograd.Function):
         use_ent = ctx.with_entropy and g_ent is not None
         for s in range(0, n, ctx.chunk_size):
             e = min(n, s + ctx.chunk_size)
-            x = logits2d[s:e].to(cdt)
-            if t != 1.0:
-                x = x / t
-            lse = torch.logsumexp(x, dim=-1)
-            p = torch.exp(x - lse.unsqueeze(1))  # (n, V)
-            g = torch.zeros_like(x)
-            if use_logp:
-                lab = labels1d[s:e]
-                gl = torch.where(lab != IGNORE_INDEX, g_logp[s:e].to(cdt), torch.zeros_like(lse))  # (n,)
-                g -= p * gl.unsqueeze(1)
-                g.scatter_add_(1, lab.clamp_min(0).unsqueeze(1), gl.unsqueeze(1))
+            x = _chunk_input(logits2d[s:e], cdt, t)
+            p, _ = _softmax_lse(x)  # (n, V), becomes the gradient in place
+            ent_term = None
             if use_ent:
-                px = torch.where(p > 0, p * x, torch.zeros_like(x))
-                ex = px.sum(dim=-1, keepdim=True)  # E_p[x], (n, 1)
-                xc = torch.where(p > 0, x - ex, torch.zeros_like(x))
-                g -= p * xc * g_ent[s:e].to(cdt).unsqueeze(1)
+                # dH/dx_j = -p_j (x_j - E_p[x])
+                ge = g_ent[s:e].to(cdt).unsqueeze(1)
+                ent_term = x - _rowdot(p, x).unsqueeze(1)
+                ent_term.mul_(p).mul_(ge)
+            if use_logp:
+                # dlogp/dx_j = 1[j == y] - p_j
+                lab = labels1d[s:e]
+                gl = torch.where(lab != IGNORE_INDEX, g_logp[s:e].to(cdt), torch.zeros_like(p[:, 0]))
+                p.mul_(gl.unsqueeze(1))
+                if ent_term is not None:
+                    p.add_(ent_term)
+                p.neg_()
+                p.scatter_add_(1, lab.clamp_min(0).unsqueeze(1), gl.unsqueeze(1))
+            elif ent_term is not None:
+                p.copy_(ent_term).neg_()
+            else:
+                p.zero_()
+            del ent_term
             if t != 1.0:
-                g = g / t
-            grad[s:e] = g.to(grad.dtype)
+                p.div_(t)
+            grad[s:e] = p
         return grad, None, None, None, None, None
 
 
