@@ -1,5 +1,6 @@
 """Sampling: specs, rollouts, the Generator protocol, the transformers and vLLM generators,
-and thinking budgets."""
+and thinking budgets. VLLMGenerator lives in rlvr.rollout.vllm_generator (import it from there;
+it is the only module that imports vllm, and only when constructed)."""
 
 from rlvr.rollout.batch import rollouts_to_batch
 from rlvr.rollout.hf_generator import HFGenerator
