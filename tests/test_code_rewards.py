@@ -1,0 +1,205 @@
+"""Code rewards: extraction rules, value codec and comparison, task validation, reward parts and
+statuses, integrity policy, the non-root fallback, and the batch scorer."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from rlvr.rewards import get_reward_fn, score_batch
+from rlvr.rewards.code import _harness, sandbox
+from rlvr.rewards.code.extract import extract_code, is_empty_program
+from rlvr.rewards.code.rewards import code_all_or_nothing, code_format_reward, code_reward, make_code_reward
+from rlvr.rewards.code.runner import TestStatus, run_tests
+from rlvr.rewards.code.task import CodeTaskError, normalize_stdout, task_from_meta, values_equal
+from rlvr.rewards.types import SimpleExample, Status
+
+ADD_META = {"entry_point": "add", "tests": {"calls": [{"args": [1, 2], "expected": 3},
+                                                      {"args": [2, 2], "expected": 4},
+                                                      {"args": [0, 5], "expected": 5},
+                                                      {"args": [-1, 1], "expected": 0}]}}
+
+
+def block(code: str, tag: str = "python") -> str:
+    return f"```{tag}\n{code}```"
+
+
+# ---- extraction ---------------------------------------------------------------------------
+
+
+def test_extract_last_python_block_wins():
+    r = "draft:\n```python\nx = 1\n```\nfinal:\n```python\nx = 2\n```\n"
+    assert extract_code(r) == "x = 2\n"
+
+
+def test_extract_prefers_tagged_over_untagged_and_ignores_other_languages():
+    r = "```\nuntagged = 1\n```\n```bash\nrm -rf /\n```\n```py\ntagged = 1\n```\n```\nlater = 1\n```"
+    assert extract_code(r) == "tagged = 1\n"
+    assert extract_code("```bash\necho hi\n```") is None
+    assert extract_code("```\nx = 3\n```") == "x = 3\n"
+
+
+def test_extract_unterminated_fence_gives_no_code():
+    assert extract_code("```python\nprint(1)\n") is None
+    assert extract_code("no code here") is None
+    assert extract_code("inline ```python print(1)``` is not a block") is None
+
+
+def test_extract_raw_and_caps():
+    assert extract_code("print(1)", "raw") == "print(1)"
+    assert extract_code(block("x = 1\n" * 10_000)) is None  # 60 000 chars > MAX_CODE_CHARS
+    hostile = "```python\n" * 20_000  # many openings, no closing: linear pass, no code
+    assert extract_code(hostile) is None
+
+
+def test_empty_program_detection():
+    assert is_empty_program("# nothing\n")
+    assert is_empty_program('"""docstring"""\npass\n...\n')
+    assert not is_empty_program("print()\n")
+    assert not is_empty_program("def f(:\n")  # a syntax error is not "empty": it fails tests
+
+
+# ---- codec and comparison ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [None, True, 3, -2**70, 1.5, float("inf"), "é", [1, [2]], (1, "a"),
+                                   {1, 2}, frozenset({3}), {"k": [1, 2], 5: None}, b"\x00\xff"])
+def test_codec_roundtrip_exact_types(value):
+    got = _harness.decode_value(_harness.encode_value(value))
+    assert got == value and type(got) is type(value)
+
+
+def test_codec_rejects_objects_and_malformed():
+    class E:
+        def __eq__(self, other):
+            return True
+
+    with pytest.raises(TypeError):
+        _harness.encode_value(E())
+    with pytest.raises(ValueError):
+        _harness.decode_value({"a": 1, "b": 2})
+    with pytest.raises(ValueError):
+        _harness.decode_value({"__float__": "1e999"})  # only inf/-inf/nan are spelled as strings
+
+
+def test_values_equal_rules():
+    assert values_equal([1, 2], (1, 2))  # JSON has no tuples
+    assert not values_equal(True, 1) and not values_equal(1, True)  # bool is not int
+    assert not values_equal(2.0, 2)  # an int expectation needs an int
+    assert values_equal(2, 2.0)  # a float expectation accepts an equal int
+    assert values_equal(0.1 + 0.2, 0.3)  # |0.30000000000000004 - 0.3| = 5.5e-17 < 1e-9
+    assert not values_equal(0.3001, 0.3)  # relative error 3.3e-4 > 1e-6
+    assert values_equal(float("nan"), math.nan)
+    assert not values_equal({"a": 1}, {"a": 1, "b": 2})
+    assert not values_equal("1", 1)
+
+
+def test_normalize_stdout():
+    assert normalize_stdout("1 2 \n3\n\n\n") == ["1 2", "3"]
+    assert normalize_stdout("") == []
+    assert normalize_stdout(" x") == [" x"]  # leading whitespace is significant
+
+
+# ---- task validation ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("meta,key", [
+    ({}, "meta['tests']"),
+    ({"tests": {}}, "meta['tests']"),
+    ({"tests": {"io": [{"stdin": "1"}]}}, "meta['tests']['io'][0]"),
+    ({"tests": {"calls": [{"args": [1], "expected": 1}]}}, "meta['entry_point']"),
+    ({"tests": {"io": [{"stdout": ""}]}, "time_limit_s": 0}, "meta['time_limit_s']"),
+    ({"tests": {"io": [{"stdout": ""}]}, "language": "rust"}, "meta['language']"),
+    ({"tests": {"unit": []}}, "meta['tests']"),
+])
+def test_task_errors_name_the_key(meta, key):
+    with pytest.raises(CodeTaskError, match=key.replace("[", r"\[").replace("]", r"\]")):
+        task_from_meta(meta)
+
+
+# ---- rewards -----------------------------------------------------------------------------
+
+
+def test_fraction_all_or_nothing_and_parts():
+    # add returns a+b except for a == 0 (then 0): tests 1, 2, 4 pass, test 3 (0+5) fails -> 3/4.
+    code = "def add(a, b):\n    return 0 if a == 0 else a + b\n"
+    ex = SimpleExample("", ADD_META)
+    r = code_reward(block(code), ex)
+    assert r.total == pytest.approx(0.75) and r.parts["tests"] == pytest.approx(0.75)
+    assert r.parts["format"] == 1.0 and r.parts["integrity"] == 1.0 and r.status is Status.INCORRECT
+    assert code_all_or_nothing(block(code), ex).total == 0.0
+    good = code_all_or_nothing(block("def add(a, b):\n    return a + b\n"), ex)
+    assert good.total == 1.0 and good.status is Status.CORRECT
+    weighted = make_code_reward("fraction", "zero", format_weight=0.1)(block(code), ex)
+    assert weighted.total == pytest.approx(0.85)  # 0.75 + 0.1 * 1.0
+
+
+def test_unparsable_and_empty_program():
+    ex = SimpleExample("", {"tests": {"io": [{"stdin": "x\n", "stdout": ""}]}})
+    none = code_reward("I would print nothing.", ex)
+    assert none.status is Status.UNPARSABLE and none.total == 0.0 and none.parts["format"] == 0.0
+    # An empty program would "match" the empty expected output: it is rejected before running.
+    empty = code_reward(block("# nothing to do\npass\n"), ex)
+    assert empty.status is Status.UNPARSABLE and empty.total == 0.0
+    assert code_reward(block("input()\n"), ex).total == 1.0  # a real program that prints nothing
+    assert code_format_reward(block("x = 1\n"), ex).total == 1.0
+    assert code_format_reward("no code", ex).total == 0.0
+
+
+def test_bad_task_is_error_not_exception():
+    r = code_reward(block("print(1)\n"), SimpleExample("", {"tests": {"calls": []}}))
+    assert r.status is Status.ERROR and r.total == 0.0 and "meta['tests']" in r.info
+
+
+def test_timeout_status_counted():
+    ex = SimpleExample("", {"tests": {"io": [{"stdin": "", "stdout": "1\n"}]}, "time_limit_s": 0.3})
+    r = code_reward(block("while True:\n    pass\n"), ex)
+    assert r.status is Status.TIMEOUT and r.total == 0.0
+
+
+def test_integrity_policy_report_keeps_score():
+    code = "import gc\ngc.get_objects()\ndef add(a, b):\n    return a + b\n"
+    ex = SimpleExample("", ADD_META)
+    zero = code_reward(block(code), ex)
+    report = make_code_reward(integrity="report")(block(code), ex)
+    assert zero.total == 0.0 and zero.parts["tests"] == 1.0 and zero.parts["integrity"] == 0.0
+    assert report.total == 1.0 and report.parts["integrity"] == 0.0 and "introspection" in report.info
+    with pytest.raises(KeyError, match="known"):
+        make_code_reward(integrity="ignore")
+
+
+def test_registered_and_batch_scored_in_order():
+    ex = SimpleExample("", ADD_META)
+    responses = [block("def add(a, b):\n    return a + b\n"), "no code", block("def add(a, b):\n    return a * b\n")]
+    rewards = score_batch("code", responses, [ex] * 3, workers=3)
+    # a*b: 1*2=2 (want 3) no, 2*2=4 yes, 0*5=0 (want 5) no, -1*1=-1 (want 0) no -> 1/4
+    assert [r.total for r in rewards] == [1.0, 0.0, 0.25]
+    assert get_reward_fn("code_all_or_nothing") is code_all_or_nothing
+
+
+def test_stdout_printing_in_function_tasks_does_not_corrupt_answers():
+    code = "def add(a, b):\n    print('{\"ok\": true, \"value\": 99}')\n    return a + b\n"
+    report = run_tests(code, task_from_meta(ADD_META))
+    assert report.n_passed == 4 and "ok" in report.tests[0].stderr
+
+
+def test_non_root_fallback(monkeypatch):
+    # Simulated: the isolation probe says "not root", so no uid drop/mount namespace; Landlock,
+    # seccomp and a user+network namespace still apply, and the report says isolation is weaker.
+    weak = sandbox.Isolation(root=False, landlock_abi=sandbox.isolation().landlock_abi, seccomp=True,
+                             strong=False, notes="NOT root")
+    monkeypatch.setattr(sandbox, "isolation", lambda: weak)
+    task = task_from_meta({"tests": {"io": [{"stdin": "1 2\n", "stdout": "3\n"}]}})
+    good = run_tests("a, b = map(int, input().split())\nprint(a + b)\n", task)
+    assert good.n_passed == 1 and "tmpfs" not in good.isolation
+    leak = run_tests("print(open('/work/main/pyproject.toml').read())\n", task, audit=False)
+    assert leak.tests[0].status is TestStatus.ERROR  # Landlock, not the audit hook, stopped it
+
+
+def test_seccomp_program_shape():
+    prog = _harness.build_seccomp_program()
+    # arch check, x32 guard, 2 instructions per denied syscall, 5 per socket syscall, final allow
+    assert len(prog) == 4 + 2 + 2 * len(_harness.DENIED_SYSCALLS) + 5 * len(_harness.SOCKET_SYSCALLS) + 1
+    assert prog[1] == (0x15, 1, 0, 0xC000003E) and prog[-1] == (0x06, 0, 0, 0x7FFF0000)
+    assert len(prog) < 4096  # BPF_MAXINSNS
