@@ -22,6 +22,7 @@ the newest folder with a meta.json is used.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -164,6 +165,24 @@ def _unwrap(model: Any) -> Any:
     return getattr(model, "module", model)  # DDP / compiled wrappers keep the real model in .module
 
 
+@contextlib.contextmanager
+def _no_hf_progress_bars():
+    """transformers 5 draws a "Writing model shards" tqdm bar on save_pretrained: noise in every
+    non-TTY log, once per checkpoint. Turn it off for the save and restore the setting."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        yield
+        return
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
+
+
 def save_checkpoint(
     run_dir: Any,
     step: int,
@@ -201,12 +220,14 @@ def save_checkpoint(
         real = _unwrap(model)
         model_dir = tmp / "model"
         model_dir.mkdir()
-        if hasattr(real, "save_pretrained") and tokenizer is not None:
-            from rlvr.models.loading import save_policy
+        if hasattr(real, "save_pretrained"):
+            with _no_hf_progress_bars():
+                if tokenizer is not None:
+                    from rlvr.models.loading import save_policy
 
-            save_policy(real, tokenizer, model_dir)  # load_policy(<ckpt>/model) round-trips exactly
-        elif hasattr(real, "save_pretrained"):
-            real.save_pretrained(model_dir)
+                    save_policy(real, tokenizer, model_dir)  # load_policy(<ckpt>/model) round-trips exactly
+                else:
+                    real.save_pretrained(model_dir)
         else:
             torch.save(real.state_dict(), model_dir / "model.pt")
             if tokenizer is not None:
