@@ -397,3 +397,20 @@ def test_resume_from_an_earlier_checkpoint_drops_later_ones(tmp_path):
         assert [p.name for p in list_checkpoints(run)] == ["step_000010", "step_000020"]
         assert latest_checkpoint(run).name == "step_000020"
         assert [r["step"] for r in run.read_metrics()] == [10, 20]
+
+
+def test_without_tensorboard_one_info_line_and_no_events(tmp_path, monkeypatch, caplog):
+    import logging
+
+    import rlvr.runs.rundir as rundir_mod
+
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import now raises ImportError
+    monkeypatch.setattr(rundir_mod, "_TB_NOTICE_SHOWN", False)
+    with caplog.at_level(logging.INFO, logger="rlvr.runs.rundir"):
+        for name in ("a", "b"):
+            with RunDir.create(tmp_path / name) as run:
+                run.log_metrics(1, {"loss": 1.0})
+    notices = [r for r in caplog.records if "tensorboard is not installed" in r.getMessage()]
+    assert len(notices) == 1
+    assert not (tmp_path / "a" / "tb").exists()
+    assert read_jsonl(tmp_path / "a" / "metrics.jsonl")[0]["loss"] == 1.0
