@@ -23,8 +23,6 @@ stage 2 (unprivileged)
 The rlimits are set by stage 1 (or, when not root, by stage 2 itself before anything else).
 """
 
-import json
-import math
 import os
 import sys
 
@@ -48,7 +46,7 @@ def encode_value(value, depth=0):
         return int(value)
     if isinstance(value, float):
         f = float(value)
-        if math.isfinite(f):
+        if f - f == 0.0:  # finite (inf - inf and nan - nan are nan)
             return f
         return {"__float__": repr(f)}
     if isinstance(value, str):
@@ -58,6 +56,8 @@ def encode_value(value, depth=0):
         kind = next(t for t in (list, tuple, frozenset, set) if isinstance(value, t))
         items = [encode_value(v, depth + 1) for v in value]
         if kind in (set, frozenset):
+            import json
+
             items.sort(key=lambda v: json.dumps(v, sort_keys=True))
         return items if tag[kind] is None else {tag[kind]: items}
     if isinstance(value, dict):
@@ -160,10 +160,9 @@ def build_seccomp_program():
 
 
 def install_seccomp():
-    import platform
-
-    if platform.machine() != "x86_64":
-        return "seccomp: unsupported architecture " + platform.machine()
+    machine = os.uname().machine
+    if machine != "x86_64":
+        return "seccomp: unsupported architecture " + machine
     ctypes, libc = _libc()
 
     class SockFilter(ctypes.Structure):
@@ -233,38 +232,45 @@ def install_landlock(read_paths, rw_paths, dev_paths):
     return f"landlock-abi{abi}"
 
 
-def stage1(cfg, src):
-    """Root only: namespaces, bind mounts, privilege drop, exec stage 2."""
+def enter_as_root(cfg):
+    """Root only, before any untrusted byte is read: rlimits, network + mount namespace, make the
+    interpreter reachable for the unprivileged uid, tmpfs work dir, drop privileges. The
+    interpreter keeps running (no re-exec): its stdlib paths stay valid because the directory
+    that hid them (e.g. /root, mode 0700) is covered by a tmpfs that holds only a read-only bind
+    of the Python installation."""
     ctypes, libc = _libc()
     set_rlimits(cfg["limits"])
     notes = []
     if libc.unshare(CLONE_NEWNET | CLONE_NEWNS) == 0:
         notes.append("netns")
         libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None)
-        stash = cfg["stash"].encode()
-        if libc.mount(cfg["prefix"].encode(), stash, None, MS_BIND | MS_REC, None) != 0:
-            os.write(2, b"rlvr-sandbox: bind mount of the interpreter failed\n")
-            os._exit(70)
-        libc.mount(None, stash, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID, None)
+        prefix, stash, hide = cfg["prefix"], cfg["stash"], cfg.get("hide")
+        if hide:
+            ok = libc.mount(prefix.encode(), stash.encode(), None, MS_BIND | MS_REC, None) == 0
+            ok = ok and libc.mount(b"tmpfs", hide.encode(), b"tmpfs", MS_NOSUID | MS_NODEV,
+                                   b"size=1m,mode=0755") == 0
+            if ok:
+                os.makedirs(prefix, exist_ok=True)
+                ok = libc.mount(stash.encode(), prefix.encode(), None, MS_BIND | MS_REC, None) == 0
+            if not ok:
+                os.write(2, b"rlvr-sandbox: could not expose the interpreter to the sandbox uid\n")
+                os._exit(70)
+            libc.mount(None, prefix.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID, None)
+            notes.append("hidden:" + hide)
         opts = f"size={cfg['limits']['disk_mb']}m,mode=0700,uid={cfg['uid']},gid={cfg['uid']}"
         if libc.mount(b"tmpfs", cfg["work"].encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts.encode()) == 0:
             notes.append("tmpfs")
-        exe = os.path.join(cfg["stash"], os.path.relpath(cfg["executable"], cfg["prefix"]))
-    else:
-        exe = cfg["executable"]
     os.chdir(cfg["work"])
     os.setgroups([])
     os.setgid(cfg["uid"])
     os.setuid(cfg["uid"])
-    cfg = dict(cfg, stage=2, notes=notes, prefix=cfg["stash"] if "netns" in notes else cfg["prefix"])
-    env = {"PATH": "/usr/bin:/bin", "HOME": cfg["work"], "TMPDIR": cfg["work"], "LANG": "C.UTF-8",
-           "LD_LIBRARY_PATH": os.path.join(cfg["prefix"], "lib")}
-    os.execve(exe, [exe, "-I", "-S", "-B", "-c", src, json.dumps(cfg)], env)
+    notes.append(f"uid{cfg['uid']}")
+    return notes
 
 
-def confine(cfg):
-    """Stage 2 confinement, in the unprivileged process. Returns the isolation notes."""
-    notes = list(cfg.get("notes", []))
+def confine(cfg, notes):
+    """Confinement of the (now) unprivileged process. Returns the isolation notes."""
+    notes = list(notes)
     if not cfg.get("root"):
         set_rlimits(cfg["limits"])
         ctypes, libc = _libc()
@@ -378,6 +384,7 @@ def _exec_candidate(path, name):
 
 def _guarded_objects():
     import builtins
+    import json
 
     return {"builtins.print": builtins.print, "builtins.open": builtins.open, "json.dumps": json.dumps,
             "json.loads": json.loads, "sys.exit": sys.exit, "os._exit": os._exit, "os.write": os.write,
@@ -426,6 +433,7 @@ def mode_script(cfg, flag):
 
 def mode_serve(cfg, flag):
     """Import the candidate, then answer one JSON request line per call on req_fd -> resp_fd."""
+    import json
     reference = _guarded_objects()
     dumps, loads, write, enc = json.dumps, json.loads, os.write, encode_value
     ffd = cfg["flag_fd"]
@@ -501,6 +509,7 @@ class CandidateError(Exception):
 def mode_check(cfg, flag):
     """Run assert-based tests. The candidate lives in another process; `candidate(...)` is an RPC."""
     import builtins
+    import json
 
     config = json.loads(sys.stdin.buffer.read(cfg["max_request_bytes"]))
     nonce, entry = config["nonce"], config["entry_point"]
@@ -550,14 +559,11 @@ MODES = {"script": mode_script, "serve": mode_serve, "check": mode_check}
 
 
 def main():
-    cfg = json.loads(sys.argv[-1])
-    if cfg["stage"] == 1:
-        with open("/proc/self/cmdline", "rb") as f:
-            argv = f.read().split(b"\0")
-        src = argv[argv.index(b"-c") + 1].decode()
-        stage1(cfg, src)
-        return
-    notes = confine(cfg)
+    import marshal  # builtin: no import cost (json would pull in re, ~30 ms per sandbox)
+
+    cfg = marshal.loads(bytes.fromhex(sys.argv[-1]))  # written by the grader, not the candidate
+    notes = enter_as_root(cfg) if cfg["root"] else []
+    notes = confine(cfg, notes)
     work = os.path.realpath(cfg["work"])
     read_roots = [os.path.realpath(cfg["prefix"]), os.path.realpath(cfg["code_dir"]), work]
     hook, flag = make_audit_hook(cfg["flag_fd"], work, read_roots, cfg["max_forks"])

@@ -14,12 +14,13 @@ isolation report says so (`Isolation.strong` is False).
 from __future__ import annotations
 
 import fcntl
-import json
+import marshal
 import os
 import random
 import selectors
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -94,6 +95,20 @@ def interpreter() -> tuple[str, str]:
     """(executable, prefix) of the base interpreter (never a venv: the sandbox gets stdlib only)."""
     exe = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
     return exe, os.path.realpath(sys.base_prefix)
+
+
+@lru_cache(maxsize=1)
+def hidden_ancestor() -> str | None:
+    """The topmost directory above the interpreter's prefix that "others" cannot traverse (e.g.
+    /root with mode 0700 under pyenv), or None. As root the sandbox covers it with a tmpfs that
+    holds only a read-only bind of the prefix, so the unprivileged uid can run Python."""
+    _, prefix = interpreter()
+    path = "/"
+    for part in prefix.strip("/").split("/"):
+        path = os.path.join(path, part)
+        if not os.stat(path).st_mode & stat.S_IXOTH:
+            return path if path != prefix else None
+    return None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -213,18 +228,16 @@ class _Proc:
         flag_r, flag_w = os.pipe()
         iso = box.iso
         nproc = limits.max_processes if iso.root else _user_process_count() + limits.max_processes
-        stash_ok = iso.root and (exe + "/").startswith(prefix + "/")
-        cfg = {"stage": 1 if iso.root else 2, "root": iso.root, "mode": mode, "uid": box.uid,
-               "work": str(box.work), "code_dir": str(box.code_dir), "prefix": prefix,
-               "stash": str(box.stash) if stash_ok else prefix, "executable": exe,
+        cfg = {"root": iso.root, "mode": mode, "uid": box.uid, "work": str(box.work),
+               "code_dir": str(box.code_dir), "prefix": prefix, "stash": str(box.stash),
+               "hide": hidden_ancestor() if iso.root else None,
                "limits": limits.to_harness(nproc), "flag_fd": flag_w, "max_forks": limits.max_processes,
                "max_request_bytes": 1 << 22, "max_response_bytes": limits.output_bytes, **fds, **extra}
-        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
-        if not iso.root:
-            env["HOME"] = env["TMPDIR"] = str(box.work)
+        # A clean environment: nothing of the grader's (which may hold secrets) is inherited.
+        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(box.work), "TMPDIR": str(box.work)}
         self.t0 = time.monotonic()
         self.popen = subprocess.Popen(
-            [exe, "-I", "-S", "-B", "-c", HARNESS_SOURCE, json.dumps(cfg)],
+            [exe, "-I", "-S", "-B", "-c", HARNESS_SOURCE, marshal.dumps(cfg).hex()],
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=str(box.work),
             close_fds=True, pass_fds=(flag_w, *fds.values()), start_new_session=True)
