@@ -154,6 +154,9 @@ def test_override_values_are_yaml():
     assert cfg.seed is None
     assert cfg.name == "007"
     assert cfg.optim.lr == 1e-2
+    # an empty value is null: None for `X | None`, the empty string for a str field
+    empty = load_config(RootConfig, overrides=["name=", "seed=", "optim.clip=0.5", "optim.clip="])
+    assert (empty.name, empty.seed, empty.optim.clip) == ("", None, None)
 
 
 def test_float_spellings(tmp_path):
