@@ -4,6 +4,7 @@ statuses, integrity policy, the non-root fallback, and the batch scorer."""
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 
@@ -203,3 +204,64 @@ def test_seccomp_program_shape():
     assert len(prog) == 4 + 2 + 2 * len(_harness.DENIED_SYSCALLS) + 5 * len(_harness.SOCKET_SYSCALLS) + 1
     assert prog[1] == (0x15, 1, 0, 0xC000003E) and prog[-1] == (0x06, 0, 0, 0x7FFF0000)
     assert len(prog) < 4096  # BPF_MAXINSNS
+
+
+# A real unprivileged grader: as root, a helper process makes the interpreter reachable for
+# uid 65534 (private mount namespace: tmpfs over the 0700 ancestor + read-only bind of Python),
+# drops to 65534 and runs the sandbox from there. Everything the inner grader does is the
+# non-root code path: no uid drop, user+network namespace, Landlock, seccomp.
+_AS_NOBODY = r'''
+import ctypes, os, sys, tempfile
+exe, prefix, hide, inner = sys.argv[1:5]
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.unshare(0x00020000) == 0
+libc.mount(None, b"/", None, 16384 | (1 << 18), None)
+if hide:
+    stash = tempfile.mkdtemp()
+    assert libc.mount(prefix.encode(), stash.encode(), None, 4096 | 16384, None) == 0
+    assert libc.mount(b"tmpfs", hide.encode(), b"tmpfs", 0, b"mode=0755") == 0
+    os.makedirs(prefix, exist_ok=True)
+    assert libc.mount(stash.encode(), prefix.encode(), None, 4096 | 16384, None) == 0
+os.setgroups([]); os.setgid(65534); os.setuid(65534)
+os.chdir("/tmp")
+os.execve(exe, [exe, "-S", "-c", inner], {"PATH": "/usr/bin:/bin", "HOME": "/tmp"})
+'''
+
+_INNER = r'''
+import json, os, sys
+sys.path[:0] = [REPO, SITE]
+from rlvr.rewards.code.runner import run_tests
+from rlvr.rewards.code.sandbox import isolation
+from rlvr.rewards.code.task import task_from_meta
+t = task_from_meta({"tests": {"io": [{"stdin": "1 2\n", "stdout": "3\n"}]}})
+good = run_tests("a, b = map(int, input().split())\nprint(a + b)\n", t)
+leak = run_tests(f"print(open({REPO + '/pyproject.toml'!r}).read()[:20])\n", t, audit=False)
+kill = run_tests("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint(3)\n", t, audit=False)
+net = run_tests("import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=1)\nprint(3)\n", t, audit=False)
+print(json.dumps({"uid": os.getuid(), "strong": isolation().strong, "iso": good.isolation,
+                  "good": good.n_passed, "leak": leak.tests[0].status.value, "kill": kill.tests[0].status.value,
+                  "net": net.tests[0].status.value}))
+'''
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create the unprivileged grader")
+def test_real_unprivileged_grader():
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = str(Path(__file__).resolve().parents[1])
+    site = next(p for p in sys.path if p.endswith("site-packages"))
+    exe, prefix = sandbox.interpreter()
+    inner = f"REPO = {repo!r}\nSITE = {site!r}\n" + _INNER
+    proc = subprocess.run([exe, "-I", "-S", "-c", _AS_NOBODY, exe, prefix, sandbox.hidden_ancestor() or "", inner],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["uid"] == 65534 and out["strong"] is False  # reported as weaker isolation
+    assert out["good"] == 1
+    assert "landlock" in out["iso"] and "seccomp" in out["iso"]
+    assert out["leak"] == "error"  # Landlock denies the repo file
+    assert out["kill"] == "error"  # same uid, yet the grader survived (Landlock signal scope)
+    assert out["net"] == "error"  # network namespace (user ns) + seccomp
