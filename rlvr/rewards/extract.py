@@ -213,16 +213,21 @@ def choice_letter(response: str, letters: str = "ABCDEFGHIJ") -> str | None:
 
 def final_answer(response: str) -> str | None:
     """Generic extraction for free-form math responses, most explicit marker first:
-    answer block > `\\boxed{}` > `####` > "the answer is" > last number."""
-    for fn in (answer_block, last_boxed, gsm8k_hash, answer_is, last_number):
+    answer block > `\\boxed{}` > `####` > "the answer is" > last number (only when the response
+    has none of those markers)."""
+    for fn in (answer_block, last_boxed, gsm8k_hash, answer_is):
         ans = fn(response)
         if ans is not None:
             # An answer block that itself contains a box is graded on the box.
-            if fn is answer_block and "\\boxed" in ans or fn is answer_block and "\\fbox" in ans:
-                boxed = last_boxed(ans)
-                return boxed
+            if fn is answer_block and ("\\boxed" in ans or "\\fbox" in ans):
+                return last_boxed(ans)
             return ans
-    return None
+    # A marker that yielded nothing usable (unbalanced, too long) is a malformed answer: no
+    # falling back to a number picked out of it.
+    tail = _cap(response)
+    if any(m in tail for m in (ANSWER_OPEN, "\\boxed", "\\fbox", "####")):
+        return None
+    return last_number(response)
 
 
 def reference_answer(reference: str) -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from rlvr.rewards import countdown as _countdown
 from rlvr.rewards.extract import (
+    MAX_RESPONSE_CHARS,
     answer_block,
     answer_is,
     choice_letter,
@@ -86,7 +87,15 @@ def _explicit_or_last_number(response: str) -> tuple[str | None, float]:
             if fn is answer_block and ("\\boxed" in ans or "\\fbox" in ans):
                 ans = last_boxed(ans)
             return ans, 1.0
+    # An explicit marker that yielded nothing usable (unbalanced, too long) means a malformed
+    # answer, not an invitation to pick a number out of it.
+    tail = response[-MAX_RESPONSE_CHARS:]
+    if any(marker in tail for marker in _MARKERS):
+        return None, 0.0
     return last_number(response), 0.0
+
+
+_MARKERS = ("<answer>", "\\boxed", "\\fbox", "####")
 
 
 @never_raises

@@ -1,0 +1,257 @@
+"""Hostile inputs never hang the grader, never score correct, and leave no process behind.
+
+Every input must come back non-correct within DEADLINE + 1 s, from the main thread and from a
+non-main thread (where signal-based timeouts stop working). Worker processes are counted by a
+/proc scan of our descendants (forkserver workers are grandchildren, not children)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+
+import pytest
+
+from rlvr.rewards import get_reward_fn
+from rlvr.rewards import grader as grader_mod
+from rlvr.rewards import pool as pool_mod
+from rlvr.rewards.grader import grade_answer, verifier_timeout
+from rlvr.rewards.types import SimpleExample, Status
+
+DEADLINE = 1.0
+
+HOSTILE = [
+    "9^9^9^9",
+    "9**9**9**9",
+    "10^{10^{100}}",
+    "2^{2^{2^{2^{2}}}}",
+    "x^{x^{x^{x}}}",
+    "10**10**10",
+    "9^{9^{9}}",
+    "10^{1000000}",
+    "99999^{99999}",
+    "x^{10^{100}}",
+    "2^{-10^{100}}",
+    "1e99999999",
+    "1000000!",
+    "(10^{100})!",
+    "\\binom{10^{9}}{10^{8}}",
+    "(" * 5000 + "1" + ")" * 5000,
+    "[" * 5000 + "]" * 5000,
+    "\\left(" * 100 + "x" + "\\right)" * 100,
+    "\\sqrt{" * 3000 + "2" + "}" * 3000,
+    "1" * 1_000_000,
+    "x" * 1_000_000,
+    "0." + "3" * 600,
+    "1\x002",
+    "\x1b[2J 5",
+    "\\frac{1}{2",
+    "{{{{1",
+    "1)",
+    "__import__('os').system('echo hi')",
+    "lambda: 1",
+    "eval('1+1')",
+    "\\input{/etc/passwd}",
+    "\\def\\x{\\x}\\x",
+    "\\newcommand{\\a}{\\a}\\a",
+    "\\write18{rm -rf /}",
+    "\\catcode`\\^=7",
+    "a" + "^a" * 30,
+    "\\begin{pmatrix}" + "1&" * 10000 + "\\end{pmatrix}",
+    "1/0",
+    # these parse only in the math-verify fallback, which then runs long: killed at the deadline
+    "\\sum_{i=1}^{10^{100}} i",
+    "\\prod_{k=1}^{10^{9}} k",
+    "(1+x)^{10000} - (x+1)^{9999}",
+]
+
+
+def descendants(pid: int) -> set[int]:
+    """All live (or zombie) descendant pids of `pid`, from /proc."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(d))
+    out: set[int] = set()
+    stack = [pid]
+    while stack:
+        for c in children.get(stack.pop(), []):
+            if c not in out:
+                out.add(c)
+                stack.append(c)
+    return out
+
+
+def _forkserver_pid() -> set[int | None]:
+    """multiprocessing's own long-lived helpers (started once per process, not per pool): the
+    forkserver and the resource tracker. They are not workers and are not expected to exit."""
+    from multiprocessing import forkserver, resource_tracker
+
+    return {
+        getattr(forkserver._forkserver, "_forkserver_pid", None),
+        getattr(resource_tracker._resource_tracker, "_pid", None),
+    }
+
+
+@pytest.fixture(scope="module")
+def fresh_pool():
+    """A private 2-worker pool installed as the grader's default, warmed up, closed after."""
+    before = descendants(os.getpid())
+    saved = pool_mod._default
+    pool = pool_mod.WorkerPool(size=2, mem_limit_mb=2048)
+    pool_mod._default = pool
+    grader_mod.set_cache(False)
+    pool.warmup()
+    yield pool
+    pool.close()
+    pool_mod._default = saved
+    grader_mod.set_cache(True)
+    after = descendants(os.getpid()) - _forkserver_pid()
+    assert after <= before, f"processes left behind: {[(p, _cmdline(p)) for p in sorted(after - before)]}"
+
+
+def _check_all(results: list[tuple[str, Status, float]]) -> None:
+    assert len(results) == len(HOSTILE)
+    for text, status, seconds in results:
+        assert status is not Status.CORRECT, text[:60]
+        assert seconds < DEADLINE + 1.0, f"{text[:60]!r} took {seconds:.2f}s"
+
+
+def _run(out: list) -> None:
+    for text in HOSTILE:
+        t0 = time.perf_counter()
+        v = grade_answer(text, "1", timeout_s=DEADLINE)
+        out.append((text, v.status, time.perf_counter() - t0))
+
+
+def test_at_least_30_hostile_inputs():
+    assert len(HOSTILE) >= 30
+
+
+def test_hostile_main_thread(fresh_pool):
+    out: list = []
+    _run(out)
+    _check_all(out)
+    assert len(fresh_pool.live_pids()) <= fresh_pool.size
+
+
+def test_hostile_non_main_thread(fresh_pool):
+    out: list = []
+    th = threading.Thread(target=_run, args=(out,))
+    th.start()
+    th.join(timeout=len(HOSTILE) * (DEADLINE + 1.0) + 30)
+    assert not th.is_alive()
+    _check_all(out)
+
+
+def test_hostile_from_async_code(fresh_pool):
+    async def main():
+        # straight in the event loop thread, and from a worker thread via to_thread
+        a = grade_answer("\\sum_{i=1}^{10^{100}} i", "1", timeout_s=DEADLINE)
+        b = await asyncio.to_thread(grade_answer, "\\prod_{k=1}^{10^{9}} k", "1", DEADLINE)
+        return a, b
+
+    t0 = time.perf_counter()
+    a, b = asyncio.run(main())
+    assert a.status is Status.TIMEOUT and b.status is Status.TIMEOUT
+    assert time.perf_counter() - t0 < 2 * (DEADLINE + 1.0)
+
+
+def test_hostile_responses_through_reward_functions(fresh_pool):
+    with verifier_timeout(DEADLINE):
+        _hostile_responses()
+
+
+def _hostile_responses():
+    ex = SimpleExample("1")
+    for text in HOSTILE[:20] + [HOSTILE[-3]]:
+        for name in ("r1_zero", "gsm8k"):
+            fn = get_reward_fn(name)
+            response = f"<think>x</think> <answer>\\boxed{{{text}}}</answer>"
+            t0 = time.perf_counter()
+            r = fn(response, ex)
+            assert r.status is not Status.CORRECT and r.total == 0.0
+            assert time.perf_counter() - t0 < DEADLINE + 1.0
+    # a megabyte of response text: extraction is linear and capped
+    t0 = time.perf_counter()
+    r = get_reward_fn("gsm8k")("7" * 1_000_000 + " #### " + "(" * 3000, ex)
+    assert r.status is not Status.CORRECT
+    assert time.perf_counter() - t0 < DEADLINE + 1.0
+
+
+def test_timeout_is_reported_not_scored_zero_silently(fresh_pool):
+    v = grade_answer("\\sum_{i=1}^{10^{100}} i", "1", timeout_s=0.5)
+    assert v.status is Status.TIMEOUT and "killed" in v.info
+    assert fresh_pool.kills >= 1
+    with verifier_timeout(0.5):
+        r = get_reward_fn("r1_zero")("<think>x</think> <answer>\\sum_{i=1}^{10^{100}} i</answer>", SimpleExample("1"))
+    assert r.status is Status.TIMEOUT and r.total == 0.0
+
+
+def test_c_level_hang_is_killed_and_worker_replaced():
+    before = descendants(os.getpid())
+    with pool_mod.WorkerPool(size=1, mem_limit_mb=None, preload=()) as pool:
+        pool.warmup()
+        first_pid = pool.live_pids()[0]
+        t0 = time.perf_counter()
+        # one C call on big integers: never returns to the interpreter, so no signal could stop it
+        res = pool.call("builtins:pow", (3, 10**9), timeout_s=0.5)
+        assert res.status == "timeout"
+        assert time.perf_counter() - t0 < 0.5 + 1.0
+        assert not os.path.exists(f"/proc/{first_pid}") or _is_zombie_free(first_pid)
+        ok = pool.call("builtins:abs", (-3,), timeout_s=5.0)  # a fresh worker answers
+        assert ok.status == "ok" and ok.value == 3
+        assert pool.live_pids()[0] != first_pid
+    after = descendants(os.getpid()) - _forkserver_pid()
+    assert after <= before
+
+
+def _is_zombie_free(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def test_memory_cap_turns_into_error_and_worker_survives():
+    with pool_mod.WorkerPool(size=1, mem_limit_mb=512, preload=()) as pool:
+        res = pool.call("builtins:bytearray", (2 * 1024**3,), timeout_s=10.0)
+        assert res.status == "error" and "MemoryError" in res.info
+        ok = pool.call("builtins:len", ("abc",), timeout_s=5.0)
+        assert ok.status == "ok" and ok.value == 3
+
+
+def test_pool_serves_concurrent_threads_and_reports_target_errors():
+    with pool_mod.WorkerPool(size=2, mem_limit_mb=None, preload=()) as pool:
+        results: list = [None] * 4
+
+        def work(i):
+            results[i] = pool.call("time:sleep", (0.2,), timeout_s=5.0)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert [r.status for r in results] == ["ok"] * 4
+        bad = pool.call("builtins:int", ("not a number",), timeout_s=5.0)
+        assert bad.status == "error" and "ValueError" in bad.info
+        missing = pool.call("no_such_module_xyz:f", (), timeout_s=5.0)
+        assert missing.status == "error" and "ModuleNotFoundError" in missing.info
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode()[:200]
+    except OSError:
+        return "?"
