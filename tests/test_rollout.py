@@ -36,12 +36,20 @@ def test_process_logits_hand_computed():
     )
 
 
+def test_sample_rows_inverse_cdf_hand_computed():
+    # cdf = 0.5, 0.5, 0.8, 1.0: u < 0.5 -> 0; token 1 has p = 0 and is skipped; 0.5 < u < 0.8 -> 2
+    logp = torch.log(torch.tensor([[0.5, 0.0, 0.3, 0.2]])).expand(5, 4)
+    u = torch.tensor([0.0, 0.49, 0.51, 0.79, 0.999], dtype=torch.float64)
+    assert sample_rows(logp, u).tolist() == [0, 0, 2, 2, 3]
+
+
 def test_sample_rows_frequencies_follow_probabilities():
     logp = torch.log(torch.tensor([[0.5, 0.0, 0.3, 0.2]]))
     g = torch.Generator().manual_seed(0)
     counts = torch.zeros(4)
-    for _ in range(4000):
-        counts[sample_rows(logp, [g])[0]] += 1
+    u = torch.rand(4000, generator=g, dtype=torch.float64)
+    for k in range(4000):
+        counts[sample_rows(logp, u[k : k + 1])[0]] += 1
     freq = counts / 4000
     assert freq[1] == 0  # zero-probability token never drawn
     # binomial std at p=0.5, n=4000 is 0.0079; 4 sigma = 0.032

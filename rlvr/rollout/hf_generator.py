@@ -40,12 +40,12 @@ def process_logits(logits: torch.Tensor, temperature: float, top_k: int, top_p: 
     return torch.log_softmax(x, dim=-1)
 
 
-def sample_rows(logp: torch.Tensor, generators: Sequence[torch.Generator]) -> torch.Tensor:
-    """Inverse-CDF sampling, one uniform per row from that row's own RNG (so a row's sample does
-    not depend on which other rows share the batch). logp (B, V) -> ids (B,) int64."""
-    u = torch.stack([torch.rand((), generator=g, dtype=torch.float64) for g in generators])  # (B,)
+def sample_rows(logp: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF sampling: row b takes the first token whose cumulative probability exceeds
+    u[b] (u in [0, 1), one uniform per row from that row's own RNG stream, so a row's sample does
+    not depend on which other rows share the batch). logp (B, V), u (B,) -> ids (B,) int64."""
     cdf = logp.double().exp().cumsum(-1)  # (B, V)
-    target = (u * cdf[:, -1]).unsqueeze(-1).to(cdf.device)
+    target = (u.double().to(cdf.device) * cdf[:, -1]).unsqueeze(-1)
     # right=True: first index whose cdf is > target, so zero-probability tokens are never chosen.
     ids = torch.searchsorted(cdf, target, right=True).squeeze(-1)
     return ids.clamp_max(logp.shape[-1] - 1)
@@ -164,12 +164,14 @@ class HFGenerator:
             ids[r, Lp - len(p) :] = torch.tensor(p, dtype=torch.long)
             attn[r, Lp - len(p) :] = 1
         ids, attn = ids.to(dev), attn.to(dev)
-        gens = []
+        uniforms = None  # (B, max_tokens): step t of row b uses uniforms[b, t]
         if spec.temperature > 0:
+            rows = []
             for i, j in chunk:
                 g = torch.Generator()  # CPU RNG: identical streams on CPU and GPU machines
                 g.manual_seed(sequence_seed(base_seed, i, j))
-                gens.append(g)
+                rows.append(torch.rand(spec.max_tokens, generator=g, dtype=torch.float64))
+            uniforms = torch.stack(rows)
 
         resp: list[list[int]] = [[] for _ in range(B)]
         lps: list[list[float]] = [[] for _ in range(B)]
@@ -191,7 +193,7 @@ class HFGenerator:
                 tok = logp.argmax(-1)
             else:
                 logp = process_logits(logits, spec.temperature, spec.top_k, spec.top_p)
-                tok = sample_rows(logp, gens).to(dev)
+                tok = sample_rows(logp, uniforms[:, step]).to(dev)
             tok_lp = logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1).tolist()
             tok_list = tok.tolist()
             for r in range(B):

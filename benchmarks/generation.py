@@ -1,0 +1,145 @@
+"""Generation throughput of HFGenerator on the tiny CPU model: 256 sequences x 32 new tokens,
+with and without the KV cache, next to transformers' own `generate` for reference.
+
+    RLVR_NUM_THREADS=1 .venv/bin/python benchmarks/generation.py [--repeats 3] [--sequences 256]
+
+Every response is exactly `new_tokens` long (min_tokens = max_tokens, so EOS cannot end one
+early); tokens/s counts generated tokens only. Reported time is the best of `repeats` runs
+(after one warm-up), to reduce the noise of a shared machine. Writes
+benchmarks/results/generation.{md,json}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from rlvr.data import get_task
+from rlvr.models import build_tiny_model
+from rlvr.rollout import HFGenerator, SamplingSpec
+from rlvr.runtime import set_num_threads
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def _best_time(fn, repeats: int) -> float:
+    fn()  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def _hf_generate(model, tok, prompts, new_tokens, batch_size):
+    """transformers' generate with sampling and its KV cache, left-padded batches."""
+    for s in range(0, len(prompts), batch_size):
+        chunk = prompts[s : s + batch_size]
+        ids = [tok.encode(p) for p in chunk]
+        L = max(len(x) for x in ids)
+        input_ids = torch.tensor([[tok.pad_token_id] * (L - len(x)) + x for x in ids])
+        attn = (torch.arange(L).unsqueeze(0) >= torch.tensor([L - len(x) for x in ids]).unsqueeze(1)).long()
+        with torch.no_grad():
+            out = model.generate(
+                input_ids=input_ids,
+                attention_mask=attn,
+                do_sample=True,
+                temperature=1.0,
+                top_p=1.0,
+                top_k=0,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                pad_token_id=tok.pad_token_id,
+            )
+        assert out.shape[1] == L + new_tokens
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sequences", type=int, default=256)
+    ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default RLVR_NUM_THREADS)")
+    args = ap.parse_args()
+    threads = set_num_threads(args.threads)
+
+    model, tok = build_tiny_model(seed=0)  # hidden 64, 2 layers, 4 heads, char vocab
+    n_params = sum(p.numel() for p in model.parameters())
+    prompts = [
+        e.question for e in get_task("arithmetic").generate(args.sequences, "train", seed=0, digits=(1, 3))
+    ]
+    spec = SamplingSpec(max_tokens=args.new_tokens, min_tokens=args.new_tokens, seed=0)
+    total_tokens = args.sequences * args.new_tokens
+
+    rows = []
+    for name, batch_size, use_cache in [
+        ("HFGenerator, KV cache", 256, True),
+        ("HFGenerator, KV cache", 64, True),
+        ("HFGenerator, no cache", 256, False),
+        ("HFGenerator, no cache", 64, False),
+    ]:
+        gen = HFGenerator(model, tok, batch_size=batch_size, use_cache=use_cache)
+        check = gen.generate(prompts[:2], spec)
+        assert all(len(r.response_ids) == args.new_tokens for r in check)
+        secs = _best_time(lambda gen=gen: gen.generate(prompts, spec), args.repeats)
+        rows.append(
+            {"method": name, "batch_size": batch_size, "seconds": secs, "tokens_per_s": total_tokens / secs}
+        )
+        print(
+            f"{name:28s} batch {batch_size:4d}: {secs:7.3f} s  {total_tokens / secs:9.0f} tok/s", flush=True
+        )
+    for batch_size in (256, 64):
+        secs = _best_time(
+            lambda b=batch_size: _hf_generate(model, tok, prompts, args.new_tokens, b), args.repeats
+        )
+        rows.append(
+            {
+                "method": "transformers generate (reference)",
+                "batch_size": batch_size,
+                "seconds": secs,
+                "tokens_per_s": total_tokens / secs,
+            }
+        )
+        print(
+            f"{'transformers generate':28s} batch {batch_size:4d}: {secs:7.3f} s  {total_tokens / secs:9.0f} tok/s"
+        )
+
+    meta = {
+        "sequences": args.sequences,
+        "new_tokens": args.new_tokens,
+        "generated_tokens": total_tokens,
+        "repeats": args.repeats,
+        "torch_threads": threads,
+        "model": f"tiny qwen2, hidden 64, 2 layers, {n_params} parameters, vocab {len(tok)}",
+        "torch": torch.__version__,
+        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+        "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "generation.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    lines = [
+        "# Generation throughput (benchmarks/generation.py)",
+        "",
+        f"{args.sequences} sequences x {args.new_tokens} new tokens, tiny char-level Qwen2 ({n_params} parameters), "
+        f"CPU, {threads} torch thread(s), best of {args.repeats} after a warm-up. {meta['date_utc']} UTC.",
+        "",
+        "| method | batch size | seconds | tokens/s |",
+        "|---|---:|---:|---:|",
+        *[
+            f"| {r['method']} | {r['batch_size']} | {r['seconds']:.3f} | {r['tokens_per_s']:.0f} |"
+            for r in rows
+        ],
+        "",
+    ]
+    (RESULTS / "generation.md").write_text("\n".join(lines))
+    print(f"wrote {RESULTS / 'generation.md'} and generation.json")
+
+
+if __name__ == "__main__":
+    main()
