@@ -653,24 +653,25 @@ def load_config(
     return builder.build()
 
 
+def _plain(v: Any) -> Any:
+    """YAML-safe plain value: dataclasses -> dicts, tuples -> lists, enums -> values, paths -> str."""
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return {f.name: _plain(getattr(v, f.name)) for f in _init_fields(type(v))}
+    if isinstance(v, list | tuple):
+        return [_plain(x) for x in v]
+    if isinstance(v, Mapping):
+        return {_plain(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, enum.Enum):
+        return v.value
+    if isinstance(v, Path):
+        return str(v)
+    return v
+
+
 def to_dict(cfg: Any) -> dict[str, Any]:
     """Plain nested dict of a config (tuples -> lists, enums -> values, paths -> str); init fields
     only (derived `init=False` fields cannot be loaded back, so they are not written)."""
-
-    def conv(v: Any) -> Any:
-        if dataclasses.is_dataclass(v) and not isinstance(v, type):
-            return {f.name: conv(getattr(v, f.name)) for f in _init_fields(type(v))}
-        if isinstance(v, list | tuple):
-            return [conv(x) for x in v]
-        if isinstance(v, Mapping):
-            return {conv(k): conv(x) for k, x in v.items()}
-        if isinstance(v, enum.Enum):
-            return v.value
-        if isinstance(v, Path):
-            return str(v)
-        return v
-
-    return conv(cfg)
+    return _plain(cfg)
 
 
 def to_yaml(cfg: Any) -> str:
@@ -690,15 +691,15 @@ def dump_yaml(cfg: Any, path: str | Path) -> Path:
 def _default_text(value: Any) -> str:
     if value is _MISSING:
         return "(required)"
-    text = yaml.dump(to_dict(value) if dataclasses.is_dataclass(value) else
-                     (list(value) if isinstance(value, tuple) else value),
-                     Dumper=_Dumper, default_flow_style=True, width=10_000).strip()
-    return text.removesuffix("\n...").removesuffix("...").strip()
+    text = yaml.dump(_plain(value), Dumper=_Dumper, default_flow_style=True, width=10_000).strip()
+    return text.removesuffix("...").strip()
 
 
 def config_rows(cls: type) -> list[tuple[str, str, str, str]]:
     """(dotted key, type, default, doc) for every leaf key of a config class, in field order.
-    Defaults are those of the top-level default instance (so `lambda: OptimConfig(lr=1e-3)` shows 1e-3)."""
+    Defaults are those of the top-level default instance (so `lambda: OptimConfig(lr=1e-3)` shows
+    1e-3). An optional section that defaults to null gets its own row, then rows for its keys with
+    the section class's defaults (what setting one of them starts from)."""
     docs = field_docs(cls)
     rows: list[tuple[str, str, str, str]] = []
 
@@ -710,6 +711,12 @@ def config_rows(cls: type) -> list[tuple[str, str, str, str]]:
             value = getattr(instance, f.name) if instance is not None else _MISSING
             if sub is not None and (value is _MISSING or isinstance(value, sub)):
                 walk(sub, None if value is _MISSING else value, key + ".")
+            elif sub is not None:  # an optional section that is off by default: it, then its keys
+                rows.append((key, type_name(hints[f.name]), _default_text(value), docs.get(key, "")))
+                try:
+                    walk(sub, sub(), key + ".")
+                except TypeError:
+                    walk(sub, None, key + ".")
             else:
                 rows.append((key, type_name(hints[f.name]), _default_text(value), docs.get(key, "")))
 

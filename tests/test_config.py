@@ -394,3 +394,20 @@ def test_optional_section_enum_path_and_fixed_tuple(tmp_path):
         load_config(WithOptionalSection, overrides=["color=green", "pair=[1, 2, 3]"])
     assert "'color' expects one of 'red', 'blue', got 'green'" in str(err.value)
     assert "'pair' expects tuple[int, float] (exactly 2 items)" in str(err.value)
+
+
+def test_help_rows_show_enum_path_and_optional_section_defaults():
+    @dataclass
+    class Holder:
+        ref: RefSection = field(default_factory=RefSection)
+        """Present section."""
+        color: Color = Color.BLUE
+        """Enum."""
+        maybe: RefSection | None = None
+        """Absent optional section."""
+
+    rows = {r[0]: r[1:3] for r in config_rows(Holder)}
+    assert rows["ref.path"] == ("Path", "ref")
+    assert rows["color"] == ("Color", "blue")
+    assert rows["maybe"] == ("RefSection | None", "null")
+    assert rows["maybe.refresh"] == ("int", "0")  # what `maybe.refresh=...` starts from
