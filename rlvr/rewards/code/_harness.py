@@ -417,8 +417,11 @@ def mode_script(cfg, flag):
         status = code if isinstance(code, int) else (0 if code is None else 1)
         if not isinstance(code, int) and code is not None:
             print(code, file=sys.stderr)
-    except BaseException:  # the candidate's own crash: report like python does
-        traceback.print_exc()
+    except BaseException as e:  # the candidate's own crash: report like python does
+        tb = e.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename != "main.py":
+            tb = tb.tb_next  # drop the harness's own frames from the excerpt
+        traceback.print_exception(type(e), e, tb)
         status = 1
     try:
         sys.stdout.flush()

@@ -251,6 +251,7 @@ class _Proc:
         self.killed: str | None = None
         self.returncode: int | None = None
         self.exited_at: float | None = None
+        self.pidfd = -1
 
     def kill(self, reason: str | None) -> None:
         if reason and self.killed is None and self.returncode is None:
@@ -296,6 +297,11 @@ def run_processes(specs: list[dict], wall_s: float) -> list[ProcResult]:
             sel.register(f.fileno(), selectors.EVENT_READ, (p, kind))
         os.set_blocking(p.flag_r, False)
         sel.register(p.flag_r, selectors.EVENT_READ, (p, "flag"))
+        try:  # a pidfd becomes readable when the process exits: no polling latency
+            p.pidfd = os.pidfd_open(p.popen.pid)
+            sel.register(p.pidfd, selectors.EVENT_READ, (p, "exit"))
+        except OSError:
+            p.pidfd = -1
         if p.popen.stdin is not None:
             os.set_blocking(p.popen.stdin.fileno(), False)
             if len(p.stdin_data):
@@ -303,7 +309,7 @@ def run_processes(specs: list[dict], wall_s: float) -> list[ProcResult]:
             else:
                 p.popen.stdin.close()
     deadline = time.monotonic() + wall_s
-    open_fds = {key.fd for key in sel.get_map().values()}
+    open_fds = {key.fd for key in sel.get_map().values() if key.data[1] != "exit"}
     grace = 0.25  # after a process exits, how long its (killed) descendants may hold the pipes
     try:
         while True:
@@ -321,9 +327,12 @@ def run_processes(specs: list[dict], wall_s: float) -> list[ProcResult]:
             if all(p.exited_at is not None for p in procs) and (
                     not open_fds or all(now - p.exited_at > grace for p in procs)):
                 break
-            for key, _ in sel.select(timeout=0.02):
+            for key, _ in sel.select(timeout=min(0.05, max(deadline - now, 0.0))):
                 p, kind = key.data
                 fd = key.fd
+                if kind == "exit":
+                    sel.unregister(fd)
+                    continue
                 if kind == "in":
                     try:
                         n = os.write(fd, p.stdin_data[:65536])
@@ -372,6 +381,8 @@ def run_processes(specs: list[dict], wall_s: float) -> list[ProcResult]:
                     except OSError:
                         pass
             os.close(p.flag_r)
+            if p.pidfd >= 0:
+                os.close(p.pidfd)
             results.append(_result(p))
     return results
 
