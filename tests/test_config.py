@@ -411,3 +411,30 @@ def test_help_rows_show_enum_path_and_optional_section_defaults():
     assert rows["color"] == ("Color", "blue")
     assert rows["maybe"] == ("RefSection | None", "null")
     assert rows["maybe.refresh"] == ("int", "0")  # what `maybe.refresh=...` starts from
+
+
+def test_typer_command_takes_file_and_overrides_as_extra_arguments(tmp_path):
+    # The pattern docs/config.md recommends for `rlvr train run.yaml algo.loss=... --flag`.
+    import typer
+    from typer.testing import CliRunner
+
+    seen = {}
+    app = typer.Typer()
+
+    @app.command()
+    def train(args: list[str] = typer.Argument(None), dry: bool = typer.Option(False, "--dry")):
+        path, overrides = split_config_args(args)
+        seen["cfg"] = load_config(RootConfig, path, overrides)
+        seen["dry"] = dry
+
+    @app.command()
+    def other():
+        pass
+
+    cfg_file = write(tmp_path, "optim:\n  lr: 2e-3\n", "run.yaml")
+    result = CliRunner().invoke(
+        app, ["train", str(cfg_file), "sampling.stop=[\"</answer>\"]", "optim.lr=-1e-3", "--dry", "name=x y"]
+    )
+    assert result.exit_code == 0, result.output
+    assert seen["cfg"].optim.lr == -1e-3 and seen["cfg"].sampling.stop == ("</answer>",)
+    assert seen["cfg"].name == "x y" and seen["dry"] is True
