@@ -34,6 +34,8 @@ GRADER_SECRET_FILE = Path("/tmp") / f"rlvr_hidden_tests_{secrets.token_hex(4)}.j
 PWNED = [Path("/tmp/rlvr_pwned_tmp"), Path("/root/rlvr_pwned_home"), REPO / "rlvr_pwned_repo"]
 
 IO1_TASK = task_from_meta({"tests": {"io": [{"stdin": "1 2\n", "stdout": "3\n"}]}, "time_limit_s": 0.5})
+MEM_TASK = task_from_meta({"tests": {"io": [{"stdin": "1 2\n", "stdout": "3\n"}]}, "time_limit_s": 1.0,
+                           "memory_limit_mb": 64})
 IO_TASK = task_from_meta({"tests": {"io": [{"stdin": "1 2\n", "stdout": "3\n"}, {"stdin": "5 7\n", "stdout": "12\n"}]},
                           "time_limit_s": 1.0})
 SECRET_TASK = task_from_meta({"tests": {"io": [{"stdin": "", "stdout": SECRET + "\n"}]}, "time_limit_s": 1.0})
@@ -65,8 +67,8 @@ CASES = [
     ("thread_bomb", IO_TASK,
      "import threading, time\nts = [threading.Thread(target=time.sleep, args=(100,)) for _ in range(10000)]\n"
      "for t in ts:\n    t.start()\n", {"status": TestStatus.ERROR}),
-    ("memory_bomb", IO_TASK, "x = bytearray(8 * 1024 ** 3)\nprint(3)\n", {"status": TestStatus.ERROR}),
-    ("memory_creep", IO_TASK, "a = []\nwhile True:\n    a.append(' ' * 10 ** 7)\n", {"status": TestStatus.ERROR}),
+    ("memory_bomb", MEM_TASK, "x = bytearray(8 * 1024 ** 3)\nprint(3)\n", {"status": TestStatus.ERROR}),
+    ("memory_creep", MEM_TASK, "a = []\nwhile True:\n    a.append(' ' * 10 ** 7)\n", {"status": TestStatus.ERROR}),
     ("gigabyte_output", IO_TASK, "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n",
      {"status": TestStatus.KILLED}),
     ("gigabyte_stderr", IO_TASK,
@@ -186,9 +188,10 @@ def test_adversary_contained(outcomes, case):
     name, task, _code, exp = case
     report, dt = outcomes[name]
     n = task.n_tests
-    # Never hangs the runner beyond its limits: per process wall = time_limit + 1 s startup,
-    # run sequentially for io tests; allow 3 s of scheduling slack on a loaded 2-core machine.
-    assert dt < n * (task.time_limit_s + 1.0) + 3.0, dt
+    # Never hangs the runner beyond its limits: per process wall = time_limit + 1 s startup, io
+    # tests run one after another. This is a liveness check, not a speed goal: the slack (10 s)
+    # covers scheduling on a loaded 2-core machine; a hang would exceed it by far.
+    assert dt < n * (task.time_limit_s + 1.0) + 10.0, dt
     want_passed = exp.get("passed", 0)
     if want_passed is not None:
         assert report.n_passed == want_passed, [t.status for t in report.tests]

@@ -265,3 +265,14 @@ def test_real_unprivileged_grader():
     assert out["leak"] == "error"  # Landlock denies the repo file
     assert out["kill"] == "error"  # same uid, yet the grader survived (Landlock signal scope)
     assert out["net"] == "error"  # network namespace (user ns) + seccomp
+
+
+def test_stdlib_imports_work_inside_the_sandbox():
+    # Honest programs use the standard library (incl. extension modules from lib-dynload and
+    # multiprocessing's AF_UNIX sockets); the confinement must not break them. No site-packages.
+    code = ("import math, collections, itertools, functools, heapq, bisect, re, json, random, string\n"
+            "import fractions, decimal, datetime, statistics, array, struct, hashlib, socket\n"
+            "a, b = socket.socketpair()\na.sendall(b'k')\nassert b.recv(1) == b'k'\n"
+            "print(math.comb(5, 2), sorted(collections.Counter('aab').values()), heapq.nsmallest(1, [3, 1]))\n")
+    report = run_tests(code, task_from_meta({"tests": {"io": [{"stdin": "", "stdout": "10 [1, 2] [1]\n"}]}}))
+    assert report.n_passed == 1 and not report.flags, (report.tests, report.flags)

@@ -176,7 +176,11 @@ class Box:
     def __init__(self, code: str | None):
         self.iso = isolation()
         self.uid, self._lock_fd = _acquire_slot() if self.iso.root else (os.getuid(), -1)
-        self.base = Path(tempfile.mkdtemp(prefix="rlvr-sbx-"))
+        tmp = tempfile.gettempdir()
+        hide = hidden_ancestor() if self.iso.root else None
+        if hide and (tmp + "/").startswith(hide + "/"):
+            tmp = "/tmp"  # the box must not live under the directory the sandbox covers
+        self.base = Path(tempfile.mkdtemp(prefix="rlvr-sbx-", dir=tmp))
         os.chmod(self.base, 0o755)
         self.code_dir = self.base / "code"
         self.work = self.base / "work"
