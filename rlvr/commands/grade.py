@@ -2,8 +2,8 @@
 
 Each line is a JSON object with a response (`--response-key`, default "response") and a
 reference answer (`--reference-key`, default "reference"); metadata comes from `--meta-key`
-(default "meta") if that is an object, else from the line's other keys (countdown's "numbers" and
-"target" can sit at top level). Writes one result per input line (bad lines included, with their
+(default "meta") if that is an object, else it is the line's other keys (the reference key
+included), so countdown's "numbers" and "target" can sit at top level. Writes one result per input line (bad lines included, with their
 error) to `--out` (default FILE with suffix .graded.jsonl) and prints a summary table.
 """
 
@@ -46,7 +46,7 @@ def _read_rows(path: Path, response_key: str, reference_key: str, meta_key: str)
                 continue
             meta = obj.get(meta_key)
             if not isinstance(meta, dict):
-                meta = {k: v for k, v in obj.items() if k not in (response_key, reference_key)}
+                meta = {k: v for k, v in obj.items() if k != response_key}
             yield lineno, {"response": response, "reference": str(reference), "meta": meta}, None
 
 
@@ -66,32 +66,31 @@ def grade(
     from rich.console import Console
     from rich.table import Table
 
-    from rlvr.rewards import get_reward_fn
-    from rlvr.rewards.batch import ScoreCounters, score_batch
+    from rlvr.rewards.batch import ScoreCounters, resolve_reward_fn, score_batch
     from rlvr.rewards.types import SimpleExample
 
-    err = Console(stderr=True)
+
+    def fail(msg: str) -> typer.Exit:
+        typer.echo(msg, err=True)
+        return typer.Exit(2)
+
     if on_bad_line not in ON_BAD_LINE:
-        err.print(f"error: --on-bad-line must be one of {', '.join(ON_BAD_LINE)}, got {on_bad_line!r}")
-        raise typer.Exit(2)
+        raise fail(f"error: --on-bad-line must be one of {', '.join(ON_BAD_LINE)}, got {on_bad_line!r}")
     if not file.is_file():
-        err.print(f"error: {file}: no such file")
-        raise typer.Exit(2)
+        raise fail(f"error: {file}: no such file")
     try:
-        get_reward_fn(reward)
-    except (KeyError, ValueError, TypeError) as exc:
-        err.print(f"error: --reward: {exc}")
-        raise typer.Exit(2) from exc
+        resolve_reward_fn(reward)
+    except (KeyError, ValueError, TypeError, ImportError, AttributeError) as exc:
+        raise fail(f"error: --reward: {exc}") from exc
 
     rows: list[tuple[int, dict[str, Any]]] = []
     bad: list[tuple[int, str]] = []
     for lineno, row, problem in _read_rows(file, response_key, reference_key, meta_key):
         if problem is not None:
             bad.append((lineno, problem))
-            err.print(f"{file}:{lineno}: {problem}")
+            typer.echo(f"{file}:{lineno}: {problem}", err=True)
             if on_bad_line == "fail":
-                err.print("stopping (--on-bad-line fail); nothing was scored or written")
-                raise typer.Exit(2)
+                raise fail("stopping (--on-bad-line fail); nothing was scored or written")
         else:
             rows.append((lineno, row))
 

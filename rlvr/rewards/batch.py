@@ -100,11 +100,19 @@ def _as_example(ex: ExampleLike | str | Mapping) -> ExampleLike:
     return ex
 
 
-def _resolve_fn(reward_fn: str | RewardFn) -> RewardFn:
+def resolve_reward_fn(reward_fn: str | RewardFn) -> RewardFn:
+    """A RewardFn from a callable, a registered name / inline composition ("r1_zero:1,language:0.1"),
+    or a "module:function" path (anything after ":" that is not a number)."""
     if callable(reward_fn):
         return reward_fn
-    if ":" in reward_fn and "," not in reward_fn and reward_fn.split(":", 1)[0].count(".") >= 1:
-        return _pool.resolve(reward_fn)  # "package.module:function"
+    if not isinstance(reward_fn, str):
+        raise TypeError(f"reward function must be a name or a callable, got {type(reward_fn).__name__}")
+    if ":" in reward_fn and "," not in reward_fn:
+        _, _, attr = reward_fn.partition(":")
+        try:
+            float(attr)
+        except ValueError:
+            return _pool.resolve(reward_fn)  # "module:function"
     from rlvr.rewards import get_reward_fn
 
     return get_reward_fn(reward_fn)
@@ -122,7 +130,7 @@ def _safe(fn: RewardFn, response: str, example: ExampleLike) -> Reward:
 
 def run_reward_in_worker(reward_fn: str | RewardFn, response: str, reference: str, meta: dict) -> Reward:
     """Worker-side entry point of isolate mode (importable by name)."""
-    return _safe(_resolve_fn(reward_fn), response, SimpleExample(reference, meta))
+    return _safe(resolve_reward_fn(reward_fn), response, SimpleExample(reference, meta))
 
 
 def score_batch(
@@ -156,7 +164,7 @@ def score_batch(
 
     if isolate:
         name = reward_fn if isinstance(reward_fn, str) else reward_fn
-        _resolve_fn(name)  # fail now on an unknown name
+        resolve_reward_fn(name)  # fail now on an unknown name
         pool = _pool.get_pool(min_size=workers)
 
         def one(i: int) -> None:
@@ -173,7 +181,7 @@ def score_batch(
                 out[i] = Reward(0.0, {}, Status.ERROR, res.info)
 
     else:
-        fn = _resolve_fn(reward_fn)
+        fn = resolve_reward_fn(reward_fn)
         if workers > 1:
             _pool.get_pool(min_size=workers)
 

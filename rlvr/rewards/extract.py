@@ -185,8 +185,8 @@ _LETTER_PATTERNS = (
     re.compile(r"\(([A-Z])\)"),
     # "B)" or "B." at the start of a line
     re.compile(r"(?m)^\s*([A-Z])[).:](?:\s|$)"),
-    # a lone capital letter token
-    re.compile(r"(?<![A-Za-z])([A-Z])(?![A-Za-z])"),
+    # a lone capital letter token; "I" and "A" followed by a lower-case word are English
+    re.compile(r"(?<![A-Za-z])(?![AI]\s+[a-z])([A-Z])(?![A-Za-z])"),
 )
 
 

@@ -1,0 +1,195 @@
+"""Equivalence: the labeled pairs (>= 200, per category, with close-but-different pairs), the
+tolerance policy by hand arithmetic, the parser's bounds, normalization, cache and determinism."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from rlvr.rewards import grader as G
+from rlvr.rewards import mathparse as mp
+from rlvr.rewards.grader import grade_answer, normalize
+from rlvr.rewards.tolerance import decimal_matches, significant_digits
+from rlvr.rewards.types import Status
+
+PAIRS_FILE = Path(__file__).resolve().parents[1] / "rlvr" / "rewards" / "labeled" / "equivalence_pairs.jsonl"
+PAIRS = [json.loads(line) for line in PAIRS_FILE.read_text().splitlines() if line.strip()]
+
+
+def test_labeled_set_size_and_coverage():
+    assert len(PAIRS) >= 200
+    cats = Counter(p["category"] for p in PAIRS)
+    required = {
+        "integer", "separators", "decimal", "fraction", "mixed_number", "percent", "scientific", "units",
+        "currency", "text", "multiple_choice", "expression", "equation", "set", "tuple", "interval", "matrix",
+    }  # fmt: skip
+    assert required <= set(cats)
+    # every category has both equal and close-but-different pairs
+    for cat in cats:
+        labels = {p["equal"] for p in PAIRS if p["category"] == cat}
+        assert labels == {True, False} or cat == "latex_wrappers" and True in labels, cat
+    # the false positives / negatives named in the issue are all labeled
+    named = {(p["pred"], p["gold"]) for p in PAIRS}
+    for pair in [("3 + 2d", "5"), ("5 cm", "5 m"), ("x=2", "y=2"), ("1/3^40", "1/3^41"), ("48 000", "48000"),
+                 ("7\\,000", "7000"), ("2 1/2", "5/2"), ("6.02e23", "6.02 \\times 10^{23}"), ("30°", "30")]:  # fmt: skip
+        assert pair in named, pair
+
+
+@pytest.mark.parametrize("pair", PAIRS, ids=[f"{p['category']}-{i}" for i, p in enumerate(PAIRS)])
+def test_labeled_pair(pair):
+    v = grade_answer(pair["pred"], pair["gold"], timeout_s=10.0)
+    assert v.status in (Status.CORRECT, Status.INCORRECT), v
+    assert (v.status is Status.CORRECT) == pair["equal"], v
+
+
+# --- tolerance policy, by hand ---------------------------------------------------------------
+
+
+def test_significant_digits():
+    # 0.333 = 333 steps of 1/1000 -> 3 digits; 0.05 = 5 steps of 1/100 -> 1 digit
+    assert significant_digits(Fraction(333, 1000), Fraction(1, 1000)) == 3
+    assert significant_digits(Fraction(5, 100), Fraction(1, 100)) == 1
+    # 6.02e23 = 602 steps of 1e21 -> 3 digits
+    assert significant_digits(Fraction(602 * 10**21), Fraction(10**21)) == 3
+
+
+def test_decimal_rounding_rule():
+    third = Fraction(1, 3)
+    # |0.333 - 1/3| = 1/3000 = 0.000333.. <= 0.0005 (half a step of 0.001) -> accepted
+    assert decimal_matches(Fraction(333, 1000), Fraction(1, 1000), third)
+    # |0.334 - 1/3| = 2/3000 = 0.000667 > 0.0005 -> rejected
+    assert not decimal_matches(Fraction(334, 1000), Fraction(1, 1000), third)
+    # 0.33 has 2 significant digits < 3 -> rejected even though it is the correct rounding
+    assert not decimal_matches(Fraction(33, 100), Fraction(1, 100), third)
+    # 2/3: 0.667 - 0.6666.. = 0.000333 <= 0.0005 yes; 0.6666.. - 0.666 = 0.000667 > 0.0005 no
+    assert decimal_matches(Fraction(667, 1000), Fraction(1, 1000), Fraction(2, 3))
+    assert not decimal_matches(Fraction(666, 1000), Fraction(1, 1000), Fraction(2, 3))
+
+
+def test_two_decimals_compare_exactly_and_tiny_values_do_not_collapse():
+    assert grade_answer("3.14", "3.1416").status is Status.INCORRECT
+    assert grade_answer("0.50", "0.5").status is Status.CORRECT
+    # 1/3^40 vs 1/3^41 differ by a factor 3; a relative tolerance of 1e-4 would not notice
+    # differences below it, an absolute one would call both 0. Exact rationals do.
+    assert grade_answer("1/3^40", "1/3^41").status is Status.INCORRECT
+    assert grade_answer("3^{-40}", "1/3^40").status is Status.CORRECT
+    # 1e-30 vs 2e-30: different decimals -> unequal
+    assert grade_answer("1e-30", "2e-30").status is Status.INCORRECT
+
+
+# --- parser ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text,value",
+    [
+        ("2^3^2", Fraction(512)),  # right-associative: 2^(3^2) = 2^9 = 512
+        ("-2^2", Fraction(-4)),  # unary minus binds looser than ^
+        ("2(3+4)", Fraction(14)),  # implicit multiplication
+        ("\\frac{3}{4}+\\frac14", Fraction(1)),  # 3/4 + 1/4
+        ("\\frac{\\frac{1}{2}}{2}", Fraction(1, 4)),
+        ("1/3^40", Fraction(1, 3**40)),
+        ("\\sqrt{16}", Fraction(4)),
+        ("\\sqrt[3]{27}", Fraction(3)),
+        ("4^{1/2}", Fraction(2)),
+        ("5!", Fraction(120)),
+        ("\\binom{5}{2}", Fraction(10)),
+        ("6.02e23", Fraction(602 * 10**21)),
+        ("1.5 \\times 10^{-3}", Fraction(15, 10**4)),
+        ("2 \\cdot 3 \\div 4", Fraction(3, 2)),
+        ("\\left(1+2\\right)^2", Fraction(9)),
+    ],
+)
+def test_parser_exact_values(text, value):
+    assert mp.to_fraction(mp.parse(text)) == value
+
+
+@pytest.mark.parametrize("text", ["\\sqrt{2}", "\\pi", "x+1", "\\sin(1)", "e"])
+def test_parser_non_rational_is_none(text):
+    assert mp.to_fraction(mp.parse(text)) is None
+
+
+@pytest.mark.parametrize(
+    "text", ["9^9^9^9", "2^{10^{6}}", "x^{10^{100}}", "1001!", "1e100000", "(" * 70 + "1" + ")" * 70, "9" * 401]
+)
+def test_parser_rejects_hostile(text):
+    with pytest.raises(mp.Hostile):
+        node = mp.parse(text)
+        mp.check_bounds(node)
+        mp.to_fraction(node)
+
+
+def test_parser_decimal_quantum():
+    assert mp.decimal_quantum(mp.parse("0.333")) == Fraction(1, 1000)
+    assert mp.decimal_quantum(mp.parse("-2.5")) == Fraction(1, 10)
+    assert mp.decimal_quantum(mp.parse("6.02 \\times 10^{23}")) == Fraction(10**21)
+    assert mp.decimal_quantum(mp.parse("7")) is None
+    assert mp.decimal_quantum(mp.parse("1/3")) is None
+
+
+# --- normalization, guard, cache, determinism ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "raw,norm",
+    [
+        ("$72$", "72"),
+        ("48 000", "48000"),
+        ("7\\,000", "7000"),
+        ("1,234,567", "1234567"),
+        ("\\dfrac{1}{2}", "\\frac{1}{2}"),
+        ("\\left( 1, 2 \\right)", "( 1, 2 )"),
+        ("30^{\\circ}", "30 °"),
+        ("\\text{ cm}", "cm"),
+        ("x \\leq 3", "x <= 3"),
+        ("\u22125", "-5"),
+        ("\\boxed{7}", "7"),
+        ("72.", "72"),
+    ],
+)
+def test_normalize(raw, norm):
+    assert normalize(raw) == norm
+
+
+def test_guard_reasons():
+    assert G.guard("1" * 1001) and "longer" in G.guard("1" * 1001)
+    assert "control" in G.guard("1\x00")
+    assert "TeX" in G.guard("\\input{x}")
+    assert "unbalanced" in G.guard("(1")
+    assert "unbalanced" in G.guard("1)(")
+    assert G.guard("[0, 1)") is None  # intervals mix bracket types
+    assert G.guard("\\frac{1}{2}") is None
+
+
+def test_gold_rejected_by_guard_is_an_error_not_a_wrong_answer():
+    v = grade_answer("1", "\\input{x}")
+    assert v.status is Status.ERROR and "gold" in v.info
+
+
+def test_non_string_inputs_are_errors():
+    assert grade_answer(None, "1").status is Status.ERROR  # type: ignore[arg-type]
+
+
+def test_cache_hits_and_same_verdicts():
+    G.set_cache(True)
+    before = G.STATS.snapshot().get("cache_hits", 0)
+    first = grade_answer("\\frac{2}{4}", "0.5")
+    second = grade_answer("\\frac{2}{4}", "0.5")
+    assert first == second and first.status is Status.CORRECT
+    assert G.STATS.snapshot().get("cache_hits", 0) == before + 1
+
+
+def test_grading_is_deterministic_without_cache():
+    G.set_cache(False)
+    try:
+        sample = PAIRS[::7]
+        a = [grade_answer(p["pred"], p["gold"], timeout_s=10.0) for p in sample]
+        b = [grade_answer(p["pred"], p["gold"], timeout_s=10.0) for p in sample]
+        assert [v.status for v in a] == [v.status for v in b]
+        assert [v.info for v in a] == [v.info for v in b]
+    finally:
+        G.set_cache(True)
