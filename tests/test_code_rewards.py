@@ -276,3 +276,61 @@ def test_stdlib_imports_work_inside_the_sandbox():
             "print(math.comb(5, 2), sorted(collections.Counter('aab').values()), heapq.nsmallest(1, [3, 1]))\n")
     report = run_tests(code, task_from_meta({"tests": {"io": [{"stdin": "", "stdout": "10 [1, 2] [1]\n"}]}}))
     assert report.n_passed == 1 and not report.flags, (report.tests, report.flags)
+
+
+_DYING_GRADER = r'''
+import sys
+sys.path[:0] = [REPO, SITE]
+from rlvr.rewards.code.runner import run_tests
+from rlvr.rewards.code.task import task_from_meta
+t = task_from_meta({"tests": {"io": [{"stdin": "", "stdout": "x\n"}]}, "time_limit_s": 20.0})
+code = "import os, time\nif os.fork() == 0:\n    time.sleep(60)\nprint('started', flush=True)\ntime.sleep(60)\n"
+run_tests(code, t)
+'''
+
+
+def _sandbox_processes() -> list[str]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                status = open(f"/proc/{entry}/status").read()
+            except OSError:
+                continue
+            uid = int(status.split("\nUid:")[1].split()[1])
+            if sandbox.UID_BASE <= uid < sandbox.UID_BASE + sandbox.UID_SLOTS and "State:\tZ" not in status:
+                out.append(entry)
+    return out
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="identifies sandbox processes by their slot uid")
+def test_sandbox_dies_with_a_killed_grader(tmp_path):
+    # A reward worker that hits its own timeout is SIGKILLed: nobody enforces the sandbox's wall
+    # clock any more. The harness and its children carry PDEATHSIG=SIGKILL, so they die too.
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    repo = str(Path(__file__).resolve().parents[1])
+    site = next(p for p in sys.path if p.endswith("site-packages"))
+    script = tmp_path / "grader.py"
+    script.write_text(f"REPO = {repo!r}\nSITE = {site!r}\n" + _DYING_GRADER)
+    grader = subprocess.Popen([sys.executable, str(script)])
+    try:
+        for _ in range(200):  # wait until the candidate and its child run (as the slot uid)
+            if len(_sandbox_processes()) >= 2:
+                break
+            time.sleep(0.05)
+        assert len(_sandbox_processes()) >= 2
+    finally:
+        grader.send_signal(signal.SIGKILL)
+        grader.wait()
+    for _ in range(40):
+        if not _sandbox_processes():
+            break
+        time.sleep(0.05)
+    assert not _sandbox_processes()
+    for d in Path("/tmp").glob("rlvr-sbx-*"):  # the killed grader could not remove its box
+        subprocess.run(["rm", "-rf", str(d)], check=False)

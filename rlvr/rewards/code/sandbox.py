@@ -176,6 +176,8 @@ class Box:
     def __init__(self, code: str | None):
         self.iso = isolation()
         self.uid, self._lock_fd = _acquire_slot() if self.iso.root else (os.getuid(), -1)
+        if self.iso.root:
+            kill_uid(self.uid)  # a slot starts empty even if a previous grader died mid-run
         tmp = tempfile.gettempdir()
         hide = hidden_ancestor() if self.iso.root else None
         if hide and (tmp + "/").startswith(hide + "/"):
@@ -232,7 +234,7 @@ class _Proc:
         flag_r, flag_w = os.pipe()
         iso = box.iso
         nproc = limits.max_processes if iso.root else _user_process_count() + limits.max_processes
-        cfg = {"root": iso.root, "mode": mode, "uid": box.uid, "work": str(box.work),
+        cfg = {"root": iso.root, "mode": mode, "grader_pid": os.getpid(), "uid": box.uid, "work": str(box.work),
                "code_dir": str(box.code_dir), "prefix": prefix, "stash": str(box.stash),
                "hide": hidden_ancestor() if iso.root else None,
                "limits": limits.to_harness(nproc), "flag_fd": flag_w, "max_forks": limits.max_processes,
