@@ -324,13 +324,17 @@ def test_sandbox_dies_with_a_killed_grader(tmp_path):
                 break
             time.sleep(0.05)
         assert len(_sandbox_processes()) >= 2
-    finally:
         grader.send_signal(signal.SIGKILL)
         grader.wait()
-    for _ in range(40):
-        if not _sandbox_processes():
-            break
-        time.sleep(0.05)
-    assert not _sandbox_processes()
-    for d in Path("/tmp").glob("rlvr-sbx-*"):  # the killed grader could not remove its box
-        subprocess.run(["rm", "-rf", str(d)], check=False)
+        for _ in range(40):
+            if not _sandbox_processes():
+                break
+            time.sleep(0.05)
+        assert not _sandbox_processes()
+    finally:
+        grader.kill()
+        grader.wait()
+        for pid in _sandbox_processes():  # only if the assertion above failed
+            os.kill(int(pid), signal.SIGKILL)
+        for d in Path("/tmp").glob("rlvr-sbx-*"):  # the killed grader could not remove its box
+            subprocess.run(["rm", "-rf", str(d)], check=False)
