@@ -372,6 +372,8 @@ def test_plot_run_only_what_exists_and_cli(tmp_path):
     with RunDir.create(tmp_path / "r", tensorboard=False) as run:
         run.log_metrics(1, {"loss": 2.0})
         run.log_metrics(2, {"loss": 1.0})
+    (tmp_path / "r" / "plots").mkdir()
+    (tmp_path / "r" / "plots" / "reward.png").write_bytes(b"stale")  # from an earlier plot call
     # typer runs a one-command app without the subcommand name (until others register theirs)
     cmd = ["plot"] if len(app.registered_commands) > 1 else []
     assert any(c.callback.__name__ == "plot" for c in app.registered_commands)

@@ -6,7 +6,7 @@ figure per theme, and returns the PNG paths under RUN_DIR/plots/:
     reward.png        reward/mean, reward/<part>, eval/reward; accuracy, format_rate, eval/accuracy,
                       eval/format_rate, eval/pass@k vs step
     reward_time.png   the same against wall time ("time", seconds since the run started)
-    length.png        len/mean, len/correct, len/incorrect (tokens); truncated fractions
+    length.png        len/mean, len/correct, len/incorrect (tokens); truncated fractions; median/max
     optimization.png  loss, grad_norm, entropy, kl, clip_frac/*, ratio/*, lr
     system.png        tokens_per_s, time/*, verifier/*, zero_var_groups, kept_frac
     other.png         numeric keys outside the schema (at most 12)
@@ -37,6 +37,7 @@ FIGURES: list[tuple[str, str, list[tuple[str, str, list[str]]]]] = [
         ("Response length", "tokens", ["len/mean", "len/correct", "len/incorrect", "eval/len/mean",
                                        "eval/len/correct", "eval/len/incorrect"]),
         ("Truncated at max_tokens", "fraction", ["len/truncated_frac", "eval/truncated_rate"]),
+        ("Length spread", "tokens", ["len/median", "len/max", "eval/len/median", "eval/len/max"]),
     ]),
     ("optimization.png", "step", [
         ("Loss", "loss", ["loss", "loss/*"]),
@@ -113,6 +114,10 @@ def _draw(path: Path, rows, x: str, panels: list[tuple[str, str, list[str]]], ti
                 ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.5, label=key)
         ax.set_title(panel_title, fontsize=11)
         ax.set_xlabel("wall time (s)" if x == "time" else x)
+        if x == "step":
+            from matplotlib.ticker import MaxNLocator
+
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8, loc="best")
@@ -152,4 +157,7 @@ def plot_run(run_dir: Any, out_dir: str | Path | None = None) -> list[Path]:
     other = [k for k in keys if k not in taken][:MAX_OTHER]
     if other and _draw(out / "other.png", rows, "step", [(k, k, [k]) for k in other], f"{run_path.name}: other"):
         written.append(out / "other.png")
+    for fname in [f for f, _, _ in FIGURES] + ["other.png"]:  # figures of an earlier call, now stale
+        if out / fname not in written:
+            (out / fname).unlink(missing_ok=True)
     return written
