@@ -337,4 +337,6 @@ def test_sandbox_dies_with_a_killed_grader(tmp_path):
         for pid in _sandbox_processes():  # only if the assertion above failed
             os.kill(int(pid), signal.SIGKILL)
         for d in Path("/tmp").glob("rlvr-sbx-*"):  # the killed grader could not remove its box
-            subprocess.run(["rm", "-rf", str(d)], check=False)
+            main = d / "code" / "main.py"
+            if main.exists() and "print('started', flush=True)" in main.read_text():
+                subprocess.run(["rm", "-rf", str(d)], check=False)
