@@ -142,7 +142,14 @@ def main() -> None:
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--variant", help=argparse.SUPPRESS)
     p.add_argument("--dtype", help=argparse.SUPPRESS)
+    p.add_argument("--render", type=Path, help="only re-render an existing results JSON as markdown")
     args = p.parse_args()
+    if args.render:
+        payload = json.loads(args.render.read_text())
+        out = args.render.with_suffix(".md")
+        out.write_text(render_markdown(payload))
+        print(out.read_text())
+        return
     if args.child:
         print(json.dumps(child(args)))
         return
@@ -184,8 +191,37 @@ def main() -> None:
         "measure": "peak RSS via getrusage in a fresh subprocess per variant (cuda: max_memory_allocated)",
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"meta": meta, "runs": runs}, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    payload = {"meta": meta, "runs": runs}
+    args.out.write_text(json.dumps(payload, indent=2) + "\n")
+    md = args.out.with_suffix(".md")
+    md.write_text(render_markdown(payload))
+    print(f"wrote {args.out} and {md}")
+
+
+def render_markdown(payload: dict) -> str:
+    """The results table as markdown (also: `python benchmarks/logprobs.py --render results.json`)."""
+    m = payload["meta"]
+    lines = [
+        "# Token logprobs: chunked vs naive",
+        "",
+        f"vocab {m['vocab']}, chunk_size {m['chunk_size']} rows, device {m['device']}, "
+        f"{m['threads']} thread(s). Memory: {m['measure']}. 'extra' = peak minus the peak right "
+        "after the logits were built (with backward this includes the logits' gradient, which every "
+        "implementation must produce).",
+        "",
+        "| tokens | logits | mode | variant | logits MB | extra peak MB | total peak MB | seconds |",
+        "|---|---|---|---|---:|---:|---:|---:|",
+    ]
+    for r in payload["runs"]:
+        mode = "fwd+bwd" if r["backward"] else "no_grad"
+        head = f"| {r['batch']}x{r['seq']} | {r['dtype']} | {mode} | {r['variant']} |"
+        if "error" in r:
+            lines.append(f"{head} | | | {r['error']} |")
+        else:
+            lines.append(
+                f"{head} {r['logits_mb']:.0f} | {r['extra_peak_mb']:.0f} | {r['peak_mb']:.0f} | {r['seconds']:.2f} |"
+            )
+    return "\n".join(lines) + "\n"
 
 
 def _print_row(r: dict) -> None:
