@@ -1,11 +1,11 @@
 """Generation throughput of HFGenerator on the tiny CPU model: 256 sequences x 32 new tokens,
 with and without the KV cache, next to transformers' own `generate` for reference.
 
-    RLVR_NUM_THREADS=1 .venv/bin/python benchmarks/generation.py [--repeats 3] [--sequences 256]
+    RLVR_NUM_THREADS=1 .venv/bin/python benchmarks/generation.py [--repeats 5] [--sequences 256]
 
 Every response is exactly `new_tokens` long (min_tokens = max_tokens, so EOS cannot end one
-early); tokens/s counts generated tokens only. Reported time is the best of `repeats` runs
-(after one warm-up), to reduce the noise of a shared machine. Writes
+early); tokens/s counts generated tokens only. Reported time is the best of `repeats` interleaved
+rounds (after one warm-up), to reduce the noise of a shared machine. Writes
 benchmarks/results/generation.{md,json}.
 """
 
@@ -25,16 +25,6 @@ from rlvr.rollout import HFGenerator, SamplingSpec
 from rlvr.runtime import set_num_threads
 
 RESULTS = Path(__file__).parent / "results"
-
-
-def _best_time(fn, repeats: int) -> float:
-    fn()  # warm-up
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def _hf_generate(model, tok, prompts, new_tokens, batch_size):
@@ -64,7 +54,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sequences", type=int, default=256)
     ap.add_argument("--new-tokens", type=int, default=32)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default RLVR_NUM_THREADS)")
     args = ap.parse_args()
     threads = set_num_threads(args.threads)
@@ -77,8 +67,8 @@ def main() -> None:
     spec = SamplingSpec(max_tokens=args.new_tokens, min_tokens=args.new_tokens, seed=0)
     total_tokens = args.sequences * args.new_tokens
 
-    rows = []
-    for name, batch_size, use_cache in [
+    methods = []  # (label, batch size, callable)
+    for label, batch_size, use_cache in [
         ("HFGenerator, KV cache", 256, True),
         ("HFGenerator, KV cache", 64, True),
         ("HFGenerator, no cache", 256, False),
@@ -87,27 +77,32 @@ def main() -> None:
         gen = HFGenerator(model, tok, batch_size=batch_size, use_cache=use_cache)
         check = gen.generate(prompts[:2], spec)
         assert all(len(r.response_ids) == args.new_tokens for r in check)
-        secs = _best_time(lambda gen=gen: gen.generate(prompts, spec), args.repeats)
-        rows.append(
-            {"method": name, "batch_size": batch_size, "seconds": secs, "tokens_per_s": total_tokens / secs}
-        )
-        print(
-            f"{name:28s} batch {batch_size:4d}: {secs:7.3f} s  {total_tokens / secs:9.0f} tok/s", flush=True
-        )
+        methods.append((label, batch_size, lambda gen=gen: gen.generate(prompts, spec)))
     for batch_size in (256, 64):
-        secs = _best_time(
-            lambda b=batch_size: _hf_generate(model, tok, prompts, args.new_tokens, b), args.repeats
+        methods.append(
+            (
+                "transformers generate (reference)",
+                batch_size,
+                lambda b=batch_size: _hf_generate(model, tok, prompts, args.new_tokens, b),
+            )
         )
+    # Interleaved repeats (every method once per round, best round kept): a shared machine's
+    # load drifts over a minute, and interleaving spreads that drift over all methods alike.
+    best = [float("inf")] * len(methods)
+    for _, _, fn in methods:
+        fn()  # warm-up
+    for _ in range(args.repeats):
+        for k, (_, _, fn) in enumerate(methods):
+            t0 = time.perf_counter()
+            fn()
+            best[k] = min(best[k], time.perf_counter() - t0)
+    rows = []
+    for (label, batch_size, _), secs in zip(methods, best, strict=True):
         rows.append(
-            {
-                "method": "transformers generate (reference)",
-                "batch_size": batch_size,
-                "seconds": secs,
-                "tokens_per_s": total_tokens / secs,
-            }
+            {"method": label, "batch_size": batch_size, "seconds": secs, "tokens_per_s": total_tokens / secs}
         )
         print(
-            f"{'transformers generate':28s} batch {batch_size:4d}: {secs:7.3f} s  {total_tokens / secs:9.0f} tok/s"
+            f"{label:34s} batch {batch_size:4d}: {secs:7.3f} s  {total_tokens / secs:9.0f} tok/s", flush=True
         )
 
     meta = {
@@ -127,7 +122,7 @@ def main() -> None:
         "# Generation throughput (benchmarks/generation.py)",
         "",
         f"{args.sequences} sequences x {args.new_tokens} new tokens, tiny char-level Qwen2 ({n_params} parameters), "
-        f"CPU, {threads} torch thread(s), best of {args.repeats} after a warm-up. {meta['date_utc']} UTC.",
+        f"CPU, {threads} torch thread(s), best of {args.repeats} interleaved rounds after a warm-up. {meta['date_utc']} UTC.",
         "",
         "| method | batch size | seconds | tokens/s |",
         "|---|---:|---:|---:|",
