@@ -438,6 +438,8 @@ class _Builder:
                     self._unknown(prefix + key, where(ykey))
                     continue
                 sub = _section_type(hints[name])
+                if sub is not None and isinstance(value, sub):  # a section instance (e.g. in a preset)
+                    value = _plain(value)
                 if dot:  # `optim.lr: 1e-4` written inside a mapping
                     if sub is None:
                         self._unknown(prefix + key, where(ykey))

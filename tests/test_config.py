@@ -126,6 +126,11 @@ def test_layer_order_defaults_base_yaml_overrides(tmp_path):
     assert cfg.optim.schedule == "constant"
 
 
+def test_base_may_hold_section_instances():
+    cfg = load_config(RootConfig, base={"optim": OptimSection(lr=0.5, steps=3)}, overrides=["optim.steps=4"])
+    assert (cfg.optim.lr, cfg.optim.steps) == (0.5, 4)
+
+
 def test_derived_values_follow_overrides_even_with_factory_presets():
     cfg = load_config(RootConfig, overrides=["sampling.n_prompts=3", "sampling.group_size=5"])
     assert (cfg.sampling.batch, cfg.algo.micro_batch) == (15, 15)
