@@ -174,3 +174,29 @@ def test_whiten():
     assert torch.allclose(w, torch.tensor([[-s, 0.0, 0.0], [s, 0.0, 0.0]]))
     w2 = whiten(x, m, shift_mean=False, eps=0.0)
     assert torch.allclose(w2, torch.tensor([[-s + 2, 2.0, 0.0], [s + 2, 0.0, 0.0]]))
+
+
+@pytest.mark.parametrize("gamma,lam", [(0.99, 0.95), (0.5, 1.0), (1.0, 0.0)])
+def test_gae_matches_direct_sum(gamma, lam):
+    # Independent form on right-padded rows of length n: A_t = sum_{l=0}^{n-1-t} (gamma*lam)^l delta_{t+l},
+    # delta_k = r_k + gamma * V_{k+1} - V_k with V_n = 0; left-padding the same row shifts the result.
+    g = torch.Generator().manual_seed(7)
+    r = torch.randn(3, 6, generator=g)
+    v = torch.randn(3, 6, generator=g)
+    lengths = [6, 4, 1]
+    mask = torch.zeros(3, 6, dtype=torch.int64)
+    for i, n in enumerate(lengths):
+        mask[i, :n] = 1
+    adv, ret = gae(r, v, mask, gamma, lam)
+    for i, n in enumerate(lengths):
+        vv = torch.cat([v[i, :n], torch.zeros(1)])
+        delta = r[i, :n] + gamma * vv[1:] - vv[:-1]
+        ref = [sum((gamma * lam) ** k * delta[t + k] for k in range(n - t)) for t in range(n)]
+        assert torch.allclose(adv[i, :n], torch.stack(ref), atol=1e-5)
+        assert (adv[i, n:] == 0).all() and (ret[i, n:] == 0).all()
+        # the same row left-padded gives the same advantages, shifted
+        shift = 6 - n
+        lm = torch.zeros(1, 6, dtype=torch.int64)
+        lm[0, shift:] = 1
+        a2, _ = gae(torch.roll(r[i : i + 1], shift, 1), torch.roll(v[i : i + 1], shift, 1), lm, gamma, lam)
+        assert torch.allclose(a2[0, shift:], adv[i, :n], atol=1e-6)
