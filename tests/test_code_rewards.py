@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -340,3 +342,27 @@ def test_sandbox_dies_with_a_killed_grader(tmp_path):
             main = d / "code" / "main.py"
             if main.exists() and "print('started', flush=True)" in main.read_text():
                 subprocess.run(["rm", "-rf", str(d)], check=False)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="identifies sandbox processes by their slot uid")
+def test_through_killable_worker_pool():
+    # isolate=True runs each reward call in the rewards layer's killable worker processes. A
+    # worker killed at its deadline (1 s) takes its sandbox with it (PDEATHSIG), and the
+    # verdict is a counted timeout, not a hang.
+    import time
+
+    ex = SimpleExample("", ADD_META)
+    slow = SimpleExample("", {"tests": {"io": [{"stdin": "", "stdout": "x\n"}]}, "time_limit_s": 20.0})
+    rewards = score_batch("code", [block("def add(a, b):\n    return a + b\n"), block("import time\ntime.sleep(60)\n")],
+                          [ex, slow], workers=2, isolate=True, timeout_s=2.0)
+    assert rewards[0].total == 1.0 and rewards[0].status is Status.CORRECT
+    assert rewards[1].total == 0.0 and rewards[1].status is Status.TIMEOUT
+    for _ in range(40):
+        if not _sandbox_processes():
+            break
+        time.sleep(0.05)
+    assert not _sandbox_processes()
+    for d in Path("/tmp").glob("rlvr-sbx-*"):  # the killed worker could not remove its box
+        main = d / "code" / "main.py"
+        if main.exists() and main.read_text() == "import time\ntime.sleep(60)\n":
+            shutil.rmtree(d, ignore_errors=True)

@@ -182,7 +182,13 @@ class Box:
         hide = hidden_ancestor() if self.iso.root else None
         if hide and (tmp + "/").startswith(hide + "/"):
             tmp = "/tmp"  # the box must not live under the directory the sandbox covers
-        self.base = Path(tempfile.mkdtemp(prefix="rlvr-sbx-", dir=tmp))
+        self.base = Path(tempfile.mkdtemp(prefix=f"rlvr-sbx-{self.uid}-", dir=tmp))
+        if self.iso.root:
+            # Boxes of this uid left by a grader that was killed mid-run: we hold the slot's
+            # lock now, so nobody else can be using them.
+            for stale in Path(tmp).glob(f"rlvr-sbx-{self.uid}-*"):
+                if stale != self.base:
+                    shutil.rmtree(stale, ignore_errors=True)
         os.chmod(self.base, 0o755)
         self.code_dir = self.base / "code"
         self.work = self.base / "work"
