@@ -119,7 +119,7 @@ def test_autograd_saves_only_logits_and_labels():
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         logprobs_and_entropy(logits, labels, chunk_size=4, with_entropy=True)
     logit_bytes = logits.numel() * logits.element_size()
-    assert sum(saved) <= logit_bytes + labels.numel() * 8
+    assert logit_bytes <= sum(saved) <= logit_bytes + labels.numel() * 8  # hooks did fire
     saved.clear()
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         _naive(logits.float(), labels)
