@@ -72,7 +72,7 @@ CASES = [
     ("gigabyte_output", IO_TASK, "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n",
      {"status": TestStatus.KILLED}),
     ("gigabyte_stderr", IO_TASK,
-     "import sys\nfor _ in range(2000):\n    sys.stderr.write('x' * 65536)\nprint(3)\n", {"passed": 1}),
+     "import sys\nfor _ in range(512):\n    sys.stderr.write('x' * 65536)\nprint(3)\n", {"passed": 1}),
     ("disk_fill", IO_TASK, "f = open('big', 'wb')\nwhile True:\n    f.write(b'x' * (1 << 20))\n",
      {"status": TestStatus.ERROR}),
     ("read_hidden_tests_repo", IO_TASK,

@@ -84,3 +84,12 @@ def test_registered_task():
     ex = task.generate(1, "train", seed=0)[0]
     target = task.target(ex)
     assert target.startswith("```python\n") and ex.solution in target
+
+
+def test_builtin_file_loads_through_the_task_interface():
+    from importlib import resources
+
+    path = resources.files("rlvr").joinpath("assets", "code_tasks", "tasks.jsonl")
+    exs = get_task("code").load(str(path))
+    assert len(exs) == len(builtin()) and exs[0].id == "code:add_two"
+    assert exs[0].meta["tests"]["calls"][0] == {"args": [1, 2], "expected": 3}
