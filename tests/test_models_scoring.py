@@ -38,6 +38,21 @@ def test_tokenize_prompt_and_output_hand_computed(tiny):
     assert out["response_mask"].dtype == torch.bool
 
 
+def test_prompt_gets_bos_when_the_tokenizer_adds_one_and_the_output_does_not():
+    from tokenizers.processors import TemplateProcessing
+
+    from rlvr.models import build_char_tokenizer
+
+    tok = build_char_tokenizer()
+    tok._tokenizer.post_processor = TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 1)])
+    c = tok.convert_tokens_to_ids
+    out = tokenize_prompt_and_output(["ab"], ["cd"], tok)
+    # ids = [<bos>, a, b, c, d]: P = 3 (with BOS), R = 2 -> response labels at t in [2, 4)
+    assert out["input_ids"].tolist() == [[1, c("a"), c("b"), c("c")]]
+    assert out["labels"].tolist() == [[c("a"), c("b"), c("c"), c("d")]]
+    assert out["response_mask"].tolist() == [[False, False, True, True]]
+
+
 def test_build_training_batch_loss_mask_and_sampler_logprobs():
     b = build_training_batch(
         [[5, 6], [7]],

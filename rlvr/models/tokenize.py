@@ -10,8 +10,8 @@ longest P + R (called T):
 
 Right padding needs no attention mask for a causal model (real positions never attend to later
 pads), but `attention_mask` is provided anyway for code that wants to trim or pass it.
-Prompt and response are tokenized *separately* (no special tokens added), exactly as the
-assignment does, so response token ids are those the sampler produced, not a re-tokenization of
+Prompt and response are tokenized *separately*, exactly as the assignment does, so response
+token ids are those the sampler produced, not a re-tokenization of
 the concatenated text.
 """
 
@@ -96,10 +96,12 @@ def build_training_batch(
 def tokenize_prompt_and_output(prompt_strs: list[str], output_strs: list[str], tokenizer) -> dict:
     """CS336 `tokenize_prompt_and_output`: dict with input_ids, labels, response_mask, each
     (B, max(prompt_and_output_lens) - 1); padding uses tokenizer.pad_token_id, response_mask is
-    bool. Prompt and output are tokenized separately without special tokens."""
+    bool. Prompt and output are tokenized separately (special tokens only on the prompt)."""
     if len(prompt_strs) != len(output_strs):
         raise ValueError(f"{len(prompt_strs)} prompts but {len(output_strs)} outputs")
-    p_ids = [tokenizer.encode(s, add_special_tokens=False) for s in prompt_strs]
+    # The prompt gets the tokenizer's own special tokens (a BOS for tokenizers that add one, as
+    # the generators and vLLM do); the output is a continuation and gets none.
+    p_ids = [tokenizer.encode(s) for s in prompt_strs]
     o_ids = [tokenizer.encode(s, add_special_tokens=False) for s in output_strs]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     b = build_training_batch(p_ids, o_ids, pad)
