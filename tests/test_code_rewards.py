@@ -366,3 +366,10 @@ def test_through_killable_worker_pool():
         main = d / "code" / "main.py"
         if main.exists() and main.read_text() == "import time\ntime.sleep(60)\n":
             shutil.rmtree(d, ignore_errors=True)
+
+
+def test_slow_honest_program_times_out_without_integrity_flag():
+    # A CPU-bound honest function hits the limit: a timeout, not an integrity violation.
+    code = "def add(a, b):\n    while True:\n        a += 1\n"
+    report = run_tests(code, task_from_meta({**ADD_META, "time_limit_s": 0.25}))
+    assert [t.status for t in report.tests] == [TestStatus.TIMEOUT] * 4 and not report.flags

@@ -153,9 +153,10 @@ def _serve_spec(box: Box, limits: SandboxLimits, entry: str, stdin: bytes | None
 
 
 def _bypass_flag(report: ExecutionReport, r: ProcResult, where: str) -> None:
-    # The harness writes "done" when its request loop ends normally; a candidate that ended the
-    # process itself (os._exit, a signal to itself, closing the harness's pipes) skipped it.
-    if r.killed is None and "done" not in r.markers:
+    # The harness writes "done" when its request loop ends normally; a process that EXITED
+    # (status >= 0) without it was ended by the candidate (os._exit, ...). Deaths by signal are
+    # not flagged: the CPU limit and crashes end honest programs that way too.
+    if r.killed is None and r.returncode is not None and r.returncode >= 0 and "done" not in r.markers:
         report.flags.append(IntegrityFlag("harness_bypassed", f"serve process ended early (rc={r.returncode})",
                                           where))
 
