@@ -234,3 +234,36 @@ def test_spec_validation_names_the_field():
     with pytest.raises(ValueError, match="min_tokens"):
         SamplingSpec(max_tokens=3, min_tokens=4)
     assert SamplingSpec(stop="</answer>").stop == ("</answer>",)
+
+
+def test_dropping_finished_rows_changes_nothing(tiny, monkeypatch):
+    # EOS made fairly likely: responses end at different steps, so finished rows are dropped
+    # from the batch (and its KV cache) mid-generation; each row must still get exactly what it
+    # gets when decoded alone.
+    from transformers import DynamicCache
+
+    model, tok = tiny
+    selects = []
+    original = DynamicCache.batch_select_indices
+    monkeypatch.setattr(
+        DynamicCache,
+        "batch_select_indices",
+        lambda self, idx: (selects.append(len(idx)), original(self, idx))[1],
+    )
+    h = model.lm_head.register_forward_hook(
+        lambda _m, _i, out: out + 3.0 * (torch.arange(out.shape[-1]) == 2)
+    )
+    try:
+        spec = SamplingSpec(n=4, max_tokens=16, seed=21)
+        batched = HFGenerator(model, tok, batch_size=12).generate(PROMPTS, spec)
+        alone = HFGenerator(model, tok, batch_size=1).generate(PROMPTS, spec)
+        recompute = HFGenerator(model, tok, batch_size=12, use_cache=False).generate(PROMPTS, spec)
+    finally:
+        h.remove()
+    lengths = sorted(len(r.response_ids) for r in batched)
+    assert lengths[0] <= 4 and lengths[-1] >= 8  # rows really finished at different steps
+    assert selects and selects[0] <= 9  # the 12-row batch was compacted at least once
+    assert [r.response_ids for r in batched] == [r.response_ids for r in alone]
+    assert [r.response_ids for r in batched] == [r.response_ids for r in recompute]
+    for a, b in zip(batched, alone, strict=True):
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-4

@@ -184,6 +184,7 @@ class HFGenerator:
 
         logits, past = self._forward(ids, attn, None)
         full_ids = ids
+        live = list(range(B))  # original row of each row of the current (compacted) batch
         for step in range(spec.max_tokens):
             if step < spec.min_tokens and len(eos):
                 logits = logits.clone()
@@ -193,15 +194,15 @@ class HFGenerator:
                 tok = logp.argmax(-1)
             else:
                 logp = process_logits(logits, spec.temperature, spec.top_k, spec.top_p)
-                tok = sample_rows(logp, uniforms[:, step]).to(dev)
+                tok = sample_rows(logp, uniforms[live, step]).to(dev)
             tok_lp = logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1).tolist()
             tok_list = tok.tolist()
-            for r in range(B):
+            for pos, r in enumerate(live):
                 if finish[r] is not None:
                     continue
-                resp[r].append(tok_list[r])
-                lps[r].append(tok_lp[r])
-                if tok_list[r] in self.eos_ids:
+                resp[r].append(tok_list[pos])
+                lps[r].append(tok_lp[pos])
+                if tok_list[pos] in self.eos_ids:
                     finish[r], stop_reason[r] = "stop", "<eos>"
                 elif spec.stop and len(resp[r]) >= spec.min_tokens:  # vLLM: stops count from min_tokens on
                     hit = find_completed_stop(
@@ -211,14 +212,29 @@ class HFGenerator:
                         finish[r], stop_reason[r], cut_text[r] = "stop", hit[0], hit[1]
                 if finish[r] is None and len(resp[r]) >= spec.max_tokens:
                     finish[r] = "length"
-            if all(f is not None for f in finish):
+            still = [pos for pos, r in enumerate(live) if finish[r] is None]
+            if not still:
                 break
+            # Drop finished rows once a quarter of the batch is done, so long tails of a few
+            # unfinished responses do not pay for the whole batch (index_select of the cache
+            # costs about one decode step, hence not on every single finish).
+            if len(still) <= 0.75 * len(live) and (
+                not self.use_cache or hasattr(past, "batch_select_indices")
+            ):
+                keep = torch.tensor(still, dtype=torch.long, device=dev)
+                if self.use_cache:
+                    past.batch_select_indices(keep)
+                else:
+                    full_ids = full_ids[keep]
+                attn = attn[keep]
+                live = [live[pos] for pos in still]
+                tok_list = [tok_list[pos] for pos in still]
             nxt = torch.tensor(
-                [t if f is None else self.pad_id for t, f in zip(tok_list, finish, strict=True)],
+                [t if finish[r] is None else self.pad_id for t, r in zip(tok_list, live, strict=True)],
                 dtype=torch.long,
                 device=dev,
             ).unsqueeze(-1)
-            attn = torch.cat([attn, torch.ones((B, 1), dtype=torch.long, device=dev)], dim=1)
+            attn = torch.cat([attn, torch.ones((len(live), 1), dtype=torch.long, device=dev)], dim=1)
             if self.use_cache:
                 logits, past = self._forward(nxt, attn, past)
             else:
