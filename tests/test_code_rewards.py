@@ -200,12 +200,49 @@ def test_non_root_fallback(monkeypatch):
     assert leak.tests[0].status is TestStatus.ERROR  # Landlock, not the audit hook, stopped it
 
 
-def test_seccomp_program_shape():
-    prog = _harness.build_seccomp_program()
-    # arch check, x32 guard, 2 instructions per denied syscall, 5 per socket syscall, final allow
-    assert len(prog) == 4 + 2 + 2 * len(_harness.DENIED_SYSCALLS) + 5 * len(_harness.SOCKET_SYSCALLS) + 1
-    assert prog[1] == (0x15, 1, 0, 0xC000003E) and prog[-1] == (0x06, 0, 0, 0x7FFF0000)
+def _run_bpf(prog, nr, args=(), arch=0xC000003E):
+    """A tiny classic-BPF interpreter (ld abs word, jeq, jge, ret): an independent check of
+    the filter's verdicts, without installing it."""
+    import struct
+
+    regs = [a & 0xFFFFFFFFFFFFFFFF for a in args] + [0] * (6 - len(args))
+    data = struct.pack("<iIQ6Q", nr, arch, 0, *regs)
+    pc, acc = 0, 0
+    while True:
+        code, jt, jf, k = prog[pc]
+        if code == 0x20:
+            acc, pc = struct.unpack_from("<I", data, k)[0], pc + 1
+        elif code == 0x15:
+            pc += 1 + (jt if acc == k else jf)
+        elif code == 0x35:
+            pc += 1 + (jt if acc >= k else jf)
+        else:
+            assert code == 0x06
+            return k
+
+
+def test_seccomp_verdicts():
+    allow, eperm, eacces = 0x7FFF0000, 0x00050001, 0x0005000D
+    prog = _harness.build_seccomp_program(grader_pid=1000, own_pid=4242)
     assert len(prog) < 4096  # BPF_MAXINSNS
+    assert _run_bpf(prog, 41, (1, 1, 0)) == allow  # socket(AF_UNIX)
+    assert _run_bpf(prog, 41, (2, 1, 0)) == eacces  # socket(AF_INET)
+    assert _run_bpf(prog, 41, (40, 1, 0)) == eacces  # socket(AF_VSOCK)
+    assert _run_bpf(prog, 53, (10, 1, 0)) == eacces  # socketpair(AF_INET6)
+    assert _run_bpf(prog, 101) == eperm  # ptrace
+    assert _run_bpf(prog, 112) == eperm  # setsid
+    assert _run_bpf(prog, 425) == eperm  # io_uring_setup
+    assert _run_bpf(prog, 41 | 0x40000000, (2,)) == eperm  # x32 ABI alias
+    assert _run_bpf(prog, 41, (2,), arch=0x40000003) == 0x80000000  # i386 -> kill the process
+    assert _run_bpf(prog, 62, (-1, 9)) == eperm  # kill(-1): every process of the uid
+    assert _run_bpf(prog, 62, (1000, 9)) == eperm  # kill(grader)
+    assert _run_bpf(prog, 62, (-1000, 9)) == eperm  # kill(grader's group)
+    assert _run_bpf(prog, 62, (-4242, 9)) == allow  # kill(own group)
+    assert _run_bpf(prog, 62, (4243, 9)) == allow  # kill(a child): the kernel checks the uid
+    assert _run_bpf(prog, 234, (1000, 1000, 9)) == eperm  # tgkill(grader)
+    assert _run_bpf(prog, 200, (1000, 9)) == eperm  # tkill(grader)
+    assert _run_bpf(prog, 0, (0,)) == allow  # read
+    assert _run_bpf(prog, 59) == allow  # execve (Landlock limits what can be executed)
 
 
 # A real unprivileged grader: as root, a helper process makes the interpreter reachable for
@@ -373,3 +410,31 @@ def test_slow_honest_program_times_out_without_integrity_flag():
     code = "def add(a, b):\n    while True:\n        a += 1\n"
     report = run_tests(code, task_from_meta({**ADD_META, "time_limit_s": 0.25}))
     assert [t.status for t in report.tests] == [TestStatus.TIMEOUT] * 4 and not report.flags
+
+
+_SECCOMP_PROBE = r'''
+import os, sys
+ns = {"__name__": "harness"}
+exec(open(sys.argv[1]).read(), ns)
+assert ns["install_seccomp"](os.getppid(), os.getpid()) == "seccomp"
+out = []
+for pid in (-1, os.getppid(), os.getpid()):
+    try:
+        os.kill(pid, 0)  # signal 0: permission check only, nothing is delivered
+        out.append("ok")
+    except PermissionError:
+        out.append("eperm")
+print(",".join(out))
+'''
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the seccomp filter is x86_64 only")
+def test_seccomp_kill_rules_installed_for_real():
+    # Installed in a throwaway process whose "grader" is this test process: kill(-1) and
+    # kill(grader) fail with EPERM even for the same uid, kill(self) works.
+    import subprocess
+
+    exe, _ = sandbox.interpreter()
+    out = subprocess.run([exe, "-I", "-S", "-c", _SECCOMP_PROBE, _harness.__file__], capture_output=True,
+                         text=True, timeout=60)
+    assert out.stdout.strip() == "eperm,eperm,ok", out.stderr

@@ -112,6 +112,7 @@ DENIED_SYSCALLS = {
     272: "unshare", 308: "setns", 165: "mount", 166: "umount2", 155: "pivot_root", 161: "chroot",
     321: "bpf", 298: "perf_event_open", 323: "userfaultfd", 250: "keyctl", 248: "add_key",
     249: "request_key", 425: "io_uring_setup",  # io_uring can open sockets behind seccomp's back
+    424: "pidfd_send_signal", 129: "rt_sigqueueinfo", 297: "rt_tgsigqueueinfo",  # see kill rules
     246: "kexec_load", 175: "init_module", 313: "finit_module", 169: "reboot",
 }
 SOCKET_SYSCALLS = (41, 53)  # socket, socketpair: only AF_UNIX (1) allowed
@@ -142,8 +143,13 @@ def set_rlimits(limits):
         resource.setrlimit(res, val)
 
 
-def build_seccomp_program():
-    """Classic BPF for seccomp (x86_64). Returns a list of (code, jt, jf, k)."""
+def build_seccomp_program(grader_pid=0, own_pid=0):
+    """Classic BPF for seccomp (x86_64). Returns a list of (code, jt, jf, k).
+
+    Signals: kill(-1) (every process of the uid: with the grader's uid when not root, the whole
+    session) and kill/tkill/tgkill of the grader's pid are denied, and kill of a negative pid
+    (a process group) only for the box's own group. This matters when not root on kernels
+    without Landlock signal scoping; other positive pids are left to the kernel's uid check."""
     ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
     allow, errno_eperm, kill = 0x7FFF0000, 0x00050000 | 1, 0x80000000
     prog = [(ld_abs, 0, 0, 4), (jeq, 1, 0, 0xC000003E), (ret, 0, 0, kill), (ld_abs, 0, 0, 0)]
@@ -155,11 +161,21 @@ def build_seccomp_program():
         # socket(family, ...): args[0] low word at offset 16 on little-endian.
         prog += [(jeq, 0, 4, nr), (ld_abs, 0, 0, 16), (jeq, 0, 1, 1), (ret, 0, 0, allow),
                  (ret, 0, 0, 0x00050000 | 13)]  # EACCES
+    if grader_pid and own_pid:
+        own_group = (-own_pid) & 0xFFFFFFFF
+        prog += [(jeq, 0, 9, 62),  # kill(pid, sig)
+                 (ld_abs, 0, 0, 16), (jeq, 0, 1, 0xFFFFFFFF), (ret, 0, 0, errno_eperm),
+                 (jeq, 0, 1, grader_pid), (ret, 0, 0, errno_eperm),
+                 (jge, 0, 2, 0x80000000), (jeq, 1, 0, own_group), (ret, 0, 0, errno_eperm),
+                 (ret, 0, 0, allow)]
+        for nr in (200, 234):  # tkill(tid, sig), tgkill(tgid, tid, sig)
+            prog += [(jeq, 0, 4, nr), (ld_abs, 0, 0, 16), (jeq, 0, 1, grader_pid), (ret, 0, 0, errno_eperm),
+                     (ret, 0, 0, allow)]
     prog.append((ret, 0, 0, allow))
     return prog
 
 
-def install_seccomp():
+def install_seccomp(grader_pid, own_pid):
     machine = os.uname().machine
     if machine != "x86_64":
         return "seccomp: unsupported architecture " + machine
@@ -172,7 +188,7 @@ def install_seccomp():
     class SockFprog(ctypes.Structure):
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
 
-    prog = build_seccomp_program()
+    prog = build_seccomp_program(grader_pid, own_pid)
     arr = (SockFilter * len(prog))(*[SockFilter(*ins) for ins in prog])
     fprog = SockFprog(len(prog), ctypes.cast(arr, ctypes.POINTER(SockFilter)))
     if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
@@ -279,7 +295,7 @@ def confine(cfg, notes):
     prefix = cfg["prefix"]
     reads = [prefix, "/usr/lib", "/usr/lib64", "/lib", "/lib64", "/etc/ld.so.cache", cfg["code_dir"]]
     notes.append(install_landlock(reads, [cfg["work"]], ["/dev/null", "/dev/zero", "/dev/urandom"]))
-    notes.append(install_seccomp())
+    notes.append(install_seccomp(cfg["grader_pid"], os.getpid()))
     _, libc = _libc()
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no /proc/<pid>/mem, fd, environ for same-uid peers
     # Die with the grader: if the grader process is killed (e.g. a reward worker hit its own
