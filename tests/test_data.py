@@ -128,7 +128,9 @@ def test_r1_zero_prompt_round_trips_through_tiny_tokenizer_and_chat_template():
 
 
 def test_task_registry_and_reward_names():
-    with pytest.raises(KeyError, match="unknown task 'nope'; known: arithmetic, (code, )?countdown, gsm8k, math"):
+    with pytest.raises(
+        KeyError, match="unknown task 'nope'; known: arithmetic, (code, )?countdown, gsm8k, math"
+    ):
         get_task("nope")
     assert get_task("gsm8k").reward_name("r1_zero") == "r1_zero"
     assert get_task("gsm8k").reward_name("question_only") == "gsm8k"
@@ -221,3 +223,37 @@ def test_task_sft_target_earns_full_reward_under_the_task_checker(task_name, tem
         assert pair.prompt == task.prompt(ex, template)
         assert reward(pair.response, ex).total == 1.0, (pair.response, ex.reference)
         assert reward("<answer>-999999</answer> 12345", ex).total == 0.0
+
+
+def test_stop_strings_per_template():
+    assert get_task("gsm8k").stop_strings("r1_zero") == ("</answer>",)
+    assert get_task("gsm8k").stop_strings("question_only") == ()
+    assert get_task("arithmetic").stop_strings() == ()
+
+
+def test_pass_rates_and_difficulty_filter():
+    from types import SimpleNamespace
+
+    from rlvr.data import filter_by_pass_rate, pass_rates
+
+    task = get_task("arithmetic")
+    examples = task.generate(3, "train", seed=0)
+    # scripted generator: example 0 always right, 1 right once in 4, 2 never
+    answers = {0: [1, 1, 1, 1], 1: [1, 0, 0, 0], 2: [0, 0, 0, 0]}
+
+    class Scripted:
+        def generate(self, prompts, spec):
+            return [
+                SimpleNamespace(group=i, text=examples[i].reference if answers[i][j] else "-1")
+                for i in range(len(prompts))
+                for j in range(spec.n)
+            ]
+
+    spec = SimpleNamespace(n=4)
+    rates = pass_rates(Scripted(), examples, [task.prompt(e) for e in examples], task.reward_fn(), spec)
+    assert rates == [1.0, 0.25, 0.0]
+    assert filter_by_pass_rate(examples, rates) == [examples[1]]
+    assert filter_by_pass_rate(examples, rates, low=0.3, high=1.0) == []  # 0.25 is too easy to fail
+    assert filter_by_pass_rate(examples, [0.5, 0.5, 0.0]) == examples[:2]
+    with pytest.raises(ValueError, match="3 examples but 2 pass rates"):
+        filter_by_pass_rate(examples, rates[:2])

@@ -2,6 +2,7 @@
 loaders with validation, prompt templates and synthetic tasks with held-out splits."""
 
 from rlvr.data.example import Example
+from rlvr.data.filters import filter_by_pass_rate, pass_rates
 from rlvr.data.jsonl import DataError, iter_jsonl, read_jsonl, write_jsonl
 from rlvr.data.loaders import (
     SFTExample,
@@ -21,6 +22,8 @@ __all__ = [
     "PROMPT_TEMPLATES",
     "SFTExample",
     "TASKS",
+    "filter_by_pass_rate",
+    "pass_rates",
     "Task",
     "get_task",
     "iter_jsonl",

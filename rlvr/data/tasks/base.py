@@ -29,6 +29,7 @@ class Task:
     make_target(example, template) -> str: the SFT response for that template (None: the task
         has no canonical response format).
     generate(n, split, seed, **difficulty) -> list[Example]: synthetic tasks only.
+    stops: template name -> stop strings (default: r1_zero stops at "</answer>").
     """
 
     name: str
@@ -39,6 +40,14 @@ class Task:
     rewards: Mapping[str, str] = field(default_factory=dict)
     make_target: Callable[[Example, str], str] | None = None
     generate: Callable[..., list[Example]] | None = None
+    # template name -> stop strings that end a response besides EOS (r1_zero: the answer tag,
+    # kept in the output so the r1_zero checker sees the closed tag).
+    stops: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: {"r1_zero": ("</answer>",)})
+
+    def stop_strings(self, template: str | None = None) -> tuple[str, ...]:
+        """Stop strings for responses to prompts rendered with `template` (use with
+        include_stop_str_in_output=True)."""
+        return tuple(self.stops.get(template or self.default_template, ()))
 
     def reward_name(self, template: str | None = None) -> str:
         """Reward function name for prompts rendered with `template`."""

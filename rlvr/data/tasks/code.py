@@ -25,7 +25,15 @@ from rlvr.data.tasks.synthetic import sample_unique, split_of
 from rlvr.rewards.code.task import CodeTaskError, task_from_meta
 
 ANSWER_INSTRUCTION = "\nAnswer with the complete program in a ```python code block."
-META_KEYS = ("language", "entry_point", "tests", "time_limit_s", "memory_limit_mb", "code_format", "public_examples")
+META_KEYS = (
+    "language",
+    "entry_point",
+    "tests",
+    "time_limit_s",
+    "memory_limit_mb",
+    "code_format",
+    "public_examples",
+)
 
 
 def parse_row(row: dict, where: str, index: int) -> Example:
@@ -40,8 +48,13 @@ def parse_row(row: dict, where: str, index: int) -> Example:
     meta["task_id"] = tid
     if "wrong_solution" in row:
         meta["wrong_solution"] = row["wrong_solution"]
-    return Example(id=f"code:{tid}", question=str(row.get("prompt", row.get("question"))), reference="",
-                   meta=meta, solution=row.get("solution"))
+    return Example(
+        id=f"code:{tid}",
+        question=str(row.get("prompt", row.get("question"))),
+        reference="",
+        meta=meta,
+        solution=row.get("solution"),
+    )
 
 
 def builtin(split: str | None = None, heldout_fraction: float = 0.2) -> list[Example]:
@@ -72,7 +85,14 @@ def _affine(rng: random.Random):
     calls = [{"args": [x], "expected": a * x + b} for x in xs]
     sol = f"def f(x):\n    return {a} * x + ({b})\n"
     wrong = f"def f(x):\n    return {a} * x\n" if b else f"def f(x):\n    return {a} * x + 1\n"
-    return (f"affine:{a}:{b}", f"Write `f(x)` returning {a}*x + ({b}) for an integer x.", "f", calls, sol, wrong)
+    return (
+        f"affine:{a}:{b}",
+        f"Write `f(x)` returning {a}*x + ({b}) for an integer x.",
+        "f",
+        calls,
+        sol,
+        wrong,
+    )
 
 
 def _sum_multiples(rng: random.Random):
@@ -82,8 +102,14 @@ def _sum_multiples(rng: random.Random):
     calls = [{"args": [n], "expected": k * ((n - 1) // k) * ((n - 1) // k + 1) // 2} for n in ns]
     sol = f"def sum_multiples(n):\n    return sum(i for i in range(n) if i % {k} == 0)\n"
     wrong = f"def sum_multiples(n):\n    return sum(i for i in range(n + 1) if i % {k} == 0)\n"
-    return (f"summult:{k}", f"Write `sum_multiples(n)` returning the sum of the non-negative multiples of {k} "
-            "strictly below n.", "sum_multiples", calls, sol, wrong)
+    return (
+        f"summult:{k}",
+        f"Write `sum_multiples(n)` returning the sum of the non-negative multiples of {k} strictly below n.",
+        "sum_multiples",
+        calls,
+        sol,
+        wrong,
+    )
 
 
 def _count_char(rng: random.Random):
@@ -92,19 +118,31 @@ def _count_char(rng: random.Random):
     calls = [{"args": [w], "expected": w.count(c)} for w in words]
     sol = f"def count_char(s):\n    return s.count({c!r})\n"
     wrong = f"def count_char(s):\n    return s.count({c!r}) + 1\n"
-    return (f"countchar:{c}:{'|'.join(words)}", f"Write `count_char(s)` returning how many times the letter "
-            f"{c!r} occurs in s.", "count_char", calls, sol, wrong)
+    return (
+        f"countchar:{c}:{'|'.join(words)}",
+        f"Write `count_char(s)` returning how many times the letter {c!r} occurs in s.",
+        "count_char",
+        calls,
+        sol,
+        wrong,
+    )
 
 
 def _rotate(rng: random.Random):
     k = rng.randint(1, 5)
     # The last list has k + 2 distinct items, so rotating by k (mod k + 2, never 0) changes it.
     lists = [[rng.randint(0, 9) for _ in range(rng.randint(1, 8))] for _ in range(3)] + [list(range(k + 2))]
-    calls = [{"args": [xs], "expected": xs[k % len(xs):] + xs[:k % len(xs)]} for xs in lists]
+    calls = [{"args": [xs], "expected": xs[k % len(xs) :] + xs[: k % len(xs)]} for xs in lists]
     sol = f"def rotate(xs):\n    k = {k} % len(xs)\n    return xs[k:] + xs[:k]\n"
     wrong = "def rotate(xs):\n    return list(xs)\n"
-    return (f"rotate:{k}:{lists}", f"Write `rotate(xs)` rotating a non-empty list left by {k} positions "
-            "(k modulo the length).", "rotate", calls, sol, wrong)
+    return (
+        f"rotate:{k}:{lists}",
+        f"Write `rotate(xs)` rotating a non-empty list left by {k} positions (k modulo the length).",
+        "rotate",
+        calls,
+        sol,
+        wrong,
+    )
 
 
 FAMILIES: dict[str, Callable[[random.Random], tuple]] = {
@@ -115,8 +153,15 @@ FAMILIES: dict[str, Callable[[random.Random], tuple]] = {
 }
 
 
-def generate(n: int, split: str = "train", seed: int = 0, *, families: tuple[str, ...] | None = None,
-             heldout_fraction: float = 0.1, time_limit_s: float = 1.0) -> list[Example]:
+def generate(
+    n: int,
+    split: str = "train",
+    seed: int = 0,
+    *,
+    families: tuple[str, ...] | None = None,
+    heldout_fraction: float = 0.1,
+    time_limit_s: float = 1.0,
+) -> list[Example]:
     """n distinct synthetic code tasks of `split` (deterministic in seed/split/families)."""
     names = tuple(families or FAMILIES)
     unknown = [f for f in names if f not in FAMILIES]
@@ -128,11 +173,22 @@ def generate(n: int, split: str = "train", seed: int = 0, *, families: tuple[str
         return item[0], item
 
     out = []
-    for key, prompt, entry, calls, sol, wrong in sample_unique(n, split, seed, heldout_fraction, draw, "code"):
-        meta = {"entry_point": entry, "tests": {"calls": calls}, "time_limit_s": time_limit_s,
-                "task_id": key, "wrong_solution": wrong, "split": split}
-        out.append(Example(id=f"code:{key}", question=prompt + ANSWER_INSTRUCTION, reference="", meta=meta,
-                           solution=sol))
+    for key, prompt, entry, calls, sol, wrong in sample_unique(
+        n, split, seed, heldout_fraction, draw, "code"
+    ):
+        meta = {
+            "entry_point": entry,
+            "tests": {"calls": calls},
+            "time_limit_s": time_limit_s,
+            "task_id": key,
+            "wrong_solution": wrong,
+            "split": split,
+        }
+        out.append(
+            Example(
+                id=f"code:{key}", question=prompt + ANSWER_INSTRUCTION, reference="", meta=meta, solution=sol
+            )
+        )
     return out
 
 
