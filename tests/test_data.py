@@ -253,7 +253,7 @@ def test_pass_rates_and_difficulty_filter():
     rates = pass_rates(Scripted(), examples, [task.prompt(e) for e in examples], task.reward_fn(), spec)
     assert rates == [1.0, 0.25, 0.0]
     assert filter_by_pass_rate(examples, rates) == [examples[1]]
-    assert filter_by_pass_rate(examples, rates, low=0.3, high=1.0) == []  # 0.25 is too easy to fail
+    assert filter_by_pass_rate(examples, rates, low=0.3, high=1.0) == []  # 0.25 is not above low
     assert filter_by_pass_rate(examples, [0.5, 0.5, 0.0]) == examples[:2]
     with pytest.raises(ValueError, match="3 examples but 2 pass rates"):
         filter_by_pass_rate(examples, rates[:2])
