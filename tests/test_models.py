@@ -32,6 +32,10 @@ def test_unknown_characters_map_to_unk_and_added_tokens_are_single_ids():
     assert len(ids) == 3
     # added tokens are not special: skip_special_tokens keeps them, but drops <eos>.
     assert tok.decode(ids + [tok.eos_token_id], skip_special_tokens=True) == "<answer>7</answer>"
+    tok = build_char_tokenizer(special_tokens=("<|im_end|>",))
+    ids = tok("7<|im_end|>")["input_ids"]
+    assert len(ids) == 2 and tok.decode(ids, skip_special_tokens=True) == "7"
+    assert tok.decode(ids) == "7<|im_end|>"
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "llama"])

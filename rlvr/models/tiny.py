@@ -16,7 +16,8 @@ Tokenizer design (decided here, relied on by tests and the CPU demo):
   sequences by default (the r1_zero template therefore round-trips with no special casing and a
   tiny model must learn the tags character by character). Pass `added_tokens=("<answer>", ...)`
   to make them single ids instead; added tokens are not special, so `decode(...,
-  skip_special_tokens=True)` keeps them.
+  skip_special_tokens=True)` keeps them. `special_tokens=("<|im_end|>", ...)` adds single-id
+  special tokens, which that decode drops.
 - a minimal chat template (`<|user|>...\n<|assistant|>`) so code that renders chat prompts can be
   tested with the tiny tokenizer.
 """
@@ -35,9 +36,13 @@ TINY_CHAT_TEMPLATE = (
 )
 
 
-def build_char_tokenizer(alphabet: str = DEFAULT_ALPHABET, added_tokens: Sequence[str] = ()):
+def build_char_tokenizer(
+    alphabet: str = DEFAULT_ALPHABET, added_tokens: Sequence[str] = (), special_tokens: Sequence[str] = ()
+):
     """A character-level `PreTrainedTokenizerFast`: ids 0..3 are pad/bos/eos/unk, then one id per
-    distinct character of `alphabet` (in order), then one id per entry of `added_tokens`."""
+    distinct character of `alphabet` (in order), then one id per entry of `added_tokens`
+    (ordinary single-id tokens, kept by decode), then one per entry of `special_tokens`
+    (single-id special tokens such as "<|im_end|>", dropped by skip_special_tokens decode)."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -56,6 +61,9 @@ def build_char_tokenizer(alphabet: str = DEFAULT_ALPHABET, added_tokens: Sequenc
     multi = [t for t in added_tokens if t not in vocab]
     if multi:
         tok.add_tokens([AddedToken(t, normalized=False, special=False) for t in multi])
+    extra_special = [t for t in special_tokens if t not in vocab and t not in SPECIAL_TOKENS]
+    if extra_special:
+        tok.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in extra_special])
     hf = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         pad_token=PAD_TOKEN,
@@ -69,6 +77,8 @@ def build_char_tokenizer(alphabet: str = DEFAULT_ALPHABET, added_tokens: Sequenc
         clean_up_tokenization_spaces=False,
         model_max_length=1 << 30,
     )
+    if extra_special:
+        hf.add_special_tokens({"additional_special_tokens": list(extra_special)})
     hf.chat_template = TINY_CHAT_TEMPLATE
     return hf
 
@@ -77,6 +87,7 @@ def build_tiny_model(
     *,
     alphabet: str = DEFAULT_ALPHABET,
     added_tokens: Sequence[str] = (),
+    special_tokens: Sequence[str] = (),
     hidden_size: int = 64,
     num_layers: int = 2,
     num_heads: int = 4,
@@ -92,7 +103,7 @@ def build_tiny_model(
 
     Returns (model, tokenizer). The model is a transformers `Qwen2ForCausalLM` (arch="qwen2") or
     `LlamaForCausalLM` (arch="llama") in eval mode on CPU; vocab size = 4 + len(alphabet) +
-    len(added_tokens). Initialization uses a private RNG seeded with `seed`, so the caller's
+    len(added_tokens) + len(special_tokens) (see build_char_tokenizer). Initialization uses a private RNG seeded with `seed`, so the caller's
     global torch RNG state is left untouched and the same seed gives identical weights.
     intermediate_size defaults to 2 * hidden_size (small but non-trivial MLP).
     tie_word_embeddings defaults to False: with tied weights and the standard 0.02 init the
@@ -105,7 +116,7 @@ def build_tiny_model(
         raise ValueError(f"unknown tiny arch {arch!r}; known: {sorted(TINY_ARCHS)}")
     if hidden_size % num_heads:
         raise ValueError(f"hidden_size={hidden_size} must be divisible by num_heads={num_heads}")
-    tokenizer = build_char_tokenizer(alphabet, added_tokens)
+    tokenizer = build_char_tokenizer(alphabet, added_tokens, special_tokens)
     config_cls, model_cls = TINY_ARCHS[arch]()
     config = config_cls(
         vocab_size=len(tokenizer),
