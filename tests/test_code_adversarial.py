@@ -150,6 +150,37 @@ CASES = [
     ("gc_dig_for_tests", ASSERT_TASK,
      "import gc\nleak = [o for o in gc.get_objects() if isinstance(o, str) and 'assert' in o]\n"
      "def add(a, b):\n    return 0\n", {"status": TestStatus.FAILED, "flags": {"introspection"}}),
+    # Raw syscalls through ctypes with the hook OFF: each prints the answer (3) only if the
+    # syscall succeeded, so a pass would mean an escape. The kernel layers must say no.
+    ("ctypes_socket_inet_no_hook", IO1_TASK,
+     "import ctypes\nfd = ctypes.CDLL(None).socket(2, 1, 0)\nprint(3 if fd >= 0 else -1)\n",
+     {"status": TestStatus.FAILED, "audit": False}),
+    ("ctypes_socket_vsock_no_hook", IO1_TASK,
+     "import ctypes\nfd = ctypes.CDLL(None).socket(40, 1, 0)\nprint(3 if fd >= 0 else -1)\n",
+     {"status": TestStatus.FAILED, "audit": False}),
+    ("ctypes_open_repo_no_hook", IO1_TASK,
+     f"import ctypes\nfd = ctypes.CDLL(None).open({str(REPO / 'pyproject.toml').encode()!r}, 0)\n"
+     "print(3 if fd >= 0 else -1)\n", {"status": TestStatus.FAILED, "audit": False}),
+    ("ctypes_ptrace_parent_no_hook", IO1_TASK,
+     "import ctypes, os\nr = ctypes.CDLL(None).ptrace(16, os.getppid(), 0, 0)\nprint(3 if r == 0 else -1)\n",
+     {"status": TestStatus.FAILED, "audit": False}),
+    ("ctypes_setsid_no_hook", IO1_TASK,
+     # in a child (a group leader cannot setsid anyway): success would leave the process group
+     "import ctypes, os\npid = os.fork()\nif pid == 0:\n    os._exit(0 if ctypes.CDLL(None).setsid() >= 0 else 1)\n"
+     "print(3 if os.waitpid(pid, 0)[1] == 0 else -1)\n",
+     {"status": TestStatus.FAILED, "audit": False}),
+    ("ctypes_unshare_userns_no_hook", IO1_TASK,
+     "import ctypes\nr = ctypes.CDLL(None).unshare(0x10000000)\nprint(3 if r == 0 else -1)\n",
+     {"status": TestStatus.FAILED, "audit": False}),
+    ("ctypes_io_uring_no_hook", IO1_TASK,
+     "import ctypes\nbuf = ctypes.create_string_buffer(120)\nr = ctypes.CDLL(None).syscall(425, 4, buf)\n"
+     "print(3 if r >= 0 else -1)\n", {"status": TestStatus.FAILED, "audit": False}),
+    ("ctypes_kill_all_no_hook", IO1_TASK,
+     "import ctypes\nr = ctypes.CDLL(None).kill(-1, 0)\nprint(3 if r == 0 else -1)\n",
+     {"status": TestStatus.FAILED, "audit": False}),
+    ("exec_shell_no_hook", IO1_TASK,  # /bin/sh would print the answer if exec were allowed
+     "import os\ntry:\n    os.execv('/bin/sh', ['sh', '-c', 'echo 3'])\nexcept OSError:\n    print(-1)\n",
+     {"status": TestStatus.FAILED, "audit": False}),
     ("recursion", IO_TASK, "def f(n):\n    return f(n + 1)\nf(0)\n", {"status": TestStatus.ERROR}),
 ]
 
