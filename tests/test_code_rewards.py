@@ -438,3 +438,11 @@ def test_seccomp_kill_rules_installed_for_real():
     out = subprocess.run([exe, "-I", "-S", "-c", _SECCOMP_PROBE, _harness.__file__], capture_output=True,
                          text=True, timeout=60)
     assert out.stdout.strip() == "eperm,eperm,ok", out.stderr
+
+
+def test_honest_process_management_not_flagged():
+    # Forking a worker and signalling it stays inside the box: no integrity flag.
+    code = ("import os, signal, time\npid = os.fork()\nif pid == 0:\n    time.sleep(30)\n"
+            "os.kill(pid, signal.SIGTERM)\nos.waitpid(pid, 0)\nprint(3)\n")
+    report = run_tests(code, task_from_meta({"tests": {"io": [{"stdin": "", "stdout": "3\n"}]}}))
+    assert report.n_passed == 1 and not report.flags, (report.tests, report.flags)

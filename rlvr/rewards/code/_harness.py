@@ -313,11 +313,11 @@ def confine(cfg, notes):
 # ----------------------------------------------------------------------------------------------
 
 
-def make_audit_hook(flag_fd, work, read_roots, max_forks):
+def make_audit_hook(flag_fd, work, read_roots, max_forks, grader_pid):
     state = {"forks": 0}
     write = os.write
     abspath, realpath = os.path.abspath, os.path.realpath
-    own_pid = os.getpid()
+    own_group = os.getpgid(0)  # the box's process group (children share it: setpgid is denied)
     dev_ok = ("/dev/null", "/dev/zero", "/dev/urandom")
     blocked = PermissionError
 
@@ -364,8 +364,11 @@ def make_audit_hook(flag_fd, work, read_roots, max_forks):
                 flag("process_spawn", f"more than {max_forks} forks")
                 raise blocked("rlvr sandbox: too many processes")
         elif event in ("os.kill", "os.killpg"):
+            # Inside the box anything goes (children, the own group); -1, the grader and other
+            # process groups are outside.
             pid = args[0]
-            if pid not in (0, own_pid, -own_pid) or event == "os.killpg" and pid != own_pid:
+            group = pid if event == "os.killpg" else (-pid if pid < 0 else None)
+            if pid == -1 or pid == grader_pid or (group is not None and group not in (0, own_group)):
                 flag("signal_outside", f"{event}({pid})")
                 raise blocked("rlvr sandbox: signal outside the sandbox")
         elif event in ("os.remove", "os.rmdir", "os.rename", "os.mkdir", "os.symlink", "os.link",
@@ -590,7 +593,7 @@ def main():
     notes = confine(cfg, notes)
     work = os.path.realpath(cfg["work"])
     read_roots = [os.path.realpath(cfg["prefix"]), os.path.realpath(cfg["code_dir"]), work]
-    hook, flag, state = make_audit_hook(cfg["flag_fd"], work, read_roots, cfg["max_forks"])
+    hook, flag, state = make_audit_hook(cfg["flag_fd"], work, read_roots, cfg["max_forks"], cfg["grader_pid"])
     _, libc = _libc()
 
     def child_dies_with_parent():  # forked children die with their parent too, recursively
