@@ -41,6 +41,9 @@ def test_sample_rows_inverse_cdf_hand_computed():
     logp = torch.log(torch.tensor([[0.5, 0.0, 0.3, 0.2]])).expand(5, 4)
     u = torch.tensor([0.0, 0.49, 0.51, 0.79, 0.999], dtype=torch.float64)
     assert sample_rows(logp, u).tolist() == [0, 0, 2, 2, 3]
+    # u at the very top never lands on a removed (p = 0) token at the end of the vocabulary
+    tail_removed = torch.log(torch.tensor([[0.25, 0.75, 0.0, 0.0]]))
+    assert sample_rows(tail_removed, torch.tensor([1.0 - 1e-17], dtype=torch.float64)).tolist() == [1]
 
 
 def test_sample_rows_frequencies_follow_probabilities():

@@ -48,7 +48,11 @@ def sample_rows(logp: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     target = (u.double().to(cdf.device) * cdf[:, -1]).unsqueeze(-1)
     # right=True: first index whose cdf is > target, so zero-probability tokens are never chosen.
     ids = torch.searchsorted(cdf, target, right=True).squeeze(-1)
-    return ids.clamp_max(logp.shape[-1] - 1)
+    # u * total can round up to total (u just below 1): fall back to the last token that has
+    # probability, never to a removed one at the end of the vocabulary.
+    positive = logp > float("-inf")  # (B, V)
+    last = logp.shape[-1] - 1 - positive.flip(-1).int().argmax(-1)  # (B,)
+    return torch.minimum(ids, last)
 
 
 class HFGenerator:
