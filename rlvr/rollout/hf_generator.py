@@ -79,6 +79,9 @@ class HFGenerator:
         # transformers >= 5.2x renamed the `past_key_values` argument/output to `cache`.
         fwd = inspect.signature(type(model).forward).parameters
         self._cache_kw = "cache" if "cache" in fwd else "past_key_values"
+        # logits_to_keep=1 computes only the last position's logits (saves a (B, L, V) tensor);
+        # models without the argument (older or remote-code classes) get full logits.
+        self._keep_kw = {"logits_to_keep": 1} if "logits_to_keep" in fwd else {}
         self.weight_version = 0
         eos = tokenizer.eos_token_id
         cfg_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
@@ -143,13 +146,12 @@ class HFGenerator:
         if past is not None:  # only the new token goes in; its position is the last one
             pos = pos[:, -ids.shape[1] :]
             kwargs[self._cache_kw] = past
-        # logits_to_keep=1: only the last position's logits are computed (saves a (B, L, V) tensor).
         out = self.model(
             input_ids=ids,
             attention_mask=attn,
             position_ids=pos,
             use_cache=self.use_cache,
-            logits_to_keep=1,
+            **self._keep_kw,
             **kwargs,
         )
         cache = getattr(out, self._cache_kw, None) if self.use_cache else None
