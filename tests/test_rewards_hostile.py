@@ -17,54 +17,11 @@ from rlvr.rewards import get_reward_fn
 from rlvr.rewards import grader as grader_mod
 from rlvr.rewards import pool as pool_mod
 from rlvr.rewards.grader import grade_answer, verifier_timeout
+from rlvr.rewards.labeled.hostile import HOSTILE
 from rlvr.rewards.types import SimpleExample, Status
 
 DEADLINE = 1.0
 
-HOSTILE = [
-    "9^9^9^9",
-    "9**9**9**9",
-    "10^{10^{100}}",
-    "2^{2^{2^{2^{2}}}}",
-    "x^{x^{x^{x}}}",
-    "10**10**10",
-    "9^{9^{9}}",
-    "10^{1000000}",
-    "99999^{99999}",
-    "x^{10^{100}}",
-    "2^{-10^{100}}",
-    "1e99999999",
-    "1000000!",
-    "(10^{100})!",
-    "\\binom{10^{9}}{10^{8}}",
-    "(" * 5000 + "1" + ")" * 5000,
-    "[" * 5000 + "]" * 5000,
-    "\\left(" * 100 + "x" + "\\right)" * 100,
-    "\\sqrt{" * 3000 + "2" + "}" * 3000,
-    "1" * 1_000_000,
-    "x" * 1_000_000,
-    "0." + "3" * 600,
-    "1\x002",
-    "\x1b[2J 5",
-    "\\frac{1}{2",
-    "{{{{1",
-    "1)",
-    "__import__('os').system('echo hi')",
-    "lambda: 1",
-    "eval('1+1')",
-    "\\input{/etc/passwd}",
-    "\\def\\x{\\x}\\x",
-    "\\newcommand{\\a}{\\a}\\a",
-    "\\write18{rm -rf /}",
-    "\\catcode`\\^=7",
-    "a" + "^a" * 30,
-    "\\begin{pmatrix}" + "1&" * 10000 + "\\end{pmatrix}",
-    "1/0",
-    # these parse only in the math-verify fallback, which then runs long: killed at the deadline
-    "\\sum_{i=1}^{10^{100}} i",
-    "\\prod_{k=1}^{10^{9}} k",
-    "(1+x)^{10000} - (x+1)^{9999}",
-]
 
 
 def descendants(pid: int) -> set[int]:

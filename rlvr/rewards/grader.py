@@ -729,6 +729,20 @@ def _grade(pred: str, gold: str) -> Verdict:
 
 
 _SIMPLE_INT = re.compile(r"^-?\d{1,30}$")
+# Plain numbers as models write GSM8K answers: optional "$"/"\$", sign, digits with "," or " "
+# thousands separators, optional decimals. Two such numbers compare exactly (the tolerance policy
+# cannot apply: both are terminating decimals), with no normalization pass at all.
+_PLAIN_NUMBER = re.compile(r"^(?:\\?\$ ?)?(-?)(\d{1,3}(?:,\d{3})+|\d{1,3}(?: \d{3})+|\d{1,30})(?:\.(\d{1,30}))?$")
+
+
+def _plain_number(s: str) -> Fraction | None:
+    m = _PLAIN_NUMBER.match(s)
+    if m is None:
+        return None
+    whole = int(m.group(2).replace(",", "").replace(" ", ""))
+    frac = m.group(3)
+    value = Fraction(whole) + (Fraction(int(frac), 10 ** len(frac)) if frac else 0)
+    return -value if m.group(1) else value
 
 
 def grade_answer(pred: str, gold: str, timeout_s: float | None = None) -> Verdict:
@@ -744,6 +758,11 @@ def grade_answer(pred: str, gold: str, timeout_s: float | None = None) -> Verdic
         ok = int(ps) == int(gs)
         STATS.add("correct" if ok else "incorrect")
         return Verdict(Status.CORRECT if ok else Status.INCORRECT, "integers", "exact")
+    a, b = _plain_number(ps), _plain_number(gs)
+    if a is not None and b is not None:
+        ok = a == b
+        STATS.add("correct" if ok else "incorrect")
+        return Verdict(Status.CORRECT if ok else Status.INCORRECT, "plain numbers", "exact")
     key = (pred, gold)
     if _cache_enabled:
         with _cache_lock:

@@ -1,0 +1,1 @@
+"""Labeled data for the verifier: equivalence pairs (JSONL) and hostile inputs."""
