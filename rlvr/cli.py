@@ -17,6 +17,17 @@ from rlvr.commands.grade import grade  # noqa: E402
 
 app.command()(plot)
 app.command()(grade)
+from rlvr.commands.demo import demo  # noqa: E402
+from rlvr.commands.eval import eval as eval_cmd  # noqa: E402
+from rlvr.commands.recipes import recipes  # noqa: E402
+from rlvr.commands.sft import sft  # noqa: E402
+from rlvr.commands.train import train  # noqa: E402
+
+app.command()(train)
+app.command()(sft)
+app.command(name="eval")(eval_cmd)
+app.command()(demo)
+app.command()(recipes)
 
 
 def main() -> None:

@@ -27,6 +27,22 @@ def quiet_transformers() -> None:
         pass
 
 
+def policy_from_config(mcfg, seed: int = 0):
+    """build_policy with the fields of a ModelConfig."""
+    return build_policy(
+        mcfg.name,
+        init_from=mcfg.init_from,
+        hidden_size=mcfg.hidden_size,
+        num_layers=mcfg.num_layers,
+        num_heads=mcfg.num_heads,
+        intermediate_size=mcfg.intermediate_size,
+        tie_embeddings=mcfg.tie_embeddings,
+        dtype=mcfg.dtype,
+        device=mcfg.device,
+        seed=seed,
+    )
+
+
 def build_policy(
     name: str = "tiny",
     *,
@@ -35,6 +51,7 @@ def build_policy(
     num_layers: int = 2,
     num_heads: int = 4,
     intermediate_size: int = 256,
+    tie_embeddings: bool = False,
     dtype: str = "float32",
     device: str = "cpu",
     seed: int = 0,
@@ -55,6 +72,7 @@ def build_policy(
             num_layers=num_layers,
             num_heads=num_heads,
             intermediate_size=intermediate_size,
+            tie_word_embeddings=tie_embeddings,
             seed=seed,
             dtype=dtype,
         )

@@ -29,6 +29,8 @@ class ModelConfig:
     """Tiny model only: attention heads."""
     intermediate_size: int = 256
     """Tiny model only: MLP width."""
+    tie_embeddings: bool = False
+    """Tiny model only: share input embedding and output head (learns 3-digit addition faster from scratch)."""
     dtype: str = "float32"
     """Parameter dtype: float32 | bfloat16 (bfloat16 only makes sense on GPU)."""
     device: str = "cpu"
@@ -237,3 +239,47 @@ class SFTConfig:
     """Optimizer."""
     run: RunConfig = field(default_factory=lambda: RunConfig(out_dir="runs/sft", steps=400))
     """Run directory and logging."""
+
+
+@dataclass
+class EvalSamplingConfig:
+    """Decoding of `rlvr eval`."""
+
+    n: int = 1
+    """Samples per problem (n > 1 adds pass@k)."""
+    temperature: float = 0.0
+    """0 = greedy."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold; 1.0 = off."""
+    max_tokens: int = 16
+    """Maximum response length in tokens."""
+    stop: list[str] = field(default_factory=list)
+    """Extra stop strings besides end-of-sequence."""
+    batch_size: int = 256
+    """Prompts per generate call."""
+
+
+@dataclass
+class EvalRunConfig:
+    """Seed, threads and output of `rlvr eval`."""
+
+    seed: int = 0
+    """Sampling seed."""
+    num_threads: int = 0
+    """torch CPU threads; 0 = RLVR_NUM_THREADS or torch's default."""
+    out: str = ""
+    """Write metrics (JSON) here, and the scored samples next to it as .samples.jsonl; '' = print only."""
+
+
+@dataclass
+class EvalConfig:
+    """Evaluate a policy on a task's held-out problems: `rlvr eval`."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """Policy (model.init_from = run directory / checkpoint / model folder)."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """Task and held-out problems (data.num_eval of them)."""
+    sampling: EvalSamplingConfig = field(default_factory=EvalSamplingConfig)
+    """Decoding."""
+    run: EvalRunConfig = field(default_factory=EvalRunConfig)
+    """Seed, threads, output file."""

@@ -50,8 +50,8 @@ from rlvr.rewards.types import Reward, Status
 from rlvr.train.batching import BatchPlan, plan_batches, split_indices
 from rlvr.train.common import (
     build_optimizer,
-    build_policy,
     clip_and_step,
+    policy_from_config,
     quiet_transformers,
     step_seed,
     take,
@@ -364,17 +364,7 @@ def train(
     quiet_transformers()
     a, s, r = cfg.algo, cfg.sampling, cfg.run
 
-    model, tokenizer = build_policy(
-        cfg.model.name,
-        init_from=cfg.model.init_from,
-        hidden_size=cfg.model.hidden_size,
-        num_layers=cfg.model.num_layers,
-        num_heads=cfg.model.num_heads,
-        intermediate_size=cfg.model.intermediate_size,
-        dtype=cfg.model.dtype,
-        device=cfg.model.device,
-        seed=cfg.run.seed,
-    )
+    model, tokenizer = policy_from_config(cfg.model, seed=cfg.run.seed)
     task = data if data is not None else load_task_data(cfg.data, tokenizer)
     optimizer, scheduler = build_optimizer(
         model,

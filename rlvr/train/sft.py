@@ -20,7 +20,7 @@ import torch
 from rlvr.algo import LOSS_AGGREGATIONS, loss_normalizers
 from rlvr.models import TrainingBatch, build_training_batch, score_tokens
 from rlvr.train.batching import BatchConfigError, split_indices
-from rlvr.train.common import build_optimizer, build_policy, clip_and_step, quiet_transformers, take
+from rlvr.train.common import build_optimizer, clip_and_step, policy_from_config, quiet_transformers, take
 from rlvr.train.config import SFTConfig
 from rlvr.train.pg import TrainResult, _prefixed, _rows
 
@@ -97,17 +97,7 @@ def train_sft(
     seed_everything(cfg.run.seed)
     quiet_transformers()
     r = cfg.run
-    model, tokenizer = build_policy(
-        cfg.model.name,
-        init_from=cfg.model.init_from,
-        hidden_size=cfg.model.hidden_size,
-        num_layers=cfg.model.num_layers,
-        num_heads=cfg.model.num_heads,
-        intermediate_size=cfg.model.intermediate_size,
-        dtype=cfg.model.dtype,
-        device=cfg.model.device,
-        seed=cfg.run.seed,
-    )
+    model, tokenizer = policy_from_config(cfg.model, seed=cfg.run.seed)
     task = data if data is not None else load_task_data(cfg.data, tokenizer)
     o = cfg.optim
     optimizer, scheduler = build_optimizer(

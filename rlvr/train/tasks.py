@@ -29,10 +29,46 @@ class TaskData:
 
 
 def load_task_data(data_cfg, tokenizer=None) -> TaskData:
-    """TaskData for `data_cfg` (rlvr.train.config.DataConfig) via rlvr.data.get_task."""
-    from rlvr.data import load_task_data as _load
+    """TaskData for a DataConfig via rlvr.data's task registry.
 
-    return _load(data_cfg, tokenizer)
+    Synthetic tasks (arithmetic, countdown, ...) generate data.num_train training and
+    data.num_eval held-out problems from data.seed (arithmetic also takes data.digits); file
+    tasks read data.train_path / data.eval_path (JSONL). The template and reward default to the
+    task's own, so the training reward and the evaluation metric cannot drift apart.
+    """
+    from rlvr.data import get_task
+    from rlvr.rewards import get_reward_fn
+
+    task = get_task(data_cfg.task)
+    template = data_cfg.template or task.default_template
+    if data_cfg.train_path:
+        train = task.load(data_cfg.train_path)
+        if data_cfg.num_train:
+            train = train[: data_cfg.num_train]
+    elif task.generate is not None:
+        train = task.generate(data_cfg.num_train, "train", data_cfg.seed, **_difficulty(data_cfg))
+    else:
+        raise ValueError(f"data.train_path is required for task {data_cfg.task!r} (it has no built-in generator)")
+    if data_cfg.eval_path:
+        held_out = task.load(data_cfg.eval_path)
+    elif task.generate is not None:
+        held_out = task.generate(data_cfg.num_eval, "test", data_cfg.seed, **_difficulty(data_cfg))
+    else:
+        held_out = []
+    reward_fn = get_reward_fn(data_cfg.reward) if data_cfg.reward else task.reward_fn(template)
+    return TaskData(
+        name=task.name,
+        train=train,
+        eval=held_out,
+        prompt=lambda ex: task.prompt(ex, template, tokenizer),
+        reward_fn=reward_fn,
+        target=lambda ex: task.target(ex, template),
+    )
+
+
+def _difficulty(data_cfg) -> dict:
+    # Only arithmetic reads `digits`; other generators get their defaults.
+    return {"digits": data_cfg.digits} if data_cfg.task == "arithmetic" else {}
 
 
 def eval_policy(generator, task: TaskData, cfg, *, greedy: bool = True, step: int = 0) -> dict[str, float]:

@@ -1,0 +1,49 @@
+"""`rlvr sft [CONFIG.yaml] [key=value ...] [--resume RUN_DIR]`: supervised fine-tuning."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from rlvr.commands._config_cli import fail, load_or_exit, with_keys_help
+from rlvr.train.config import SFTConfig
+
+
+@with_keys_help(SFTConfig)
+def sft(
+    args: list[str] = typer.Argument(None, help="Optional CONFIG.yaml, then dotted key=value overrides."),
+    resume: Path = typer.Option(None, "--resume", help="Continue this run directory from its last checkpoint."),
+    threads: int = typer.Option(0, "--threads", help="torch CPU threads (sets run.num_threads)."),
+    help_config: bool = typer.Option(False, "--help-config", help="Print every config key as a table and exit."),
+) -> None:
+    """Supervised fine-tuning on prompt/response pairs, loss on response tokens only.
+
+    Example: `rlvr sft data.task=arithmetic run.steps=400 optim.lr=3e-3 run.out_dir=runs/sft`.
+    """
+    from rlvr.config import config_help, to_dict
+
+    if help_config:
+        typer.echo(config_help(SFTConfig))
+        return
+    base = None
+    if resume is not None:
+        if not (resume / "config.yaml").exists():
+            fail(f"--resume {resume}: no config.yaml there (not a run directory)")
+        base = to_dict(load_or_exit(SFTConfig, [str(resume / "config.yaml")]))
+    extra = [f"run.num_threads={threads}"] if threads else []
+    if resume is not None:
+        extra.append(f"run.out_dir={resume}")
+    cfg = load_or_exit(SFTConfig, args, base=base, extra=extra)
+    from rlvr.train.sft import train_sft, validate_sft_config
+
+    try:
+        validate_sft_config(cfg)
+    except ValueError as exc:
+        fail(str(exc))
+    result = train_sft(cfg, resume=resume is not None)
+    ev = result.eval
+    if ev:
+        typer.echo(f"held-out: accuracy {ev.get('accuracy', float('nan')):.1%}, "
+                   f"mean length {ev.get('len/mean', float('nan')):.1f}")
+    typer.echo(f"run directory: {result.run_dir} (plots in {result.run_dir / 'plots'})")

@@ -1,0 +1,70 @@
+"""`rlvr train [CONFIG.yaml] [key=value ...] [--recipe NAME] [--resume RUN_DIR]`: GRPO-family RL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from rlvr.commands._config_cli import fail, load_or_exit, with_keys_help
+from rlvr.train.config import TrainConfig
+
+
+@with_keys_help(TrainConfig)
+def train(
+    args: list[str] = typer.Argument(None, help="Optional CONFIG.yaml, then dotted key=value overrides."),
+    recipe: str = typer.Option("", "--recipe", help="Named preset (see `rlvr recipes`); file and overrides win."),
+    resume: Path = typer.Option(None, "--resume", help="Continue this run directory from its last checkpoint."),
+    threads: int = typer.Option(0, "--threads", help="torch CPU threads (sets run.num_threads)."),
+    help_config: bool = typer.Option(False, "--help-config", help="Print every config key as a table and exit."),
+) -> None:
+    """Policy-gradient RL (GRPO family): sample, score with the verifier, update, repeat.
+
+    Examples: `rlvr train --recipe grpo run.steps=50`, `rlvr train run.yaml algo.loss=grpo_clip`,
+    `rlvr train --resume runs/train`.
+    """
+    from rlvr.config import config_help, to_dict
+
+    if help_config:
+        typer.echo(config_help(TrainConfig))
+        return
+    base = None
+    if resume is not None:
+        # A resumed run keeps the knobs it was started with (its config.yaml); overrides may still
+        # change e.g. run.steps to train further.
+        if recipe:
+            fail("--resume continues a run with its own config.yaml; drop --recipe")
+        if not (resume / "config.yaml").exists():
+            fail(f"--resume {resume}: no config.yaml there (not a run directory)")
+        base = to_dict(load_or_exit(TrainConfig, [str(resume / "config.yaml")]))
+    elif recipe:
+        from rlvr.train.recipes import get_recipe
+
+        try:
+            base = get_recipe(recipe)
+        except KeyError as exc:
+            fail(exc.args[0])
+    extra = [f"run.num_threads={threads}"] if threads else []
+    if resume is not None:
+        extra.append(f"run.out_dir={resume}")
+    cfg = load_or_exit(TrainConfig, args, base=base, extra=extra)
+    from rlvr.train.pg import validate_train_config
+
+    try:
+        validate_train_config(cfg)
+    except ValueError as exc:
+        fail(str(exc))
+    from rlvr.train.pg import train as run_train
+
+    result = run_train(cfg, resume=resume is not None)
+    _report(result)
+
+
+def _report(result) -> None:
+    ev = result.eval
+    if ev:
+        typer.echo(
+            f"held-out: accuracy {ev.get('accuracy', float('nan')):.1%}, "
+            f"format rate {ev.get('format_rate', float('nan')):.1%}, mean length {ev.get('len/mean', float('nan')):.1f}"
+        )
+    typer.echo(f"run directory: {result.run_dir} (plots in {result.run_dir / 'plots'})")
