@@ -63,10 +63,20 @@ class HFGenerator:
     separate copy (update_weights copies tensors in). tokenizer: its tokenizer.
     batch_size: sequences decoded together (prompt-major chunks of the len(prompts) * n rows).
     use_cache: decode with the KV cache (False recomputes the whole prefix every step; only
-    for benchmarks and checks).
+    for benchmarks and checks). drop_finished: remove finished rows from the batch and cache
+    once a quarter of it is done (False only for benchmarks).
     """
 
-    def __init__(self, model, tokenizer, *, batch_size: int = 64, device=None, use_cache: bool = True):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        *,
+        batch_size: int = 64,
+        device=None,
+        use_cache: bool = True,
+        drop_finished: bool = True,
+    ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.model = model
@@ -76,6 +86,7 @@ class HFGenerator:
         if next(model.parameters()).device != self.device:
             self.model.to(self.device)
         self.use_cache = use_cache
+        self.drop_finished = drop_finished
         # transformers >= 5.2x renamed the `past_key_values` argument/output to `cache`.
         fwd = inspect.signature(type(model).forward).parameters
         self._cache_kw = "cache" if "cache" in fwd else "past_key_values"
@@ -224,8 +235,10 @@ class HFGenerator:
             # Drop finished rows once a quarter of the batch is done, so long tails of a few
             # unfinished responses do not pay for the whole batch (index_select of the cache
             # costs about one decode step, hence not on every single finish).
-            if len(still) <= 0.75 * len(live) and (
-                not self.use_cache or hasattr(past, "batch_select_indices")
+            if (
+                self.drop_finished
+                and len(still) <= 0.75 * len(live)
+                and (not self.use_cache or hasattr(past, "batch_select_indices"))
             ):
                 keep = torch.tensor(still, dtype=torch.long, device=dev)
                 if self.use_cache:
