@@ -214,3 +214,33 @@ def test_reward_functions_never_raise_and_are_picklable():
             assert isinstance(r, Reward) and r.status is not Status.CORRECT
     composed = compose({"r1_zero": 1.0, "language": 0.1})
     assert pickle.loads(pickle.dumps(composed)) == composed
+
+
+@st.composite
+def countdown_solution(draw):
+    """Numbers, an expression using each exactly once, and its value computed independently."""
+    k = draw(st.integers(min_value=2, max_value=5))
+    nums = draw(st.lists(st.integers(min_value=1, max_value=100), min_size=k, max_size=k))
+    items = [(str(n), Fraction(n)) for n in nums]
+    while len(items) > 1:
+        i = draw(st.integers(min_value=0, max_value=len(items) - 2))
+        (a, va), (b, vb) = items[i], items[i + 1]
+        op = draw(st.sampled_from("+-*/"))
+        if op == "/" and vb == 0:
+            op = "+"
+        v = {"+": va + vb, "-": va - vb, "*": va * vb, "/": va / vb if vb else None}[op]
+        items[i : i + 2] = [(f"({a} {op} {b})", v)]
+    return nums, items[0][0], items[0][1]
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(countdown_solution())
+def test_countdown_accepts_every_valid_solution_and_rejects_wrong_targets(sol):
+    nums, expr, value = sol
+    if value.denominator != 1:
+        # a non-integer value can never equal an integer target
+        assert not cd.check(expr, nums, int(value) + 1)[0]
+        return
+    assert cd.check(expr, nums, int(value)) == (True, "ok")
+    assert not cd.check(expr, nums, int(value) + 1)[0]
+    assert not cd.check(expr, nums + [1], int(value))[0]  # one given number left unused

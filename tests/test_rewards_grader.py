@@ -193,3 +193,66 @@ def test_grading_is_deterministic_without_cache():
         assert [v.info for v in a] == [v.info for v in b]
     finally:
         G.set_cache(True)
+
+
+# --- property tests against independent arithmetic (Python's Fraction) -----------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@st.composite
+def expr_and_value(draw, depth=0):
+    """A random arithmetic expression string (plain or LaTeX spelling) and its exact value,
+    computed here with Fraction, independently of the parser under test."""
+    if depth >= 3 or draw(st.booleans()):
+        n = draw(st.integers(min_value=0, max_value=999))
+        return str(n), Fraction(n)
+    a, va = draw(expr_and_value(depth + 1))
+    b, vb = draw(expr_and_value(depth + 1))
+    op = draw(st.sampled_from(["+", "-", "*", "/", "frac", "cdot", "pow"]))
+    if op == "+":
+        return f"({a})+({b})", va + vb
+    if op == "-":
+        return f"({a})-({b})", va - vb
+    if op == "*":
+        return f"({a})*({b})", va * vb
+    if op == "cdot":
+        return f"({a}) \\cdot ({b})", va * vb
+    if op == "pow":
+        k = draw(st.integers(min_value=0, max_value=3))
+        return f"({a})^{{{k}}}", va**k
+    if vb == 0:
+        return f"({a})+({b})", va + vb
+    if op == "/":
+        return f"({a})/({b})", va / vb
+    return f"\\frac{{{a}}}{{{b}}}", va / vb
+
+
+def _fraction_text(v: Fraction) -> str:
+    return str(v.numerator) if v.denominator == 1 else f"{v.numerator}/{v.denominator}"
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(expr_and_value())
+def test_parser_matches_independent_fraction_arithmetic(ev):
+    text, value = ev
+    assert mp.to_fraction(mp.parse(text)) == value
+    assert grade_answer(text, _fraction_text(value)).status is Status.CORRECT
+    assert grade_answer(text, _fraction_text(value + Fraction(1, 7))).status is Status.INCORRECT
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(st.integers(min_value=-10**12, max_value=10**12), st.integers(min_value=0, max_value=99))
+def test_separator_and_decimal_spellings_of_the_same_number(n, cents):
+    value = Fraction(n) + Fraction(cents, 100) * (1 if n >= 0 else -1)
+    sign = "-" if value < 0 else ""
+    whole = abs(n)
+    plain = f"{sign}{whole}.{cents:02d}"
+    comma = f"{sign}{whole:,}.{cents:02d}"
+    space = f"{sign}{whole:,}.{cents:02d}".replace(",", " ")
+    for spelling in (comma, space, plain + "0"):
+        assert grade_answer(spelling, plain).status is Status.CORRECT, spelling
+    # one cent off is a different finite decimal: never equal
+    off = value + Fraction(1, 100)
+    assert grade_answer(f"{float(off):.2f}" if abs(n) < 10**9 else str(off), plain).status is Status.INCORRECT
