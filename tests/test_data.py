@@ -257,3 +257,27 @@ def test_pass_rates_and_difficulty_filter():
     assert filter_by_pass_rate(examples, [0.5, 0.5, 0.0]) == examples[:2]
     with pytest.raises(ValueError, match="3 examples but 2 pass rates"):
         filter_by_pass_rate(examples, rates[:2])
+
+
+def test_from_rows_for_hf_records_names_the_source():
+    task = get_task("gsm8k")
+    ex = task.from_rows([{"question": "q", "answer": "x\n#### 1,000"}], source="openai/gsm8k[test]")
+    assert ex[0].reference == "1000"
+    with pytest.raises(DataError, match=re.escape('openai/gsm8k[test]:1: missing key "answer"')):
+        task.from_rows(
+            [{"question": "q", "answer": "#### 1"}, {"question": "q"}], source="openai/gsm8k[test]"
+        )
+
+
+def test_math_target_earns_full_reward_under_math_checkers():
+    task = get_task("math")
+    rows = [
+        {"problem": "Half of one?", "solution": "It is $\\boxed{\\frac{1}{2}}$."},
+        {"problem": "Two plus two?", "solution": "So \\boxed{4}."},
+    ]
+    examples = task.from_rows(rows, source="mem")
+    for template in ("r1_zero", "question_only"):
+        reward = task.reward_fn(template)
+        for ex in examples:
+            assert reward(task.target(ex, template), ex).total == 1.0
+            assert reward("<answer>7</answer> \\boxed{7}", ex).total == 0.0
