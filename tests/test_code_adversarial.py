@@ -104,10 +104,16 @@ CASES = [
      "    except OSError:\n        pass\nprint(3)\n", {"passed": 1, "audit": False}),
     ("alter_own_code", IO_TASK, "import os\nopen(os.path.abspath(__file__), 'w')\n",
      {"status": TestStatus.ERROR, "flags": {"file_write_outside"}}),
-    ("kill_parent", IO_TASK, "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint(3)\n",
+    # The grader is this test process; the candidate is told its pid. In the box's pid
+    # namespace that pid does not exist (or is not the grader); seccomp and the hook deny it too.
+    ("kill_grader", IO_TASK, f"import os, signal\nos.kill({os.getpid()}, signal.SIGKILL)\nprint(3)\n",
      {"status": TestStatus.ERROR, "flags": {"signal_outside"}}),
-    ("kill_parent_no_hook", IO_TASK, "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint(3)\n",
+    ("kill_grader_no_hook", IO_TASK, f"import os, signal\nos.kill({os.getpid()}, signal.SIGKILL)\nprint(3)\n",
      {"status": TestStatus.ERROR, "audit": False}),
+    # Its parent inside the box is the namespace's reaper (pid 1), which ignores the signal:
+    # harmless, so neither flagged nor an error.
+    ("kill_parent_in_box", IO_TASK, "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint(3)\n",
+     {"passed": None}),
     ("kill_everything_no_hook", IO_TASK, "import os\nos.kill(-1, 9)\nprint(3)\n", {"audit": False,
                                                                                   "passed": None}),
     ("env_secret", SECRET_TASK, "import os\nprint(os.environ.get('RLVR_TEST_EXPECTED_OUTPUT', 'none'))\n",

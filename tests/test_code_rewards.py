@@ -275,7 +275,7 @@ from rlvr.rewards.code.task import task_from_meta
 t = task_from_meta({"tests": {"io": [{"stdin": "1 2\n", "stdout": "3\n"}]}})
 good = run_tests("a, b = map(int, input().split())\nprint(a + b)\n", t)
 leak = run_tests(f"print(open({REPO + '/pyproject.toml'!r}).read()[:20])\n", t, audit=False)
-kill = run_tests("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint(3)\n", t, audit=False)
+kill = run_tests(f"import os, signal\nos.kill({os.getpid()}, signal.SIGKILL)\nprint(3)\n", t, audit=False)
 net = run_tests("import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=1)\nprint(3)\n", t, audit=False)
 print(json.dumps({"uid": os.getuid(), "strong": isolation().strong, "iso": good.isolation,
                   "good": good.n_passed, "leak": leak.tests[0].status.value, "kill": kill.tests[0].status.value,
@@ -302,7 +302,7 @@ def test_real_unprivileged_grader():
     assert out["good"] == 1
     assert "landlock" in out["iso"] and "seccomp" in out["iso"]
     assert out["leak"] == "error"  # Landlock denies the repo file
-    assert out["kill"] == "error"  # same uid, yet the grader survived (Landlock signal scope)
+    assert out["kill"] == "error"  # same uid, yet the grader survived (pid ns, seccomp, Landlock scope)
     assert out["net"] == "error"  # network namespace (user ns) + seccomp
 
 

@@ -102,6 +102,7 @@ def decode_value(data, depth=0):
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
+CLONE_NEWPID = 0x20000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 1, 4, 38, 22
 
@@ -257,8 +258,11 @@ def enter_as_root(cfg):
     ctypes, libc = _libc()
     set_rlimits(cfg["limits"])
     notes = []
-    if libc.unshare(CLONE_NEWNET | CLONE_NEWNS) == 0:
+    pidns = libc.unshare(CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWPID) == 0
+    if pidns or libc.unshare(CLONE_NEWNET | CLONE_NEWNS) == 0:
         notes.append("netns")
+        if pidns:
+            notes.append("pidns")
         libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None)
         prefix, stash, hide = cfg["prefix"], cfg["stash"], cfg.get("hide")
         if hide:
@@ -290,7 +294,9 @@ def confine(cfg, notes):
     if not cfg.get("root"):
         set_rlimits(cfg["limits"])
         ctypes, libc = _libc()
-        if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
+        if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWPID) == 0:
+            notes += ["netns(userns)", "pidns"]
+        elif libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
             notes.append("netns(userns)")
     prefix = cfg["prefix"]
     reads = [prefix, "/usr/lib", "/usr/lib64", "/lib", "/lib64", "/etc/ld.so.cache", cfg["code_dir"]]
@@ -305,6 +311,61 @@ def confine(cfg, notes):
     if os.getppid() != cfg["grader_pid"]:
         os._exit(71)
     return notes
+
+
+def _close_io(cfg):
+    for fd in {0, 1, 2, cfg["flag_fd"], cfg.get("req_fd", 0), cfg.get("resp_fd", 0)}:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _exit_like(status):
+    """Exit the way the waited-for process did (same exit code, or the same signal)."""
+    if os.WIFSIGNALED(status):
+        import signal
+
+        sig = os.WTERMSIG(status)
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+        os._exit(128 + sig)
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
+
+
+def enter_pid_namespace(cfg, libc):
+    """After unshare(CLONE_NEWPID): this process stays outside as a relay; its child becomes
+    pid 1 of the new namespace (a reaper), whose child runs the candidate as pid 2. The
+    candidate sees no process outside its box (getppid() is 1) and cannot signal one; when it
+    exits, the reaper exits and the kernel kills everything left in the namespace. The
+    candidate is not pid 1 itself because pid 1 ignores signals it has no handler for (the CPU
+    limit's SIGXCPU among them). Returns in the candidate process only."""
+    r, w = os.pipe()
+    init = os.fork()
+    if init:  # relay: wait for the reaper, then exit like the candidate did
+        os.close(w)
+        _close_io(cfg)
+        os.waitpid(init, 0)
+        data = os.read(r, 32)
+        _exit_like(int(data) if data else 9)  # no report: the reaper was killed
+    os.close(r)
+    libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
+    cand = os.fork()
+    if cand:  # pid 1: reap everything until the candidate is gone, then die (and take the rest)
+        _close_io(cfg)
+        status = 9
+        while True:
+            try:
+                pid, st = os.wait()
+            except ChildProcessError:
+                break
+            if pid == cand:
+                status = st
+                break
+        os.write(w, str(status).encode())
+        os._exit(0)
+    os.close(w)
+    libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -591,6 +652,9 @@ def main():
     cfg = marshal.loads(bytes.fromhex(sys.argv[-1]))  # written by the grader, not the candidate
     notes = enter_as_root(cfg) if cfg["root"] else []
     notes = confine(cfg, notes)
+    if "pidns" in notes:
+        _, libc = _libc()
+        enter_pid_namespace(cfg, libc)
     work = os.path.realpath(cfg["work"])
     read_roots = [os.path.realpath(cfg["prefix"]), os.path.realpath(cfg["code_dir"]), work]
     hook, flag, state = make_audit_hook(cfg["flag_fd"], work, read_roots, cfg["max_forks"], cfg["grader_pid"])

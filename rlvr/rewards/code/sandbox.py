@@ -135,35 +135,50 @@ def _acquire_slot() -> tuple[int, int]:
         time.sleep(0.01)
 
 
-def kill_uid(uid: int, rounds: int = 50) -> int:
-    """SIGKILL every process whose real or effective uid is `uid` (root only), via pidfds so a
-    recycled pid is never hit. Repeats until a scan finds none (a forking process may race).
-    Returns how many processes were killed."""
+def _uid_pidfds(uid: int) -> list[int]:
+    """pidfds of the live (non-zombie) processes whose real or effective uid is `uid`."""
+    fds = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            pidfd = os.pidfd_open(int(entry))
+        except OSError:
+            continue
+        try:
+            with open(f"/proc/{entry}/status", "rb") as f:
+                status = f.read()
+            line = status[status.index(b"\nUid:") + 5:].split(b"\n", 1)[0].split()
+            zombie = b"\nState:\tZ" in status  # already dead; its reaper collects it
+            if uid in (int(line[0]), int(line[1])) and not zombie:
+                fds.append(pidfd)
+                continue
+        except (OSError, ValueError, IndexError):
+            pass
+        os.close(pidfd)
+    return fds
+
+
+def kill_uid(uid: int, grace_s: float = 0.0, rounds: int = 50) -> int:
+    """SIGKILL every process of `uid` (root only) that is still alive after `grace_s` seconds
+    (time for a group that was already SIGKILLed to finish dying), via pidfds so a recycled pid
+    is never hit. Repeats until a scan finds none (a forking process may race). Returns how
+    many processes it had to kill: survivors of the group kill."""
+    deadline = time.monotonic() + grace_s
     killed = 0
-    for _ in range(rounds):
-        found = 0
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                pidfd = os.pidfd_open(int(entry))
-            except OSError:
-                continue
-            try:
-                with open(f"/proc/{entry}/status", "rb") as f:
-                    status = f.read()
-                line = status[status.index(b"\nUid:") + 5:].split(b"\n", 1)[0].split()
-                zombie = b"\nState:\tZ" in status  # already dead; its reaper (init) collects it
-                if uid in (int(line[0]), int(line[1])) and not zombie:
-                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-                    found += 1
-            except (OSError, ValueError, IndexError):
-                pass
-            finally:
-                os.close(pidfd)
-        killed += found
-        if not found:
+    for _ in range(rounds + int(grace_s / 0.005) + 1):
+        fds = _uid_pidfds(uid)
+        if not fds:
             return killed
+        if time.monotonic() >= deadline:
+            for fd in fds:
+                try:
+                    signal.pidfd_send_signal(fd, signal.SIGKILL)
+                    killed += 1
+                except OSError:
+                    pass
+        for fd in fds:
+            os.close(fd)
         time.sleep(0.005)
     return killed
 
@@ -208,7 +223,7 @@ class Box:
         """Kill leftovers of the slot uid, remove the dirs, free the slot. Returns #killed."""
         killed = 0
         if self.iso.root:
-            killed = kill_uid(self.uid)
+            killed = kill_uid(self.uid, grace_s=0.5)
         shutil.rmtree(self.base, ignore_errors=True)
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
@@ -239,7 +254,8 @@ class _Proc:
         self.box, self.limits = box, limits
         flag_r, flag_w = os.pipe()
         iso = box.iso
-        nproc = limits.max_processes if iso.root else _user_process_count() + limits.max_processes
+        # +2: the relay and the pid-namespace reaper (see _harness.enter_pid_namespace)
+        nproc = limits.max_processes + 2 + (0 if iso.root else _user_process_count())
         cfg = {"root": iso.root, "mode": mode, "grader_pid": os.getpid(), "uid": box.uid, "work": str(box.work),
                "code_dir": str(box.code_dir), "prefix": prefix, "stash": str(box.stash),
                "hide": hidden_ancestor() if iso.root else None,
