@@ -219,6 +219,7 @@ def normalize(text: str) -> str:
     s = _SPACES.sub(" ", s)
     s = _CMD_ALIASES.sub(lambda m: _CMD_MAP[m.group(1)], s)
     s = s.replace("\\%", "%").replace("\\$", "$")
+    s = s.replace("\\emptyset", "\\{\\}").replace("\\varnothing", "\\{\\}")
     s = " ".join(s.split())
     s = s.rstrip(".").strip()
     if _THOUSANDS_COMMA.match(s):

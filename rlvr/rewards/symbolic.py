@@ -11,9 +11,9 @@ Equality of two expressions a, b:
   1. both numeric constants: evaluate a - b to 60 significant digits; |a-b| <= 1e-40 * max(1,|a|)
      is equal (then confirmed exactly by sympy when cheap). A decimal literal on one side is
      compared with the rounding policy of `rlvr.rewards.tolerance`.
-  2. with free symbols: the symbol sets must match; a - b is evaluated at 5 seeded random rational
-     points (30 digits); any clear difference is unequal; agreement everywhere is then confirmed by
-     `sympy.simplify(a - b) == 0`, or accepted on the numeric evidence if simplify cannot decide.
+  2. with free symbols: a - b is evaluated at 5 seeded random rational points of both signs
+     (30 digits); any clear difference is unequal; agreement everywhere is then confirmed by
+     `expand`/`simplify`, or accepted on the numeric evidence if sympy cannot decide.
 """
 
 from __future__ import annotations
@@ -148,6 +148,9 @@ def expr_equal(a, b, a_node=None, b_node=None) -> tuple[bool, str]:
         return False, "not comparable expressions"
     fa = a.free_symbols | b.free_symbols
     if not fa:
+        if not (a.is_finite and b.is_finite):
+            # oo, -oo, zoo, nan: numeric closeness is meaningless (oo <= 1e-40 * oo holds)
+            return a == b, "infinite or undefined value"
         va, vb = _numeric(a, 60), _numeric(b, 60)
         if va is None or vb is None:
             return False, "not numeric"
@@ -160,11 +163,14 @@ def expr_equal(a, b, a_node=None, b_node=None) -> tuple[bool, str]:
             if q is not None:
                 return decimal_matches(Fraction(str(approx)), q, exact), "decimal rounding policy"
         return _close(va - vb, va), "numeric (60 digits)"
+    if a.has(sympy.oo, sympy.zoo, sympy.nan) or b.has(sympy.oo, sympy.zoo, sympy.nan):
+        return False, "infinite value in an expression"
     rng = random.Random(0)
     syms = sorted(fa, key=lambda s: s.name)
     diff = a - b
     for _ in range(5):
-        point = {s: sympy.Rational(rng.randint(1, 97), rng.randint(1, 89)) for s in syms}
+        # both signs: positive-only points would make x and |x| (or sqrt(x^2)) look equal
+        point = {s: sympy.Rational(rng.choice((-1, 1)) * rng.randint(1, 97), rng.randint(1, 89)) for s in syms}
         try:
             dv = sympy.N(diff.subs(point), 30)
             av = sympy.N(a.subs(point), 30)
