@@ -116,4 +116,12 @@ def test_vllm_module_imports_without_vllm():
         with pytest.raises(ImportError, match=r"pip install 'rlvr\[vllm\]'"):
             vllm_generator.VLLMGenerator("x")
     assert vllm_generator._version_at_least("0.11.0", (0, 10, 2))
+    # vLLM stop_reason: a stop string, a stop token id (second EOS) or None (EOS)
+    sr = lambda fr, r: vllm_generator._stop_reason(SimpleNamespace(finish_reason=fr, stop_reason=r))
+    assert (sr("stop", "</answer>"), sr("stop", 151645), sr("stop", None), sr("length", None)) == (
+        "</answer>",
+        "<eos>",
+        "<eos>",
+        None,
+    )
     assert not vllm_generator._version_at_least("0.10.1", (0, 10, 2))

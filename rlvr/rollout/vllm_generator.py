@@ -94,8 +94,6 @@ class VLLMGenerator:
         kwargs.update(llm_kwargs)
         self.logprobs_mode = kwargs.get("logprobs_mode", "raw_logprobs")
         self.llm = LLM(**kwargs)
-        eos = tokenizer.eos_token_id
-        self.eos_ids = {eos} if eos is not None else set()
 
     # -- weights -------------------------------------------------------------------------------
     def _inprocess_model(self):
@@ -183,9 +181,7 @@ class VLLMGenerator:
                         group=i,
                         weight_version=self.weight_version,
                         sample_index=j0 + k,
-                        stop_reason=c.stop_reason
-                        if isinstance(c.stop_reason, str)
-                        else ("<eos>" if ids and ids[-1] in self.eos_ids else None),
+                        stop_reason=_stop_reason(c),
                     )
                 )
         return rollouts
@@ -195,6 +191,16 @@ class VLLMGenerator:
             hit = find_completed_stop(self.tokenizer, ids, (stop_reason,), spec.include_stop_str_in_output)
             return hit[1] if hit is not None else vllm_text
         return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def _stop_reason(completion) -> str | None:
+    """vLLM's stop_reason is the stop string (str), a stop token id (int, e.g. a second EOS from
+    generation_config) or None (EOS, or no stop at all): map to Rollout.stop_reason."""
+    if completion.finish_reason == "length":
+        return None
+    if isinstance(completion.stop_reason, str):
+        return completion.stop_reason
+    return "<eos>"
 
 
 def _version_at_least(version: str, minimum: tuple[int, ...]) -> bool:
