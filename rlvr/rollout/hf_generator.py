@@ -7,7 +7,8 @@ the loop with and without the KV cache.
 
 Batch layout: prompts are left-padded to the longest prompt of the micro-batch; positions are
 counted over real tokens only (so a padded row computes the same logits as an unpadded one,
-up to float rounding); rows that finished keep decoding a pad token that nobody reads.
+up to float rounding). Rows that finished decode a pad token nobody reads until a quarter of the
+batch is done; then finished rows are dropped from the batch and its KV cache.
 """
 
 from __future__ import annotations
