@@ -35,6 +35,17 @@ def _torch_dtype(dtype):
     return table[dtype]
 
 
+def _dtype_kwarg() -> str:
+    # transformers 4.56 renamed from_pretrained's `torch_dtype` to `dtype`; older versions would
+    # silently ignore `dtype` and load float32 (vLLM's venv may hold a 4.x transformers).
+    import transformers
+
+    major, minor = (
+        int("".join(c for c in p if c.isdigit()) or 0) for p in transformers.__version__.split(".")[:2]
+    )
+    return "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
+
+
 def load_tokenizer(name_or_path: str | Path, *, trust_remote_code: bool = False):
     """Load a tokenizer and make sure it has a pad token.
 
@@ -87,7 +98,7 @@ def load_policy(
     kwargs = {"trust_remote_code": trust_remote_code}
     torch_dtype = _torch_dtype(dtype)
     if torch_dtype is not None:
-        kwargs["dtype"] = torch_dtype
+        kwargs[_dtype_kwarg()] = torch_dtype
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
     model = AutoModelForCausalLM.from_pretrained(str(name_or_path), **kwargs)
