@@ -154,3 +154,18 @@ def test_extraction_on_huge_and_pathological_inputs():
     assert choice_letter("(" * 1_000_000) is None
     big = last_number("9" * 1_000_000)
     assert big is not None and set(big) == {"9"}
+
+
+def test_no_regex_backtracking_blowup():
+    # Regressions: these took seconds at a few hundred characters and years at 64 Ki before the
+    # patterns were made unambiguous / possessive. Checked by result; the suite time shows speed.
+    from rlvr.rewards.grader import grade_answer, normalize, quantity
+
+    assert choice_letter("answer" + " " * 60_000 + "!") is None
+    assert choice_letter("\n" + " " * 60_000 + "!") is None
+    assert answer_is("answer" + " " * 60_000 + "x") is None
+    assert answer_is("answer is" + " " * 60_000 + "x") == "x"
+    q = quantity("5 " + "a" * 900 + "!")
+    assert q.unit == "" and q.core.startswith("5 a")
+    assert normalize("^" + " " * 900 + "x") == "^ x"
+    assert grade_answer("5 " + "ab " * 300 + "!", "5").status.value == "incorrect"

@@ -140,7 +140,7 @@ def gsm8k_hash(response: str) -> str | None:
     return _ok(rest if nl < 0 else rest[:nl])
 
 
-_ANSWER_IS = re.compile(r"answer\s*(?:is|:)\s*:?", re.IGNORECASE)
+_ANSWER_IS = re.compile(r"answer\s*+(?:is|:)\s*+:?+", re.IGNORECASE)
 
 
 def answer_is(response: str) -> str | None:
@@ -180,11 +180,12 @@ def last_number(response: str) -> str | None:
 
 _LETTER_PATTERNS = (
     # "answer is (B)", "Answer: B"
-    re.compile(r"answer\s*(?:is|:)?\s*:?\s*\(?\s*([A-Z])\s*\)?(?![A-Za-z])", re.IGNORECASE),
+    # possessive quantifiers (*+, ?+): adjacent optional blanks must not backtrack (ReDoS)
+    re.compile(r"answer\s*+(?:is)?+\s*+:?+\s*+\(?+\s*+([A-Z])\s*+\)?+(?![A-Za-z])", re.IGNORECASE),
     # "(B)" anywhere
     re.compile(r"\(([A-Z])\)"),
     # "B)" or "B." at the start of a line
-    re.compile(r"(?m)^\s*([A-Z])[).:](?:\s|$)"),
+    re.compile(r"(?m)^\s*+([A-Z])[).:](?:\s|$)"),
     # a lone capital letter token; "I" and "A" followed by a lower-case word are English
     re.compile(r"(?<![A-Za-z])(?![AI]\s+[a-z])([A-Z])(?![A-Za-z])"),
 )

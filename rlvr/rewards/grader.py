@@ -150,7 +150,7 @@ _WRAPPERS = re.compile(
 )
 _LEFT_RIGHT = re.compile(r"\\(?:left|right|big|Big|bigg|Bigg|bigl|bigr|Bigl|Bigr)(?![A-Za-z])\s*")
 _SPACES = re.compile(r"(?<!\\)\\[,;:> ]|\\q?quad(?![A-Za-z])|~|\\enspace|\\thinspace")
-_DEGREE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree(?![A-Za-z])")
+_DEGREE = re.compile(r"\^\s*+\{?+\s*+\\circ\s*+\}?+|°|\\degree(?![A-Za-z])")
 _UNICODE = {
     "\u2212": "-",
     "\u2013": "-",
@@ -401,7 +401,10 @@ _UNITS = {
     "percent": "%", "%": "%",
 }  # fmt: skip
 _NUM_THEN_UNIT = re.compile(
-    r"^(?P<num>[-+]?(?:\d+(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?(?:\s*/\s*\d+)?)\s*(?P<unit>(?:[A-Za-z°%$€£¥₹][A-Za-z°%./^\d]*\s*){1,4})$"
+    # unit words are separated by mandatory whitespace, so a run of letters has one parse (no
+    # exponential backtracking on "5 aaaa...a!")
+    r"^(?P<num>[-+]?(?:\d+(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?(?:\s*/\s*\d+)?)\s*"
+    r"(?P<unit>[A-Za-z°%$€£¥₹][A-Za-z°%./^\d]*(?:\s+[A-Za-z°%$€£¥₹][A-Za-z°%./^\d]*){0,3})\s*$"
 )
 _FUNCTION_WORDS = mp.FUNCTIONS | {"pi", "infty", "inf", "oo", "frac", "sqrt", "cdot", "times", "binom"}
 _TEXT_WORD = re.compile(r"[A-Za-z]{3,}")
