@@ -543,7 +543,7 @@ def _symbolic(target: str, args: tuple, tier: str = "symbolic") -> Verdict:
         return Verdict(Status.CORRECT if ok else Status.INCORRECT, why, tier)
     if res.status == "timeout":
         return Verdict(Status.TIMEOUT, res.info, tier)
-    if res.info.startswith("Hostile"):
+    if res.info.startswith(("Hostile", "RecursionError")):
         return Verdict(Status.INCORRECT, "guard: " + res.info, "guard")
     return Verdict(Status.ERROR, res.info, tier)
 

@@ -31,7 +31,8 @@ MAX_NUMBER_DIGITS = 400
 MAX_BITS = 20_000  # ~6,000 decimal digits: far beyond any real answer, tiny for Python ints
 MAX_EXPONENT = 10_000
 MAX_FACTORIAL = 1_000
-MAX_POWER_NESTING = 2  # 2^{3^{4}} is allowed, 2^{3^{4^{5}}} is a tower
+MAX_POWER_NESTING = 2
+MAX_CHAIN = 200  # operators in one product chain (divisions nest, so this bounds AST depth)  # 2^{3^{4}} is allowed, 2^{3^{4^{5}}} is a tower
 
 
 class ParseError(ValueError):
@@ -200,21 +201,28 @@ class _Parser:
         return text in _ATOM_START_CMDS
 
     # term := unary (('*'|'/'|implicit) unary)*
+    # Products are kept flat (one "mul" node with many factors) so that "5 a b c ..." does not
+    # build an AST as deep as it is long; a chain of more than MAX_CHAIN operators is rejected.
     def term(self):
-        node = self.unary()
+        factors = [self.unary()]
+        ops = 0
         while True:
             self.skip_spacing()
             tok = self.peek()
             if tok in (("op", "*"),) or (tok is not None and tok[0] == "cmd" and tok[1] in _MUL_CMDS):
                 self.i += 1
-                node = ("mul", (node, self.unary()))
+                factors.append(self.unary())
             elif tok == ("op", "/") or tok == ("cmd", "div"):
                 self.i += 1
-                node = ("div", node, self.unary())
+                left = factors[0] if len(factors) == 1 else ("mul", tuple(factors))
+                factors = [("div", left, self.unary())]
             elif self.starts_atom(tok) and tok != ("op", "|"):
-                node = ("mul", (node, self.power()))
+                factors.append(self.power())
             else:
-                return node
+                return factors[0] if len(factors) == 1 else ("mul", tuple(factors))
+            ops += 1
+            if ops > MAX_CHAIN:
+                raise Hostile(f"more than {MAX_CHAIN} products in a row")
 
     def unary(self):
         self.skip_spacing()
