@@ -13,21 +13,25 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
+from rlvr.rewards.code import sandbox
 from rlvr.rewards.code.rewards import code_reward
 from rlvr.rewards.code.runner import TestStatus, run_tests
-from rlvr.rewards.code.sandbox import UID_BASE, UID_SLOTS, isolation
+from rlvr.rewards.code.sandbox import UID_SLOTS, isolation
 from rlvr.rewards.code.task import task_from_meta
 from rlvr.rewards.types import SimpleExample, Status
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
 
 REPO = Path(__file__).resolve().parents[1]
+RUN = {"uid_base": 200_000 + secrets.randbelow(1000) * UID_SLOTS}  # this run's private uid range
 SECRET = "expected-" + secrets.token_hex(8)  # lives only in the grader's memory and environment
 os.environ["RLVR_TEST_EXPECTED_OUTPUT"] = SECRET
 GRADER_SECRET_FILE = Path("/tmp") / f"rlvr_hidden_tests_{secrets.token_hex(4)}.json"
@@ -202,6 +206,13 @@ def _run_case(case):
 def outcomes():
     GRADER_SECRET_FILE.write_text(f'{{"expected": "{SECRET}"}}')
     os.chmod(GRADER_SECRET_FILE, 0o600)
+    # This run's boxes live in a private temp dir and use a private uid range, so the
+    # "machine left clean" check sees only what this run created (another run may be going on).
+    # (Not under pytest's tmp_path: /tmp/pytest-of-root is 0700, the slot uids could not enter.)
+    RUN["tmp"] = Path(tempfile.mkdtemp(prefix="rlvr-adversarial-"))
+    os.chmod(RUN["tmp"], 0o755)
+    saved = tempfile.tempdir, sandbox.UID_BASE
+    tempfile.tempdir, sandbox.UID_BASE = str(RUN["tmp"]), RUN["uid_base"]
     try:
         # The benign candidates run CONCURRENTLY with the hostile ones: a kill(-1) or fork bomb
         # in one box must not disturb another.
@@ -212,8 +223,10 @@ def outcomes():
             results = list(pool.map(_run_case, benign + CASES + benign))
     finally:
         GRADER_SECRET_FILE.unlink()
-    return {n + ("#2" if n in {r[0] for r in results[:i]} else ""): (rep, dt)
-            for i, (n, rep, dt) in enumerate(results)}
+        tempfile.tempdir, sandbox.UID_BASE = saved
+    yield {n + ("#2" if n in {r[0] for r in results[:i]} else ""): (rep, dt)
+           for i, (n, rep, dt) in enumerate(results)}
+    shutil.rmtree(RUN["tmp"], ignore_errors=True)
 
 
 def test_suite_is_big_enough():
@@ -250,7 +263,7 @@ def test_benign_neighbours_unaffected_and_unflagged(outcomes, name):
 def test_machine_left_clean(outcomes):
     for p in PWNED:
         assert not p.exists(), p
-    leftovers = [d for d in Path("/tmp").iterdir() if d.name.startswith("rlvr-sbx-")]
+    leftovers = list(RUN["tmp"].iterdir())
     assert not leftovers, leftovers
     if not isolation().root:
         return
@@ -263,7 +276,7 @@ def test_machine_left_clean(outcomes):
                 continue
             uid = int(status.split("\nUid:")[1].split()[1])
             # A zombie is dead already (no code, no memory); init reaps it shortly.
-            if UID_BASE <= uid < UID_BASE + UID_SLOTS and "State:\tZ" not in status:
+            if RUN["uid_base"] <= uid < RUN["uid_base"] + UID_SLOTS and "State:\tZ" not in status:
                 stray.append(status[:200])
     assert not stray, stray
 

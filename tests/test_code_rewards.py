@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import secrets
 import shutil
 from pathlib import Path
 
@@ -328,7 +329,7 @@ run_tests(code, t)
 '''
 
 
-def _sandbox_processes() -> list[str]:
+def _sandbox_processes(base: int | None = None) -> list[str]:
     out = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -337,7 +338,8 @@ def _sandbox_processes() -> list[str]:
             except OSError:
                 continue
             uid = int(status.split("\nUid:")[1].split()[1])
-            if sandbox.UID_BASE <= uid < sandbox.UID_BASE + sandbox.UID_SLOTS and "State:\tZ" not in status:
+            lo = sandbox.UID_BASE if base is None else base
+            if lo <= uid < lo + sandbox.UID_SLOTS and "State:\tZ" not in status:
                 out.append(entry)
     return out
 
@@ -356,24 +358,26 @@ def test_sandbox_dies_with_a_killed_grader(tmp_path):
     site = next(p for p in sys.path if p.endswith("site-packages"))
     script = tmp_path / "grader.py"
     script.write_text(f"REPO = {repo!r}\nSITE = {site!r}\n" + _DYING_GRADER)
-    grader = subprocess.Popen([sys.executable, str(script)])
+    # A private uid range (env read at import by the grader): only this test's boxes are counted.
+    base = 300_000 + secrets.randbelow(1000) * sandbox.UID_SLOTS
+    grader = subprocess.Popen([sys.executable, str(script)], env={**os.environ, "RLVR_SANDBOX_UID_BASE": str(base)})
     try:
         for _ in range(200):  # wait until the candidate and its child run (as the slot uid)
-            if len(_sandbox_processes()) >= 2:
+            if len(_sandbox_processes(base)) >= 2:
                 break
             time.sleep(0.05)
-        assert len(_sandbox_processes()) >= 2
+        assert len(_sandbox_processes(base)) >= 2
         grader.send_signal(signal.SIGKILL)
         grader.wait()
         for _ in range(40):
-            if not _sandbox_processes():
+            if not _sandbox_processes(base):
                 break
             time.sleep(0.05)
-        assert not _sandbox_processes()
+        assert not _sandbox_processes(base)
     finally:
         grader.kill()
         grader.wait()
-        for pid in _sandbox_processes():  # only if the assertion above failed
+        for pid in _sandbox_processes(base):  # only if the assertion above failed
             os.kill(int(pid), signal.SIGKILL)
         for d in Path("/tmp").glob("rlvr-sbx-*"):  # the killed grader could not remove its box
             main = d / "code" / "main.py"
