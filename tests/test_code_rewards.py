@@ -450,3 +450,17 @@ def test_honest_process_management_not_flagged():
             "os.kill(pid, signal.SIGTERM)\nos.waitpid(pid, 0)\nprint(3)\n")
     report = run_tests(code, task_from_meta({"tests": {"io": [{"stdin": "", "stdout": "3\n"}]}}))
     assert report.n_passed == 1 and not report.flags, (report.tests, report.flags)
+
+
+def test_raising_function_never_matches_empty_or_none_expectation():
+    # The failure mode of verl's call-based wrapper (verl PR #7853): errors were caught and the
+    # process exited 0, so `def solve(x): raise ValueError` earned 1.0 when the expected output
+    # was "" or None. Here an exception is an error result, never a value.
+    meta = {"entry_point": "solve", "tests": {"calls": [{"args": [1], "expected": ""},
+                                                        {"args": [2], "expected": None}]}}
+    raising = run_tests("def solve(x):\n    raise ValueError('failed call')\n", task_from_meta(meta))
+    assert [t.status for t in raising.tests] == [TestStatus.ERROR, TestStatus.ERROR]
+    honest = run_tests("def solve(x):\n    return '' if x == 1 else None\n", task_from_meta(meta))
+    assert honest.n_passed == 2
+    silent = run_tests("def solve(x):\n    pass\n", task_from_meta(meta))  # returns None for both
+    assert [t.status for t in silent.tests] == [TestStatus.FAILED, TestStatus.PASSED]
