@@ -22,7 +22,7 @@ RESPONSES = [
     "no format",  # unparsable
     "t </think> <answer>71</answer>",  # incorrect
     "t </think> <answer>x^2-1</answer>",  # correct (symbolic)
-    "t </think> <answer>\\sum_{i=1}^{10^{100}} i</answer>",  # timeout (math-verify fallback runs long)
+    "t </think> <answer>\\prod_{k=1}^{10^{9}} k</answer>",  # timeout (a billion-factor product)
 ]
 REFS = ["72", "\\frac{1}{\\sqrt{2}}", "1", "72", "(x-1)(x+1)", "1"]
 EXPECTED = [Status.CORRECT, Status.CORRECT, Status.UNPARSABLE, Status.INCORRECT, Status.CORRECT, Status.TIMEOUT]

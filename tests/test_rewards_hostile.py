@@ -112,7 +112,7 @@ def test_hostile_non_main_thread(fresh_pool):
 def test_hostile_from_async_code(fresh_pool):
     async def main():
         # straight in the event loop thread, and from a worker thread via to_thread
-        a = grade_answer("\\sum_{i=1}^{10^{100}} i", "1", timeout_s=DEADLINE)
+        a = grade_answer("\\prod_{k=1}^{10^{6}} (x+k)", "1", timeout_s=DEADLINE)
         b = await asyncio.to_thread(grade_answer, "\\prod_{k=1}^{10^{9}} k", "1", DEADLINE)
         return a, b
 
@@ -145,11 +145,11 @@ def _hostile_responses():
 
 
 def test_timeout_is_reported_not_scored_zero_silently(fresh_pool):
-    v = grade_answer("\\sum_{i=1}^{10^{100}} i", "1", timeout_s=0.5)
+    v = grade_answer("\\prod_{k=1}^{10^{9}} k", "1", timeout_s=0.5)
     assert v.status is Status.TIMEOUT and "killed" in v.info
     assert fresh_pool.kills >= 1
     with verifier_timeout(0.5):
-        r = get_reward_fn("r1_zero")("<think>x</think> <answer>\\sum_{i=1}^{10^{100}} i</answer>", SimpleExample("1"))
+        r = get_reward_fn("r1_zero")("<think>x</think> <answer>\\prod_{k=1}^{10^{9}} k</answer>", SimpleExample("1"))
     assert r.status is Status.TIMEOUT and r.total == 0.0
 
 
@@ -212,3 +212,30 @@ def _cmdline(pid: int) -> str:
             return f.read().replace(b"\0", b" ").decode()[:200]
     except OSError:
         return "?"
+
+
+def _grade_in_forked_child(q) -> None:
+    q.put(grade_answer("x^2-1", "(x-1)(x+1)", timeout_s=30).status.value)
+
+
+def test_works_in_a_forked_child_and_leaves_nothing_behind():
+    # The parent has used the forkserver (earlier tests or this call); a "fork" child (DataLoader
+    # worker, Ray/multiprocessing fork) inherits a stale record of it and must start its own.
+    assert grade_answer("\\sqrt{8}", "2\\sqrt{2}", timeout_s=30).status is Status.CORRECT
+    import multiprocessing
+
+    before = descendants(os.getpid())
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_grade_in_forked_child, args=(q,))
+    p.start()
+    assert q.get(timeout=120) == "correct"
+    p.join(timeout=60)
+    assert p.exitcode == 0
+    # the child's forkserver and workers exit when the child's pipes close; allow them a moment
+    for _ in range(100):
+        left = descendants(os.getpid()) - before - _forkserver_pid()
+        if not left:
+            break
+        time.sleep(0.1)
+    assert not left, [(x, _cmdline(x)) for x in left]

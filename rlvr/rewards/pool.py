@@ -312,3 +312,32 @@ def shutdown_default_pool() -> None:
 
 
 atexit.register(shutdown_default_pool)
+
+
+def _after_fork_in_child() -> None:
+    """A process forked from one that ran a forkserver (a DataLoader worker, a Ray or
+    multiprocessing "fork" child) inherits multiprocessing's record of the PARENT's forkserver:
+    its pid (not our child, so `waitpid` raises ChildProcessError) and its socket. Forget it, so
+    the first worker this process starts brings up its own forkserver. The parent's workers and
+    default pool are not ours either: drop the reference without touching them."""
+    global _default
+    _default = None
+    try:
+        from multiprocessing import forkserver
+
+        fs = forkserver._forkserver
+        alive_fd = getattr(fs, "_forkserver_alive_fd", None)
+        if alive_fd is not None:
+            try:
+                os.close(alive_fd)  # our copy only; the parent's server exits when its parent does
+            except OSError:
+                pass
+        for attr in ("_forkserver_address", "_forkserver_alive_fd", "_forkserver_pid", "_inherited_fds"):
+            if hasattr(fs, attr):
+                setattr(fs, attr, None)
+    except Exception:  # noqa: BLE001 - best effort; a failure surfaces as a typed error later
+        pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

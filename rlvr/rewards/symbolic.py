@@ -132,6 +132,11 @@ def _close(d, scale) -> bool:
         return False
 
 
+def _infinite(x) -> bool:
+    """Definitely not a finite number (oo, -oo, zoo, nan, or contains one)."""
+    return x.is_finite is False or x.has(sympy.oo, -sympy.oo, sympy.zoo, sympy.nan)
+
+
 def expr_equal(a, b, a_node=None, b_node=None) -> tuple[bool, str]:
     """Are two sympy expressions equal? (bool, which check decided)."""
     if a == b:
@@ -148,7 +153,13 @@ def expr_equal(a, b, a_node=None, b_node=None) -> tuple[bool, str]:
         return False, "not comparable expressions"
     fa = a.free_symbols | b.free_symbols
     if not fa:
-        if not (a.is_finite and b.is_finite):
+        # unevaluated sums, products, integrals, limits (from the math-verify fallback): evaluate
+        # them; this runs under the worker's deadline like everything here
+        if a.has(sympy.Sum, sympy.Product, sympy.Integral, sympy.Limit):
+            a = a.doit()
+        if b.has(sympy.Sum, sympy.Product, sympy.Integral, sympy.Limit):
+            b = b.doit()
+        if _infinite(a) or _infinite(b):
             # oo, -oo, zoo, nan: numeric closeness is meaningless (oo <= 1e-40 * oo holds)
             return a == b, "infinite or undefined value"
         va, vb = _numeric(a, 60), _numeric(b, 60)
