@@ -35,7 +35,7 @@ def eval(  # noqa: A001 - the command is called `eval`
                             stop=tuple(s.stop), seed=cfg.run.seed, logprobs=False)
         model, tok = policy_from_config(cfg.model, seed=cfg.run.seed)
         task = load_task_data(cfg.data, tok)
-    except (ValueError, KeyError, FileNotFoundError) as exc:
+    except (ValueError, KeyError, OSError) as exc:
         fail(str(exc))
     examples = list(task.eval[: cfg.data.num_eval] if cfg.data.num_eval else task.eval)
     if not examples:

@@ -18,12 +18,13 @@ def recipes(
     from rich.table import Table
 
     table = Table(title="rlvr train --recipe NAME (then any key=value override wins)")
-    table.add_column("recipe", style="bold")
+    table.add_column("recipe", style="bold", no_wrap=True)
     for key in RECIPE_KEYS:
-        table.add_column(key.split(".", 1)[1])
+        # fold, never "…": a recipe table that hides its knobs defeats its purpose
+        table.add_column(key.split(".", 1)[1], overflow="fold")
     for row in recipe_rows():
         table.add_row(*row)
-    console = Console(width=max(160, Console().width))
+    console = Console(width=max(200, Console().width))
     console.print(table)
     for name, text in ELSEWHERE.items():
         console.print(f"[bold]{name}[/bold] elsewhere: {text}")

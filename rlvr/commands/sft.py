@@ -41,7 +41,12 @@ def sft(
         validate_sft_config(cfg)
     except ValueError as exc:
         fail(str(exc))
-    result = train_sft(cfg, resume=resume is not None)
+    from rlvr.train.tasks import TaskDataError
+
+    try:
+        result = train_sft(cfg, resume=resume is not None)
+    except TaskDataError as exc:
+        fail(str(exc))
     ev = result.eval
     if ev:
         typer.echo(f"held-out: accuracy {ev.get('accuracy', float('nan')):.1%}, "

@@ -55,8 +55,12 @@ def train(
     except ValueError as exc:
         fail(str(exc))
     from rlvr.train.pg import train as run_train
+    from rlvr.train.tasks import TaskDataError
 
-    result = run_train(cfg, resume=resume is not None)
+    try:
+        result = run_train(cfg, resume=resume is not None)
+    except TaskDataError as exc:
+        fail(str(exc))
     _report(result)
 
 

@@ -28,7 +28,22 @@ class TaskData:
     stop: tuple[str, ...] = ()  # stop strings of the task's responses (besides EOS)
 
 
+class TaskDataError(ValueError):
+    """The data section cannot be turned into examples (unknown task, bad file, too many asked)."""
+
+
 def load_task_data(data_cfg, tokenizer=None) -> TaskData:
+    """TaskData for a DataConfig; any failure is a TaskDataError whose message starts with the key."""
+    try:
+        return _load_task_data(data_cfg, tokenizer)
+    except TaskDataError:
+        raise
+    except (ValueError, KeyError, OSError) as exc:
+        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+        raise TaskDataError(f"data (task={data_cfg.task!r}): {msg}") from exc
+
+
+def _load_task_data(data_cfg, tokenizer=None) -> TaskData:
     """TaskData for a DataConfig via rlvr.data's task registry.
 
     Synthetic tasks (arithmetic, countdown, ...) generate data.num_train training and

@@ -1,0 +1,122 @@
+"""Trainer config: batch-size arithmetic, recipes, cross-field validation, lr schedule, data order."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from rlvr.config import ConfigError, load_config
+from rlvr.train.batching import BatchConfigError, plan_batches, split_indices
+from rlvr.train.common import lr_multiplier, step_seed, take
+from rlvr.train.config import TrainConfig
+from rlvr.train.pg import validate_train_config
+from rlvr.train.recipes import RECIPE_KEYS, RECIPES, get_recipe, recipes_markdown
+
+
+def test_plan_batches_resolves_defaults_and_counts_steps():
+    # 32 prompts x 8 = 256 rollouts; 2 epochs of minibatches of 64 = 2 * 256/64 = 8 optimizer steps;
+    # 64/16 = 4 micro-batches accumulated per step.
+    p = plan_batches(32, 8, train_batch_size=64, micro_batch_size=16, epochs=2)
+    assert (p.rollout_batch, p.train_batch, p.micro_batch) == (256, 64, 16)
+    assert p.optimizer_steps_per_rollout_batch == 8
+    assert p.accumulation_steps == 4
+    assert not p.on_policy
+    whole = plan_batches(4, 2)  # 0 = whole batch: one optimizer step, on-policy
+    assert (whole.train_batch, whole.micro_batch, whole.optimizer_steps_per_rollout_batch) == (8, 8, 1)
+    assert whole.on_policy
+
+
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        (dict(train_batch_size=48), "algo.train_batch_size=48 does not divide the rollout batch"),
+        (dict(train_batch_size=512), "larger than the rollout batch"),
+        (dict(train_batch_size=64, micro_batch_size=24), "algo.micro_batch_size=24 does not divide"),
+        (dict(train_batch_size=64, micro_batch_size=128), "larger than algo.train_batch_size=64"),
+        (dict(epochs=0), "algo.epochs_per_rollout_batch must be >= 1"),
+    ],
+)
+def test_plan_batches_errors_say_what_to_change(kwargs, needle):
+    with pytest.raises(BatchConfigError) as exc:
+        plan_batches(32, 8, **kwargs)
+    assert needle in str(exc.value)
+
+
+def test_divisor_suggestions_are_divisors():
+    with pytest.raises(BatchConfigError) as exc:
+        plan_batches(32, 8, train_batch_size=48)
+    msg = str(exc.value)
+    suggested = [int(x) for x in msg.split("use one of ")[1].split(" (")[0].split(", ")]
+    assert suggested and all(256 % d == 0 for d in suggested)
+    assert 64 in suggested  # the divisor nearest to 48 (|64-48| = 16 = |32-48|)
+
+
+def test_split_indices():
+    assert [list(r) for r in split_indices(5, 2)] == [[0, 1], [2, 3], [4]]
+
+
+def test_every_recipe_sets_every_knob_and_loads():
+    for name, rec in RECIPES.items():
+        assert set(RECIPE_KEYS) <= set(rec), name
+        cfg = load_config(TrainConfig, None, [], base=rec)
+        validate_train_config(cfg)  # every named function exists in the rlvr.algo registries
+    assert {"reinforce", "reinforce_with_baseline", "grpo", "dr_grpo", "rloo", "dapo", "gspo", "kimi"} <= set(RECIPES)
+
+
+def test_recipe_knobs_match_the_papers():
+    g, d, dr, gs = get_recipe("grpo"), get_recipe("dapo"), get_recipe("dr_grpo"), get_recipe("gspo")
+    assert (g["algo.advantage"], g["algo.kl_coef"], g["algo.aggregation"]) == ("grpo", 0.04, "seq_mean_token_mean")
+    assert (d["algo.clip_low"], d["algo.clip_high"], d["algo.aggregation"]) == (0.2, 0.28, "token_mean")
+    assert d["algo.filter_zero_variance"] is True
+    assert (dr["algo.advantage"], dr["algo.aggregation"]) == ("group_mean", "seq_mean_token_sum_norm")
+    assert (gs["algo.loss"], gs["algo.clip_low"], gs["algo.clip_high"]) == ("gspo", 3e-4, 4e-4)
+
+
+def test_unknown_recipe_lists_known():
+    with pytest.raises(KeyError) as exc:
+        get_recipe("grpo2")
+    assert "dr_grpo" in str(exc.value) and "reinforce" in str(exc.value)
+
+
+def test_recipes_markdown_has_one_row_per_recipe():
+    lines = recipes_markdown().strip().splitlines()
+    assert len(lines) == 2 + len(RECIPES)
+
+
+def test_validation_names_the_key():
+    cfg = load_config(TrainConfig, None, ["algo.loss=ppo_typo"])
+    with pytest.raises(ValueError, match="algo.loss='ppo_typo' is unknown; known: .*'grpo_clip'"):
+        validate_train_config(cfg)
+    cfg = load_config(TrainConfig, None, ["sampling.group_size=1"])
+    with pytest.raises(ValueError, match="sampling.group_size=1"):
+        validate_train_config(cfg)
+    with pytest.raises(ConfigError, match="algo.lossy"):
+        load_config(TrainConfig, None, ["algo.lossy=1"])
+    with pytest.raises(ConfigError, match="optim.lr"):
+        load_config(TrainConfig, None, ["optim.lr=fast"])
+
+
+def test_lr_schedule_values():
+    # warmup 4: steps 0..3 get 1/4, 2/4, 3/4, 4/4.
+    kw = dict(warmup_steps=4, total_steps=14, min_lr_ratio=0.0)
+    assert [lr_multiplier(s, schedule="constant", **kw) for s in range(5)] == [0.25, 0.5, 0.75, 1.0, 1.0]
+    # After warmup: progress = (s - 4) / (14 - 1 - 4) = (s - 4) / 9; linear = 1 - progress.
+    assert lr_multiplier(13, schedule="linear", **kw) == pytest.approx(0.0)
+    assert lr_multiplier(8, schedule="linear", **kw) == pytest.approx(1 - 4 / 9)
+    # cosine at progress 1/2 (s = 8.5 -> use min_lr_ratio 0.1 at the end instead): 0.1 + 0.9 * 0.5 * (1 + cos(pi))
+    assert lr_multiplier(13, schedule="cosine", warmup_steps=4, total_steps=14, min_lr_ratio=0.1) == pytest.approx(0.1)
+    mid = lr_multiplier(7, schedule="cosine", warmup_steps=4, total_steps=14, min_lr_ratio=0.0)
+    assert mid == pytest.approx(0.5 * (1 + math.cos(math.pi * 3 / 9)))
+    with pytest.raises(KeyError, match="known: constant, cosine, linear"):
+        lr_multiplier(0, schedule="exp", **kw)
+
+
+def test_data_stream_is_a_pure_function_of_position():
+    items = list(range(10))
+    a = take(items, 0, 25, seed=3)
+    # each pass of 10 is a permutation; positions 7..12 straddle epochs 0 and 1
+    assert sorted(a[:10]) == items and sorted(a[10:20]) == items
+    assert take(items, 7, 6, seed=3) == a[7:13]
+    assert take(items, 0, 10, seed=4) != a[:10]
+    assert step_seed(0, 1) != step_seed(0, 2) and step_seed(0, 5) == step_seed(0, 5)
