@@ -104,4 +104,6 @@ def test_help_is_generated_from_field_docs():
     assert r.exit_code == 0
     assert "algo.clip_high" in r.output and "DAPO's clip-higher" in r.output
     r = _invoke("recipes")
-    assert r.exit_code == 0 and "dr_grpo" in r.output and "seq_mean_token_sum_norm" in r.output
+    assert r.exit_code == 0 and "dr_grpo" in r.output and "reinforce_with_baseline" in r.output
+    r = _invoke("recipes", "--markdown")
+    assert "| dr_grpo | group_mean | population | grpo_clip | 0.2 | 0.2 | seq_mean_token_sum_norm |" in r.output
