@@ -461,6 +461,23 @@ def quantity(s: str) -> _Quantity:
             else:
                 unit = canon if not unit or unit == canon else unit + " " + canon
             s = m.group("num").strip()
+    elif " " in s:
+        # a unit after a math expression: "\frac{\pi}{2} radians", "2\sqrt{3} cm". Only known
+        # unit words or words of 3+ letters count (single letters after a space stay variables).
+        words = s.rsplit(None, 3)
+        for k in range(min(3, len(words) - 1), 0, -1):
+            tail = words[-k:]
+            if all(w.isalpha() and (w.lower() in _UNITS or w.lower() in _CURRENCY_WORDS or len(w) >= 3) for w in tail):
+                canon = _canonical_unit(" ".join(tail))
+                core = " ".join(words[:-k])
+                # only after something that looks like math ("the triangle" is text, not a unit)
+                if canon is not None and any(ch.isdigit() or ch in "\\+-*/^()" for ch in core):
+                    if canon == "%":
+                        percent = True
+                    else:
+                        unit = canon if not unit or unit == canon else unit + " " + canon
+                    s = core
+                    break
     return _Quantity(s, unit, percent)
 
 
