@@ -106,6 +106,31 @@ def mv_throughput(pairs: list[tuple[str, str]]) -> tuple[float, int]:
     return time.perf_counter() - t0, n_ok
 
 
+def mv_reward_throughput(rows: list[tuple[str, str]]) -> tuple[float, int]:
+    """math-verify as a reward on whole responses: parse(response) with its default extraction,
+    verify against parse(gold)."""
+    from math_verify import parse, verify
+
+    parse("$1$")
+    t0 = time.perf_counter()
+    n_ok = 0
+    for response, gold in rows:
+        try:
+            n_ok += bool(verify(parse(_wrap(gold)), parse(response)))
+        except Exception:  # noqa: BLE001
+            pass
+    return time.perf_counter() - t0, n_ok
+
+
+def rlvr_reward_throughput(rows: list[tuple[str, str]]) -> tuple[float, int]:
+    from rlvr.rewards.batch import score_batch
+
+    G.set_cache(False)
+    t0 = time.perf_counter()
+    out = score_batch("gsm8k", [r for r, _ in rows], [g for _, g in rows])
+    return time.perf_counter() - t0, sum(r.status is Status.CORRECT for r in out)
+
+
 def rlvr_throughput(pairs: list[tuple[str, str]]) -> tuple[float, int]:
     G.set_cache(False)
     t0 = time.perf_counter()
@@ -240,6 +265,19 @@ def main() -> None:
             theirs = res.value[0] if res.status == "ok" else float("nan")
             thr[name] = {"pairs": len(data), "rlvr_per_s": len(data) / ours, "math_verify_per_s": len(data) / theirs,
                          "speedup": theirs / ours}  # fmt: skip
+        # whole responses through the reward function: GSM8K solutions (answer on a "####" line)
+        sols = [json.loads(x)["answer"] for x in GSM8K_TEST.read_text().splitlines() if x.strip()]
+        if args.quick:
+            sols = sols[:200]
+        rows = [(sol, sol.split("####")[-1].strip()) for sol in sols]
+        rows += [(sol.rsplit("####", 1)[0] + "#### " + str(Fraction(g.replace(",", "")) + 1), g) for sol, g in rows]
+        ours_t, ours_ok = min(rlvr_reward_throughput(rows) for _ in range(3))
+        res = pool_mv.call("verifier:mv_reward_throughput", (rows,), timeout_s=600)
+        theirs_t, theirs_ok = res.value if res.status == "ok" else (float("nan"), 0)
+        thr["gsm8k_responses"] = {"pairs": len(rows), "rlvr_per_s": len(rows) / ours_t,
+                                  "math_verify_per_s": len(rows) / theirs_t, "speedup": theirs_t / ours_t,
+                                  "rlvr_correct": ours_ok, "math_verify_correct": theirs_ok,
+                                  "expected_correct": len(rows) // 2}  # fmt: skip
         results["throughput"] = thr
 
         print("hostile inputs ...", flush=True)
@@ -273,6 +311,14 @@ def render(r: dict) -> str:
               "| answers | pairs | rlvr | math-verify | speedup |", "|---|---:|---:|---:|---:|"]  # fmt: skip
     for name, t in r["throughput"].items():
         lines.append(f"| {name} | {t['pairs']} | {t['rlvr_per_s']:,.0f} | {t['math_verify_per_s']:,.0f} | {t['speedup']:.1f}x |")
+    lines += ["", "gsm8k_plain: reference vs itself and vs +1 (integers). gsm8k_formatted: the same values written "
+              "`\\$1,234.00`, `1 234`, `1234.0`, `1,235`. latex: the fraction/expression/structure pairs of the "
+              "labeled set (symbolic tier included, through the worker). gsm8k_responses: whole GSM8K solutions "
+              "through the `gsm8k` reward (extraction included) vs math-verify parsing the whole response; "]  # fmt: skip
+    t = r["throughput"].get("gsm8k_responses")
+    if t:
+        lines[-1] += (f"correct: rlvr {t['rlvr_correct']}, math-verify {t['math_verify_correct']}, "
+                      f"expected {t['expected_correct']} of {t['pairs']}.")  # fmt: skip
     h = r["hostile"]
     lines += ["", f"## Hostile inputs (rlvr deadline {h['deadline_s']} s; math-verify hard-killed at {h['kill_s']} s)", "",
               "Graded against gold `1`. rlvr: `grade_answer` from the main thread. math-verify (main thread): "
