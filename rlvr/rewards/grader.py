@@ -79,7 +79,8 @@ class VerifierStats:
 
 
 STATS = VerifierStats()
-CACHE_SIZE = 200_000
+CACHE_SIZE = 100_000
+CACHE_MAX_KEY_CHARS = 256  # longer answers are not cached (bounds the cache to tens of MB)
 _cache: OrderedDict[tuple[str, str], Verdict] = OrderedDict()
 _cache_lock = threading.Lock()
 _cache_enabled = True
@@ -785,7 +786,8 @@ def grade_answer(pred: str, gold: str, timeout_s: float | None = None) -> Verdic
         STATS.add("correct" if ok else "incorrect")
         return Verdict(Status.CORRECT if ok else Status.INCORRECT, "plain numbers", "exact")
     key = (pred, gold)
-    if _cache_enabled:
+    use_cache = _cache_enabled and len(pred) <= CACHE_MAX_KEY_CHARS and len(gold) <= CACHE_MAX_KEY_CHARS
+    if use_cache:
         with _cache_lock:
             hit = _cache.get(key)
             if hit is not None:
@@ -806,7 +808,7 @@ def grade_answer(pred: str, gold: str, timeout_s: float | None = None) -> Verdic
             _timeout_var.reset(token)
     STATS.add(verdict.status.value)
     STATS.add(f"tier:{verdict.tier}")
-    if _cache_enabled and verdict.status is not Status.ERROR:
+    if use_cache and verdict.status is not Status.ERROR:
         with _cache_lock:
             _cache[key] = verdict
             if len(_cache) > CACHE_SIZE:
