@@ -59,6 +59,8 @@ class DataConfig:
     """Seed of the synthetic data generator and of the training-order shuffle."""
     digits: int = 3
     """Arithmetic task only: digits per operand."""
+    operands: int = 2
+    """Arithmetic task only: terms per problem ("3+5+7=" has 3)."""
 
 
 @dataclass

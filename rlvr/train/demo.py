@@ -29,8 +29,10 @@ class DemoConfig:
     """Seed of the model init, data order and sampling."""
     num_threads: int = 0
     """torch CPU threads; 0 = RLVR_NUM_THREADS, else 1 (fastest on small shared machines)."""
-    digits: int = 3
+    digits: int = 1
     """Digits per operand of the additions."""
+    operands: int = 4
+    """Terms per addition ("3+5+7+1=")."""
     num_train: int = 20000
     """Synthetic training problems (SFT uses the first sft_examples; RL draws from the rest)."""
     sft_examples: int = 5000
@@ -86,7 +88,7 @@ def demo_task(cfg: DemoConfig, tokenizer=None):
     from rlvr.train.tasks import load_task_data
 
     data = DataConfig(task="arithmetic", num_train=cfg.num_train, num_eval=cfg.num_eval, seed=cfg.seed + 1234,
-                      digits=cfg.digits)
+                      digits=cfg.digits, operands=cfg.operands)
     return load_task_data(data, tokenizer)
 
 
@@ -108,7 +110,7 @@ def _configs(cfg: DemoConfig, out: Path):
     model = ModelConfig(hidden_size=cfg.hidden_size, num_layers=cfg.num_layers, num_heads=4,
                         intermediate_size=2 * cfg.hidden_size, tie_embeddings=True)
     data = DataConfig(task="arithmetic", num_train=cfg.num_train, num_eval=cfg.num_eval, seed=cfg.seed + 1234,
-                      digits=cfg.digits)
+                      digits=cfg.digits, operands=cfg.operands)
     sampling = SamplingConfig(n_prompts=cfg.n_prompts, group_size=cfg.group_size, max_tokens=cfg.max_tokens)
     sft = SFTConfig(
         model=model,

@@ -83,7 +83,9 @@ def _load_task_data(data_cfg, tokenizer=None) -> TaskData:
 
 def _difficulty(data_cfg) -> dict:
     # Only arithmetic reads `digits`; other generators get their defaults.
-    return {"digits": data_cfg.digits} if data_cfg.task == "arithmetic" else {}
+    if data_cfg.task != "arithmetic":
+        return {}
+    return {"digits": data_cfg.digits, "operands": data_cfg.operands}
 
 
 def eval_policy(generator, task: TaskData, cfg, *, greedy: bool = True, step: int = 0) -> dict[str, float]:
