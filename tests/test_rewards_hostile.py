@@ -72,7 +72,9 @@ def fresh_pool():
     pool_mod._default = saved
     grader_mod.set_cache(True)
     after = descendants(os.getpid()) - _forkserver_pid()
-    assert after <= before, f"processes left behind: {[(p, _cmdline(p)) for p in sorted(after - before)]}"
+    # killed workers are reaped asynchronously; give each a bounded moment to disappear
+    left = [p for p in sorted(after - before) if not _wait_gone(p)]
+    assert not left, f"processes left behind: {[(p, _cmdline(p)) for p in left]}"
 
 
 def _check_all(results: list[tuple[str, Status, float]]) -> None:
@@ -154,7 +156,6 @@ def test_timeout_is_reported_not_scored_zero_silently(fresh_pool):
 
 
 def test_c_level_hang_is_killed_and_worker_replaced():
-    before = descendants(os.getpid())
     with pool_mod.WorkerPool(size=1, mem_limit_mb=None, preload=()) as pool:
         pool.warmup()
         first_pid = pool.live_pids()[0]
@@ -163,20 +164,23 @@ def test_c_level_hang_is_killed_and_worker_replaced():
         res = pool.call("builtins:pow", (3, 10**9), timeout_s=0.5)
         assert res.status == "timeout"
         assert time.perf_counter() - t0 < 0.5 + 1.0
-        assert not os.path.exists(f"/proc/{first_pid}") or _is_zombie_free(first_pid)
+        # the killed worker dies and is reaped (asynchronously: the call returns at its deadline)
+        assert _wait_gone(first_pid), _cmdline(first_pid)
         ok = pool.call("builtins:abs", (-3,), timeout_s=5.0)  # a fresh worker answers
         assert ok.status == "ok" and ok.value == 3
         assert pool.live_pids()[0] != first_pid
-    after = descendants(os.getpid()) - _forkserver_pid()
-    assert after <= before
+    assert len(pool.started_pids) >= 2  # the killed one and its replacement
+    for pid in pool.started_pids:
+        assert _wait_gone(pid), _cmdline(pid)
 
 
-def _is_zombie_free(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
+def _wait_gone(pid: int, attempts: int = 200) -> bool:
+    """Poll until `pid` no longer exists (bounded; not a speed assertion)."""
+    for _ in range(attempts):
+        if not os.path.exists(f"/proc/{pid}"):
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def test_memory_cap_turns_into_error_and_worker_survives():

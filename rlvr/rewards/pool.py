@@ -97,11 +97,19 @@ class _Worker:
     def __init__(self, proc, conn):
         self.proc, self.conn = proc, conn
 
-    def kill(self) -> None:
+    def kill(self, wait: bool = True) -> None:
+        """SIGKILL the worker. With wait=False the exit status is collected on a daemon thread,
+        so a timed-out call returns at its deadline instead of after the reap (~tens of ms)."""
         try:
             self.proc.kill()
         except (OSError, ValueError, AttributeError):
             pass
+        if wait:
+            self._reap()
+        else:
+            threading.Thread(target=self._reap, name="rlvr-verifier-reap", daemon=True).start()
+
+    def _reap(self) -> None:
         self.proc.join(timeout=10)
         try:
             self.conn.close()
@@ -146,6 +154,7 @@ class WorkerPool:
         self.kills = 0  # workers killed for missing a deadline
         self.deaths = 0  # workers that died on their own (crash, memory cap)
         self.started = 0
+        self.started_pids: list[int] = []  # every worker ever started (tests check they are gone)
 
     # -- worker lifecycle -------------------------------------------------------------------
     def _start_worker(self) -> _Worker:
@@ -165,6 +174,7 @@ class WorkerPool:
             worker.kill()
             raise RuntimeError("verifier worker died while starting (memory cap too low?)") from exc
         self.started += 1
+        self.started_pids.append(proc.pid)
         return worker
 
     def _acquire(self) -> _Worker:
@@ -195,8 +205,8 @@ class WorkerPool:
                 self._idle.append(worker)
             self._cond.notify()
 
-    def _discard(self, worker: _Worker) -> None:
-        worker.kill()
+    def _discard(self, worker: _Worker, wait: bool = True) -> None:
+        worker.kill(wait=wait)
         with self._cond:
             self._alive -= 1
             self._cond.notify()
@@ -219,8 +229,10 @@ class WorkerPool:
             self._discard(worker)
             raise
         if not ready:
-            self._discard(worker)
+            self._discard(worker, wait=False)
             self.kills += 1
+            # start the replacement now, off this thread, so the next call does not pay for it
+            threading.Thread(target=self._replenish, name="rlvr-verifier-replenish", daemon=True).start()
             return CallResult("timeout", None, f"no answer within {timeout_s:g}s; worker killed", time.perf_counter() - t0)
         try:
             kind, value = worker.conn.recv()
@@ -239,6 +251,20 @@ class WorkerPool:
         else:
             self._release(worker)
         return CallResult("error", None, str(value), seconds)
+
+    def _replenish(self) -> None:
+        with self._cond:
+            if self._closed or self._alive >= self.size:
+                return
+            self._alive += 1
+        try:
+            worker = self._start_worker()
+        except BaseException:  # noqa: BLE001 - a later call will try again and report
+            with self._cond:
+                self._alive -= 1
+                self._cond.notify()
+            return
+        self._release(worker)
 
     def warmup(self, n: int | None = None) -> None:
         """Start workers now (their start-up is not part of any deadline anyway)."""
