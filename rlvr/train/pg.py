@@ -182,6 +182,9 @@ def micro_batch_loss(
     batch: (b, T) tensors; advantages (b,); old_logp, ref_logp (b, T) or None (old None = on-policy:
     logp.detach() is used). Returns (loss scalar, detached stats, logp (b, T) detached).
     """
+    device = next(model.parameters()).device
+    batch = batch.to(device)
+    advantages = advantages.to(device)
     out = score_tokens(
         model,
         batch.input_ids,
@@ -192,7 +195,9 @@ def micro_batch_loss(
     )
     logp, entropy = out.logprobs, out.entropy  # (b, T) each
     mask = batch.response_mask
-    old = logp.detach() if old_logp is None else old_logp
+    old = logp.detach() if old_logp is None else old_logp.to(device)
+    if ref_logp is not None:
+        ref_logp = ref_logp.to(device)
     per_token, meta = policy_loss(
         algo.loss,
         logp,
@@ -214,6 +219,7 @@ def micro_batch_loss(
     if algo.entropy_coef > 0:
         per_token = per_token - algo.entropy_coef * entropy
     stats["entropy"] = masked_mean(entropy.detach(), mask)
+    stats["row_entropy"] = masked_mean(entropy.detach(), mask, dim=-1)  # (b,) mean entropy per response
     loss = LOSS_AGGREGATIONS[algo.aggregation](per_token, mask, norm)
     return loss, stats, logp.detach()
 
@@ -236,11 +242,15 @@ def accumulate_gradients(
     norm_length: int,
     temperature: float = 1.0,
     stats: StepStats | None = None,
+    row_entropy: dict[int, float] | None = None,
+    row_ids: Sequence[int] | None = None,
 ) -> float:
     """Backward over one minibatch (b rows) in micro-batches; returns the minibatch loss.
 
     The aggregation normalizers come from the whole minibatch's mask, so the accumulated gradient
     does not depend on micro_batch_size. Gradients are added to .grad (the caller zeroes them).
+    row_entropy, if given, receives the mean token entropy of each row, keyed by row_ids[row]
+    (default: the row's index in `batch`).
     """
     norm = loss_normalizers(batch.response_mask, constant=float(norm_length) if norm_length else None)
     total = 0.0
@@ -260,6 +270,10 @@ def accumulate_gradients(
         )
         loss.backward()
         total += float(loss.detach())
+        ent = meta.pop("row_entropy")
+        if row_entropy is not None:
+            for j, e in zip(idx.tolist(), ent.tolist(), strict=True):
+                row_entropy[row_ids[j] if row_ids is not None else j] = e
         if stats is not None:
             w = float(mb.response_mask.sum())
             for k, v in meta.items():
@@ -435,6 +449,7 @@ def train(
             kept = torch.nonzero(keep).squeeze(1)
             stats = StepStats()
             grad_norms: list[float] = []
+            row_entropy: dict[int, float] = {}  # rollout index -> mean token entropy (nats)
             losses: list[float] = []
             if kept.numel() > 0:
                 batch = rollouts_to_batch([rollouts[i] for i in kept.tolist()], tokenizer.pad_token_id)
@@ -466,6 +481,8 @@ def train(
                             norm_length=norm_length,
                             temperature=s.temperature,
                             stats=stats,
+                            row_entropy=row_entropy,
+                            row_ids=kept[idx].tolist(),
                         )
                         losses.append(loss)
                         grad_norms.append(clip_and_step(model, optimizer, scheduler, cfg.optim.grad_clip))
@@ -496,7 +513,7 @@ def train(
             if r.eval_every and step % r.eval_every == 0 and step != r.steps:
                 metrics.update(_prefixed(eval_policy(generator, task, cfg, greedy=r.eval_greedy, step=step)))
             if r.log_samples_every and (step % r.log_samples_every == 0 or step == 1):
-                run.log_samples(step, _samples(rollouts, ro_examples, rewards, r.num_log_samples, s.group_size))
+                run.log_samples(step, _samples(rollouts, ro_examples, rewards, r.num_log_samples, s.group_size, row_entropy))
             final_eval: dict[str, float] = {}
             if step == r.steps:
                 final_eval = eval_policy(generator, task, cfg, greedy=r.eval_greedy, step=step)
@@ -570,8 +587,9 @@ def step_metrics(rewards, rollouts, shaped, zero_var, keep, stats: StepStats, lo
     return {k: v for k, v in m.items() if v is not None}
 
 
-def _samples(rollouts, examples, rewards, k: int, group_size: int) -> list[dict]:
-    """First response of the first k groups: prompt, response, reference, reward parts, status."""
+def _samples(rollouts, examples, rewards, k: int, group_size: int, row_entropy: dict[int, float]) -> list[dict]:
+    """First response of the first k groups: prompt, response, reference, reward parts, status,
+    mean token entropy (nats; None for rows dropped before training)."""
     out = []
     for i in range(0, min(len(rollouts), k * group_size), group_size):
         ro, ex, rw = rollouts[i], examples[i], rewards[i]
@@ -584,6 +602,7 @@ def _samples(rollouts, examples, rewards, k: int, group_size: int) -> list[dict]
                 "parts": dict(rw.parts),
                 "status": rw.status.value,
                 "length": len(ro.response_ids),
+                "entropy": row_entropy.get(i),
                 "mean_logprob": (sum(ro.logprobs) / max(1, len(ro.logprobs))) if ro.logprobs else None,
             }
         )
