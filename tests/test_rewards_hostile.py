@@ -112,16 +112,19 @@ def test_hostile_non_main_thread(fresh_pool):
 
 
 def test_hostile_from_async_code(fresh_pool):
+    def timed(*args):
+        t0 = time.perf_counter()
+        return grade_answer(*args), time.perf_counter() - t0
+
     async def main():
         # straight in the event loop thread, and from a worker thread via to_thread
-        a = grade_answer("\\prod_{k=1}^{10^{6}} (x+k)", "1", timeout_s=DEADLINE)
-        b = await asyncio.to_thread(grade_answer, "\\prod_{k=1}^{10^{9}} k", "1", DEADLINE)
+        a = timed("\\prod_{k=1}^{10^{9}} k", "1", DEADLINE)
+        b = await asyncio.to_thread(timed, "\\prod_{k=1}^{10^{9}} k", "1", DEADLINE)
         return a, b
 
-    t0 = time.perf_counter()
-    a, b = asyncio.run(main())
+    (a, ta), (b, tb) = asyncio.run(main())
     assert a.status is Status.TIMEOUT and b.status is Status.TIMEOUT
-    assert time.perf_counter() - t0 < 2 * (DEADLINE + 1.0)
+    assert ta < DEADLINE + 1.0 and tb < DEADLINE + 1.0
 
 
 def test_hostile_responses_through_reward_functions(fresh_pool):
