@@ -67,7 +67,8 @@ def test_isolate_mode_kills_a_hanging_reward_function():
     responses = ["7", "hang", "8"]
     examples = [SimpleExample("7"), SimpleExample("7"), SimpleExample("7")]
     t0 = time.perf_counter()
-    out = score_batch(hang_reward, responses, examples, workers=2, timeout_s=1.0, isolate=True)
+    # 5 s: the worker imports this test module (typer, rich, ...) inside the first call
+    out = score_batch(hang_reward, responses, examples, workers=2, timeout_s=5.0, isolate=True)
     assert time.perf_counter() - t0 < 30  # would be an hour without the kill
     assert [r.status for r in out] == [Status.CORRECT, Status.TIMEOUT, Status.CORRECT]
     assert [r.total for r in out] == [1.0, 0.0, 0.0]
