@@ -315,13 +315,19 @@ def default_pool_size() -> int:
 
 def get_pool(min_size: int | None = None) -> WorkerPool:
     """The process-wide pool used by the grader's symbolic tier (created on first use, re-created
-    after a fork, grown to `min_size`)."""
+    after a fork, grown to `min_size`). Environment: RLVR_VERIFIER_WORKERS (size),
+    RLVR_VERIFIER_MEM_MB (address-space cap per worker, 0 = none, default 2048),
+    RLVR_VERIFIER_START_METHOD (forkserver | spawn)."""
     global _default
     with _default_lock:
         if _default is not None and (_default._pid != os.getpid() or _default._closed):
             _default = None
         if _default is None:
-            _default = WorkerPool(size=max(default_pool_size(), min_size or 1))
+            _default = WorkerPool(
+                size=max(default_pool_size(), min_size or 1),
+                mem_limit_mb=int(os.environ.get("RLVR_VERIFIER_MEM_MB", "2048")) or None,
+                start_method=os.environ.get("RLVR_VERIFIER_START_METHOD", "forkserver"),
+            )
         elif min_size and _default.size < min_size:
             with _default._cond:
                 _default.size = min_size
