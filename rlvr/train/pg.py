@@ -519,7 +519,7 @@ def train(
                 final_eval = eval_policy(generator, task, cfg, greedy=r.eval_greedy, step=step)
                 metrics.update(_prefixed(final_eval))
             last = run.log_metrics(step, metrics)
-            progress.update(1, reward=metrics["reward/mean"], acc=metrics["accuracy"], loss=metrics["loss"])
+            progress.update(1, reward=metrics["reward/mean"], acc=metrics["accuracy"], loss=metrics.get("loss"))
             if on_step is not None:
                 on_step(step, metrics)
             if step == r.steps or (r.checkpoint_every and step % r.checkpoint_every == 0):
