@@ -120,3 +120,10 @@ def test_data_stream_is_a_pure_function_of_position():
     assert take(items, 7, 6, seed=3) == a[7:13]
     assert take(items, 0, 10, seed=4) != a[:10]
     assert step_seed(0, 1) != step_seed(0, 2) and step_seed(0, 5) == step_seed(0, 5)
+
+
+def test_docs_recipe_table_is_current():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "recipes.md").read_text()
+    assert recipes_markdown() in doc  # regenerate docs/recipes.md's table when RECIPES changes
