@@ -107,3 +107,21 @@ def test_help_is_generated_from_field_docs():
     assert r.exit_code == 0 and "dr_grpo" in r.output and "reinforce_with_baseline" in r.output
     r = _invoke("recipes", "--markdown")
     assert "| dr_grpo | group_mean | population | grpo_clip | 0.2 | 0.2 | seq_mean_token_sum_norm |" in r.output
+
+
+def test_rlvr_eval_on_a_saved_policy(tmp_path):
+    from rlvr.models import build_tiny_model, save_policy
+
+    model, tok = build_tiny_model(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, seed=0)
+    save_policy(model, tok, tmp_path / "policy")
+    out = tmp_path / "eval.json"
+    r = _invoke("eval", f"model.init_from={tmp_path / 'policy'}", "data.digits=1", "data.num_train=10",
+                "data.num_eval=6", "sampling.n=4", "sampling.temperature=1.0", "sampling.max_tokens=3",
+                f"run.out={out}")
+    assert r.exit_code == 0, r.output
+    metrics = json.loads(out.read_text())
+    assert 0.0 <= metrics["accuracy"] <= 1.0 and "pass@4" in metrics and 1 <= metrics["len/mean"] <= 3
+    rows = (tmp_path / "eval.samples.jsonl").read_text().splitlines()
+    assert len(rows) == 6 * 4
+    r = _invoke("eval", f"model.init_from={tmp_path / 'nothing'}")
+    assert r.exit_code == 2 and "model.init_from" in r.output

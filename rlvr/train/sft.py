@@ -80,10 +80,12 @@ def train_sft(
     data=None,
     on_step: Callable[[int, dict], None] | None = None,
     stop_at_accuracy: float = 0.0,
+    stop_after: int = 0,
 ) -> TrainResult:
     """Run SFT as configured (resume=True continues cfg.run.out_dir from its latest checkpoint).
     data: optional TaskData instead of loading cfg.data. stop_at_accuracy > 0 stops early once a
-    periodic greedy evaluation reaches it (the demo's "until partly right")."""
+    periodic greedy evaluation reaches it (the demo's "until partly right"). stop_after > 0 ends the
+    run after that step with a checkpoint, as a preempted job would (the schedule still spans run.steps)."""
     from rlvr.rollout import HFGenerator
     from rlvr.runs import checkpoint as ckpt_mod
     from rlvr.runs.plots import plot_run
@@ -132,8 +134,8 @@ def train_sft(
                 "tokens_per_s": n_tok / max(dt, 1e-9),
                 "time/train": dt,
             }
-            done = step == r.steps
-            if (r.eval_every and step % r.eval_every == 0) or done:
+            done = step == r.steps or step == stop_after
+            if (r.eval_every and step % r.eval_every == 0) or step == r.steps:
                 ev = eval_policy(generator, task, cfg, greedy=r.eval_greedy, step=step)
                 metrics.update(_prefixed(ev))
                 if stop_at_accuracy and ev["accuracy"] >= stop_at_accuracy:
