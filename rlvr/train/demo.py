@@ -201,7 +201,12 @@ def run_demo(cfg: DemoConfig, *, task=None, console=None) -> DemoResult:
     result = DemoResult(before=before, after=after, sft_dir=sft_res.run_dir, rl_dir=rl_res.run_dir, seconds=seconds)
     (out / "demo.json").write_text(json.dumps(_summary(result, cfg), indent=1))
     say(f"[3/3] held-out evaluation on {len(task.eval[: cfg.num_eval])} problems:")
-    say(result_table(result))
+    if console is not None:  # let rich fit the table to the terminal
+        from rlvr.eval import comparison_table
+
+        console.print(comparison_table(*_table_columns(result)))
+    else:
+        say(result_table(result))
     say(f"time: SFT {t_sft:.0f}s, GRPO {t_rl:.0f}s, evaluation {t_eval:.0f}s, total {seconds['total']:.0f}s "
         f"({threads} torch thread{'s' if threads > 1 else ''})")
     say(f"runs: {sft_res.run_dir} (SFT), {rl_res.run_dir} (GRPO); plots in {rl_res.run_dir / 'plots'}")
@@ -216,15 +221,19 @@ TABLE_ROWS = [
 ]
 
 
-def result_table(result: DemoResult) -> str:
-    """Plain-text before/after table."""
-    from rlvr.eval import comparison_text
-
+def _table_columns(result: DemoResult):
     cols = {
         "after SFT": {label: result.before[k] for label, k in TABLE_ROWS},
         "after GRPO": {label: result.after[k] for label, k in TABLE_ROWS},
     }
-    return comparison_text(cols, [label for label, _ in TABLE_ROWS])
+    return cols, [label for label, _ in TABLE_ROWS]
+
+
+def result_table(result: DemoResult) -> str:
+    """Plain-text before/after table."""
+    from rlvr.eval import comparison_text
+
+    return comparison_text(*_table_columns(result))
 
 
 def _summary(result: DemoResult, cfg: DemoConfig) -> dict[str, Any]:
