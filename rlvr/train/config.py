@@ -51,6 +51,12 @@ class DataConfig:
     """Prompt template name (r1_zero, question_only, ...); '' = the task's default."""
     reward: str = ""
     """Reward function name from rlvr.rewards; '' = the task's default checker."""
+    reward_workers: int = 1
+    """Threads (and verifier processes) that score a rollout batch (rlvr.rewards.score_batch)."""
+    reward_timeout_s: float = 0.0
+    """Deadline per symbolic check (or per reward call with reward_isolate); 0 = RLVR_VERIFIER_TIMEOUT_S or 3 s."""
+    reward_isolate: bool = False
+    """Run every reward call in a killable worker process (for untrusted or slow reward functions)."""
     num_train: int = 20000
     """Synthetic tasks: how many training problems to generate (others: cap on rows read, 0 = all)."""
     num_eval: int = 200

@@ -304,9 +304,14 @@ def batch_logprobs(model, batch: TrainingBatch, micro_batch_size: int, temperatu
 # ------------------------------------------------------------------------------------- scoring
 
 
-def score_rollouts(rollouts, examples, reward_fn) -> list[Reward]:
-    """Task rewards of each rollout (the reward function never raises; see rlvr.rewards)."""
-    return [reward_fn(r.text, ex) for r, ex in zip(rollouts, examples, strict=True)]
+def score_rollouts(rollouts, examples, reward_fn, *, workers: int = 1, timeout_s: float = 0.0,
+                   isolate: bool = False) -> list[Reward]:
+    """Task rewards of each rollout through rlvr.rewards.score_batch: hard deadlines, and a timeout
+    or a crash becomes a TIMEOUT / ERROR status that is counted (verifier/*), never a silent 0."""
+    from rlvr.rewards import score_batch
+
+    return score_batch(reward_fn, [r.text for r in rollouts], list(examples), workers=workers,
+                       timeout_s=timeout_s or None, isolate=isolate)
 
 
 def shape_and_advantage(
@@ -438,7 +443,8 @@ def train(
 
             # ---- 2. score, shape, advantages
             t0 = time.perf_counter()
-            rewards = score_rollouts(rollouts, ro_examples, task.reward_fn)
+            rewards = score_rollouts(rollouts, ro_examples, task.reward_fn, workers=cfg.data.reward_workers,
+                                     timeout_s=cfg.data.reward_timeout_s, isolate=cfg.data.reward_isolate)
             lengths = torch.tensor([len(ro.response_ids) for ro in rollouts], dtype=torch.float32)
             shaped, adv, keep, zero_var = shape_and_advantage(rewards, lengths, a, s.group_size, max_tokens)
             t_score = time.perf_counter() - t0
