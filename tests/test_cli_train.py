@@ -125,3 +125,13 @@ def test_rlvr_eval_on_a_saved_policy(tmp_path):
     assert len(rows) == 6 * 4
     r = _invoke("eval", f"model.init_from={tmp_path / 'nothing'}")
     assert r.exit_code == 2 and "model.init_from" in r.output
+
+
+def test_existing_run_is_not_overwritten_unless_asked(tmp_path):
+    args = ["train", *TINY, "run.steps=1", f"run.out_dir={tmp_path}", "run.progress=false"]
+    assert _invoke(*args).exit_code == 0
+    before = (tmp_path / "metrics.jsonl").read_text()
+    r = _invoke(*args)
+    assert r.exit_code == 2 and "already holds a run" in r.output
+    assert (tmp_path / "metrics.jsonl").read_text() == before  # nothing lost
+    assert _invoke(*args, "run.overwrite=true").exit_code == 0

@@ -69,3 +69,26 @@ def test_on_policy_reuse_of_detached_logp_gives_the_same_run(tmp_path):
     wb = load_file(str(next((db / "checkpoints" / "step_000002" / "model").glob("*.safetensors"))))
     for k in wa:
         assert torch.allclose(wa[k], wb[k], atol=1e-6), k
+
+
+def _flaky_reward(response, example):
+    # module-level (picklable); raises on a third of responses: must be counted, never crash the loop
+    from rlvr.rewards.types import Reward, Status
+
+    if len(response) % 3 == 0:
+        raise RuntimeError("checker bug")
+    return Reward(float(len(response) % 2), {"answer": float(len(response) % 2)}, Status.INCORRECT)
+
+
+def test_reward_errors_are_counted_not_fatal(tmp_path):
+    from rlvr.data import get_task
+    from rlvr.train.tasks import TaskData
+
+    t = get_task("arithmetic")
+    task = TaskData("flaky", t.generate(40, "train", 0, digits=1), t.generate(4, "test", 0, digits=1),
+                    lambda e: e.question, _flaky_reward, lambda e: e.reference)
+    cfg = load_config(TrainConfig, None, TINY + [f"run.out_dir={tmp_path}", "sampling.max_tokens=6"], base=get_recipe("grpo"))
+    train(cfg, data=task)
+    rows = _rows(tmp_path)
+    assert sum(r["verifier/errors"] for r in rows) > 0
+    assert all(r["verifier/timeouts"] == 0 for r in rows)

@@ -45,7 +45,7 @@ def sft(
 
     try:
         result = train_sft(cfg, resume=resume is not None)
-    except TaskDataError as exc:
+    except (TaskDataError, FileExistsError) as exc:
         fail(str(exc))
     ev = result.eval
     if ev:

@@ -59,7 +59,7 @@ def train(
 
     try:
         result = run_train(cfg, resume=resume is not None)
-    except TaskDataError as exc:
+    except (TaskDataError, FileExistsError) as exc:
         fail(str(exc))
     _report(result)
 

@@ -168,6 +168,8 @@ class RunConfig:
 
     out_dir: str = "runs/train"
     """Run directory (created; resume with --resume out_dir)."""
+    overwrite: bool = False
+    """Replace an existing run in out_dir (its metrics, checkpoints and plots are deleted); else refuse."""
     steps: int = 60
     """Training steps (RL: rollout batches; SFT: optimizer steps)."""
     seed: int = 0

@@ -119,7 +119,7 @@ def _configs(cfg: DemoConfig, out: Path):
         sampling=sampling,
         algo=SFTAlgoConfig(batch_size=cfg.sft_batch_size, aggregation="token_mean"),
         optim=OptimConfig(lr=cfg.sft_lr, warmup_steps=20, schedule="constant"),
-        run=RunConfig(out_dir=str(out / "sft"), steps=cfg.sft_steps, seed=cfg.seed, num_threads=threads,
+        run=RunConfig(out_dir=str(out / "sft"), overwrite=True, steps=cfg.sft_steps, seed=cfg.seed, num_threads=threads,
                       eval_every=cfg.sft_eval_every, progress=cfg.progress, log_samples_every=0),
     )
     # GRPO as in DeepSeekMath but without the KL term (a tiny model far from any reference gains
@@ -133,7 +133,7 @@ def _configs(cfg: DemoConfig, out: Path):
         sampling=sampling,
         algo=algo,
         optim=OptimConfig(lr=cfg.rl_lr, schedule="constant"),
-        run=RunConfig(out_dir=str(out / "grpo"), steps=cfg.rl_steps, seed=cfg.seed, num_threads=threads,
+        run=RunConfig(out_dir=str(out / "grpo"), overwrite=True, steps=cfg.rl_steps, seed=cfg.seed, num_threads=threads,
                       eval_every=0, progress=cfg.progress, log_samples_every=10),
     )
     return sft, rl

@@ -411,7 +411,7 @@ def train(
         if ref_model is not None and _ref_path(run.path).exists():
             ref_model.load_state_dict(torch.load(_ref_path(run.path), weights_only=True)["state_dict"])
     else:
-        run = RunDir.create(r.out_dir, config=cfg, exist_ok=True)
+        run = RunDir.create(r.out_dir, config=cfg, exist_ok=r.overwrite)
         if ref_model is not None and a.ref_refresh_every:
             _save_ref(ref_model, run.path, 0)
 

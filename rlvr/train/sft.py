@@ -112,7 +112,7 @@ def train_sft(
         start_step = int(state["step"])
         run = RunDir.resume(r.out_dir, start_step)
     else:
-        run = RunDir.create(r.out_dir, config=cfg, exist_ok=True)
+        run = RunDir.create(r.out_dir, config=cfg, exist_ok=r.overwrite)
     generator = HFGenerator(model, tokenizer, batch_size=max(64, r.eval_batch_size))
     last: dict[str, Any] = {}
     progress = Progress(r.steps, "sft", start=start_step, mode=None if r.progress else "off")
