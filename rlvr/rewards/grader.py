@@ -204,8 +204,6 @@ def normalize(text: str) -> str:
     for a, b in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
         if len(s) >= len(a) + len(b) and s.startswith(a) and s.endswith(b):
             s = s[len(a) : len(s) - len(b)].strip()
-    if s.count("$") and not s.startswith("$"):
-        pass
     for box in ("\\boxed{", "\\fbox{"):
         if s.startswith(box) and s.endswith("}") and _wraps_whole(s[len(box) - 1 :]):
             s = s[len(box) : -1].strip()
@@ -524,10 +522,6 @@ def _mixed_number(s: str) -> Fraction | None:
         return None
     v = int(m.group("whole")) + Fraction(int(m.group("num")), den)
     return -v if m.group("sign") else v
-
-
-class _NeedSymbolic(Exception):
-    pass
 
 
 def _parse_scalar(s: str):
