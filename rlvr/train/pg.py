@@ -346,16 +346,22 @@ class TrainResult:
     eval: dict[str, float] = field(default_factory=dict)
 
 
-def _ref_path(run_path: Path) -> Path:
-    return run_path / "ref_policy.pt"
+def _ref_path(run_path: Path, step: int) -> Path:
+    return run_path / "ref_policy" / f"step_{step:06d}.pt"
 
 
-def _save_ref(ref_model, run_path: Path, step: int) -> None:
-    # Written only when the reference is refreshed, so a resume restores the reference that the
-    # uninterrupted run had at that step (checkpoints hold only the policy).
-    tmp = _ref_path(run_path).with_suffix(".tmp")
-    torch.save({"step": step, "state_dict": ref_model.state_dict()}, tmp)
-    os.replace(tmp, _ref_path(run_path))
+def _save_ref(ref_model, run_path: Path, step: int, keep_from: int) -> None:
+    """Snapshot the refreshed reference (checkpoints hold only the policy), so a resume from any
+    checkpoint restores the reference the uninterrupted run had then. Snapshots older than
+    `keep_from` (the refresh step of the newest checkpoint) can never be needed and are deleted."""
+    path = _ref_path(run_path, step)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(ref_model.state_dict(), tmp)
+    os.replace(tmp, path)
+    for old in path.parent.glob("step_*.pt"):
+        if int(old.stem.split("_")[1]) < keep_from:
+            old.unlink(missing_ok=True)
 
 
 def train(
@@ -408,13 +414,16 @@ def train(
         state = ckpt_mod.load_checkpoint(r.out_dir, model=model, optimizer=optimizer, scheduler=scheduler)
         start_step, data_pos = int(state["step"]), int(state["data_pos"])
         run = RunDir.resume(r.out_dir, start_step)
-        if ref_model is not None and _ref_path(run.path).exists():
-            ref_model.load_state_dict(torch.load(_ref_path(run.path), weights_only=True)["state_dict"])
+        if ref_model is not None and a.ref_refresh_every:
+            # the reference of step s is the policy of the last refresh step <= s
+            ref_step = start_step - start_step % a.ref_refresh_every
+            ref_model.load_state_dict(torch.load(_ref_path(run.path, ref_step), weights_only=True))
     else:
         run = RunDir.create(r.out_dir, config=cfg, exist_ok=r.overwrite)
         if ref_model is not None and a.ref_refresh_every:
-            _save_ref(ref_model, run.path, 0)
+            _save_ref(ref_model, run.path, 0, keep_from=0)
 
+    last_ckpt = start_step  # step of the newest checkpoint on disk
     generator = HFGenerator(model, tokenizer, batch_size=max(64, s.n_prompts * s.group_size))
     max_tokens = s.max_tokens
     norm_length = a.norm_length or max_tokens
@@ -499,7 +508,7 @@ def train(
             generator.update_weights(model.named_parameters(), version=step)
             if ref_model is not None and a.ref_refresh_every and step % a.ref_refresh_every == 0:
                 ref_model.load_state_dict(model.state_dict())
-                _save_ref(ref_model, run.path, step)
+                _save_ref(ref_model, run.path, step, keep_from=last_ckpt - last_ckpt % a.ref_refresh_every)
             t_sync = time.perf_counter() - t0
 
             # ---- 6. metrics, samples, evaluation, checkpoint
@@ -539,6 +548,7 @@ def train(
                     trainer_state={"data_pos": data_pos},
                     keep=r.keep_checkpoints,
                 )
+                last_ckpt = step
                 if r.debug_kill_at_step and step == r.debug_kill_at_step:
                     run.close()
                     os.kill(os.getpid(), signal.SIGKILL)  # test hook: die like a preempted job
