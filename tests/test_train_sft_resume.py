@@ -37,3 +37,14 @@ def test_sft_resume_matches_uninterrupted(tmp_path):
     assert ra[0]["loss"] > ra[-1]["loss"]
     for k in wa:
         assert torch.equal(wa[k], wb[k]), k
+
+
+def test_sft_on_prompt_response_jsonl_lowers_its_loss(tmp_path):
+    path = tmp_path / "pairs.jsonl"
+    # one fixed mapping to learn: the loss must fall well below its start
+    path.write_text("".join(json.dumps({"prompt": f"{i}>", "response": str(9 - i)}) + "\n" for i in range(10)))
+    out = tmp_path / "run"
+    train_sft(load_config(SFTConfig, None, BASE + ["run.steps=30", f"run.out_dir={out}", f"data.sft_path={path}",
+                                                   "run.eval_every=0", "optim.schedule=constant"]))
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 30 and rows[-1]["loss"] < 0.5 * rows[0]["loss"]

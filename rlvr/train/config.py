@@ -45,6 +45,8 @@ class DataConfig:
     """Task name from rlvr.data's registry (arithmetic, gsm8k, ...): loader, prompt template and checker."""
     train_path: str = ""
     """JSONL of training examples; '' = the task's built-in source (synthetic tasks generate their own)."""
+    sft_path: str = ""
+    """`rlvr sft` only: JSONL of {"prompt", "response"} pairs to train on instead of the task's own targets."""
     eval_path: str = ""
     """JSONL of held-out examples; '' = the task's built-in held-out split."""
     template: str = ""

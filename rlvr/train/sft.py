@@ -47,12 +47,13 @@ def validate_sft_config(cfg: SFTConfig) -> tuple[int, int]:
     return a.batch_size, micro
 
 
-def sft_batch(examples, task, tokenizer, max_length: int) -> TrainingBatch:
-    """Prompt and target tokenized separately (target + EOS); truncated to max_length tokens."""
+def sft_batch(examples, prompt_fn, target_fn, tokenizer, max_length: int) -> TrainingBatch:
+    """Prompt and target tokenized separately (target + EOS); truncated to max_length tokens.
+    prompt_fn / target_fn: example -> text."""
     prompt_ids, response_ids = [], []
     for ex in examples:
-        p = tokenizer.encode(task.prompt(ex))
-        t = tokenizer.encode(task.target(ex), add_special_tokens=False) + [tokenizer.eos_token_id]
+        p = tokenizer.encode(prompt_fn(ex))
+        t = tokenizer.encode(target_fn(ex), add_special_tokens=False) + [tokenizer.eos_token_id]
         room = max(0, max_length - len(p))
         prompt_ids.append(p[:max_length])
         response_ids.append(t[:room])
@@ -101,6 +102,14 @@ def train_sft(
     r = cfg.run
     model, tokenizer = policy_from_config(cfg.model, seed=cfg.run.seed)
     task = data if data is not None else load_task_data(cfg.data, tokenizer)
+    # Training pairs: a prompt/response JSONL when data.sft_path is set, else the task's own targets.
+    # Either way the task's held-out problems and checker drive the periodic evaluation.
+    if cfg.data.sft_path:
+        from rlvr.data import load_sft
+
+        pairs, prompt_fn, target_fn = load_sft(cfg.data.sft_path), (lambda e: e.prompt), (lambda e: e.response)
+    else:
+        pairs, prompt_fn, target_fn = task.train, task.prompt, task.target
     o = cfg.optim
     optimizer, scheduler = build_optimizer(
         model, lr=o.lr, weight_decay=o.weight_decay, beta1=o.beta1, beta2=o.beta2, eps=o.eps,
@@ -121,8 +130,8 @@ def train_sft(
         for step in range(start_step + 1, r.steps + 1):
             t0 = time.perf_counter()
             model.train()
-            examples = take(task.train, (step - 1) * batch_size, batch_size, cfg.data.seed)
-            batch = sft_batch(examples, task, tokenizer, cfg.algo.max_length)
+            examples = take(pairs, (step - 1) * batch_size, batch_size, cfg.data.seed)
+            batch = sft_batch(examples, prompt_fn, target_fn, tokenizer, cfg.algo.max_length)
             loss = sft_loss(model, batch, cfg.algo.aggregation, micro)
             grad_norm = clip_and_step(model, optimizer, scheduler, o.grad_clip)
             n_tok = int(batch.response_mask.sum())
