@@ -127,3 +127,15 @@ def test_docs_recipe_table_is_current():
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "recipes.md").read_text()
     assert recipes_markdown() in doc  # regenerate docs/recipes.md's table when RECIPES changes
+
+
+def test_docs_config_tables_are_current():
+    from pathlib import Path
+
+    from rlvr.config import config_markdown
+    from rlvr.train.config import EvalConfig, SFTConfig
+    from rlvr.train.demo import DemoConfig
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "training.md").read_text()
+    for cls in (TrainConfig, SFTConfig, EvalConfig, DemoConfig):
+        assert config_markdown(cls) in doc, cls.__name__  # regenerate the tables in docs/training.md
