@@ -4,6 +4,14 @@ from __future__ import annotations
 
 import typer
 
+from rlvr.commands.demo import demo
+from rlvr.commands.eval import eval as eval_cmd
+from rlvr.commands.grade import grade
+from rlvr.commands.plot import plot
+from rlvr.commands.recipes import recipes
+from rlvr.commands.sft import sft
+from rlvr.commands.train import train
+
 app = typer.Typer(
     name="rlvr",
     help="Reinforcement learning from verifiable rewards for language models.",
@@ -12,22 +20,13 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-from rlvr.commands.plot import plot  # noqa: E402
-from rlvr.commands.grade import grade  # noqa: E402
-
-app.command()(plot)
-app.command()(grade)
-from rlvr.commands.demo import demo  # noqa: E402
-from rlvr.commands.eval import eval as eval_cmd  # noqa: E402
-from rlvr.commands.recipes import recipes  # noqa: E402
-from rlvr.commands.sft import sft  # noqa: E402
-from rlvr.commands.train import train  # noqa: E402
-
+app.command()(demo)
 app.command()(train)
 app.command()(sft)
 app.command(name="eval")(eval_cmd)
-app.command()(demo)
+app.command()(grade)
 app.command()(recipes)
+app.command()(plot)
 
 
 def main() -> None:
