@@ -6,26 +6,46 @@
     result = train(cfg)                      # TrainResult(run_dir, steps, last_metrics, eval)
 
 See docs/training.md (the loop, batch arithmetic, resume) and docs/recipes.md.
+
+Names are imported lazily (as in rlvr.runs): `rlvr --help`, `rlvr grade` and the other commands import
+rlvr.train.config for their help tables, and an eager import of the loops here pulled torch and
+transformers (~2 s) into every command.
 """
 
-from rlvr.train.batching import BatchConfigError, BatchPlan, plan_batches
-from rlvr.train.config import (
-    AlgoConfig,
-    DataConfig,
-    EvalConfig,
-    ModelConfig,
-    OptimConfig,
-    RunConfig,
-    SamplingConfig,
-    SFTAlgoConfig,
-    SFTConfig,
-    TrainConfig,
-)
-from rlvr.train.demo import DemoConfig, DemoResult, run_demo
-from rlvr.train.pg import TrainResult, accumulate_gradients, train, validate_train_config
-from rlvr.train.recipes import RECIPES, get_recipe
-from rlvr.train.sft import train_sft, validate_sft_config
-from rlvr.train.tasks import TaskData, TaskDataError, load_task_data
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "BatchConfigError": "rlvr.train.batching",
+    "BatchPlan": "rlvr.train.batching",
+    "plan_batches": "rlvr.train.batching",
+    "AlgoConfig": "rlvr.train.config",
+    "DataConfig": "rlvr.train.config",
+    "EvalConfig": "rlvr.train.config",
+    "ModelConfig": "rlvr.train.config",
+    "OptimConfig": "rlvr.train.config",
+    "RunConfig": "rlvr.train.config",
+    "SamplingConfig": "rlvr.train.config",
+    "SFTAlgoConfig": "rlvr.train.config",
+    "SFTConfig": "rlvr.train.config",
+    "TrainConfig": "rlvr.train.config",
+    "DemoConfig": "rlvr.train.demo",
+    "DemoResult": "rlvr.train.demo",
+    "run_demo": "rlvr.train.demo",
+    "TrainResult": "rlvr.train.pg",
+    "accumulate_gradients": "rlvr.train.pg",
+    "train": "rlvr.train.pg",
+    "validate_train_config": "rlvr.train.pg",
+    "RECIPES": "rlvr.train.recipes",
+    "get_recipe": "rlvr.train.recipes",
+    "train_sft": "rlvr.train.sft",
+    "validate_sft_config": "rlvr.train.sft",
+    "TaskData": "rlvr.train.tasks",
+    "TaskDataError": "rlvr.train.tasks",
+    "load_task_data": "rlvr.train.tasks",
+}
 
 __all__ = [
     "AlgoConfig",
@@ -56,3 +76,32 @@ __all__ = [
     "validate_sft_config",
     "validate_train_config",
 ]
+assert set(__all__) == set(_EXPORTS)
+
+if TYPE_CHECKING:
+    from rlvr.train.batching import BatchConfigError, BatchPlan, plan_batches
+    from rlvr.train.config import (
+        AlgoConfig,
+        DataConfig,
+        EvalConfig,
+        ModelConfig,
+        OptimConfig,
+        RunConfig,
+        SamplingConfig,
+        SFTAlgoConfig,
+        SFTConfig,
+        TrainConfig,
+    )
+    from rlvr.train.demo import DemoConfig, DemoResult, run_demo
+    from rlvr.train.pg import TrainResult, accumulate_gradients, train, validate_train_config
+    from rlvr.train.recipes import RECIPES, get_recipe
+    from rlvr.train.sft import train_sft, validate_sft_config
+    from rlvr.train.tasks import TaskData, TaskDataError, load_task_data
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'rlvr.train' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
