@@ -4,6 +4,7 @@ into a config dataclass, `--help` text generated from the field docs, clean erro
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -44,6 +45,30 @@ def load_or_exit(
         return load_config(cls, path, [*overrides, *extra], base=base)
     except (ConfigError, KeyError, ValueError) as exc:
         fail(str(exc))
+
+
+def load_run_config(
+    cls: type,
+    args: Sequence[str] | None,
+    *,
+    resume: Path | None,
+    threads: int,
+    base: Mapping[str, Any] | None = None,
+):
+    """The config of a training command (train, sft): `base` (e.g. a recipe) under the file and
+    overrides, `--threads` as run.num_threads. A resumed run keeps the knobs it was started with (its
+    config.yaml replaces `base`, and run.out_dir is the run directory); overrides may still change
+    e.g. run.steps to train further."""
+    from rlvr.config import to_dict
+
+    if resume is not None:
+        if not (resume / "config.yaml").exists():
+            fail(f"--resume {resume}: no config.yaml there (not a run directory)")
+        base = to_dict(load_or_exit(cls, [str(resume / "config.yaml")]))
+    extra = [f"run.num_threads={threads}"] if threads else []
+    if resume is not None:
+        extra.append(f"run.out_dir={resume}")
+    return load_or_exit(cls, args, base=base, extra=extra)
 
 
 def fail(message: str) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from rlvr.commands._config_cli import fail, load_or_exit, with_keys_help
+from rlvr.commands._config_cli import fail, load_run_config, with_keys_help
 from rlvr.train.config import SFTConfig
 
 
@@ -21,20 +21,12 @@ def sft(
 
     Example: `rlvr sft data.task=arithmetic run.steps=400 optim.lr=3e-3 run.out_dir=runs/sft`.
     """
-    from rlvr.config import config_help, to_dict
+    from rlvr.config import config_help
 
     if help_config:
         typer.echo(config_help(SFTConfig))
         return
-    base = None
-    if resume is not None:
-        if not (resume / "config.yaml").exists():
-            fail(f"--resume {resume}: no config.yaml there (not a run directory)")
-        base = to_dict(load_or_exit(SFTConfig, [str(resume / "config.yaml")]))
-    extra = [f"run.num_threads={threads}"] if threads else []
-    if resume is not None:
-        extra.append(f"run.out_dir={resume}")
-    cfg = load_or_exit(SFTConfig, args, base=base, extra=extra)
+    cfg = load_run_config(SFTConfig, args, resume=resume, threads=threads)
     from rlvr.train.sft import train_sft, validate_sft_config
 
     try:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from rlvr.commands._config_cli import fail, load_or_exit, with_keys_help
+from rlvr.commands._config_cli import fail, load_run_config, with_keys_help
 from rlvr.train.config import TrainConfig
 
 
@@ -23,31 +23,22 @@ def train(
     Examples: `rlvr train --recipe grpo run.steps=50`, `rlvr train run.yaml algo.loss=grpo_clip`,
     `rlvr train --resume runs/train`.
     """
-    from rlvr.config import config_help, to_dict
+    from rlvr.config import config_help
 
     if help_config:
         typer.echo(config_help(TrainConfig))
         return
     base = None
-    if resume is not None:
-        # A resumed run keeps the knobs it was started with (its config.yaml); overrides may still
-        # change e.g. run.steps to train further.
-        if recipe:
-            fail("--resume continues a run with its own config.yaml; drop --recipe")
-        if not (resume / "config.yaml").exists():
-            fail(f"--resume {resume}: no config.yaml there (not a run directory)")
-        base = to_dict(load_or_exit(TrainConfig, [str(resume / "config.yaml")]))
-    elif recipe:
+    if resume is not None and recipe:
+        fail("--resume continues a run with its own config.yaml; drop --recipe")
+    if recipe:
         from rlvr.train.recipes import get_recipe
 
         try:
             base = get_recipe(recipe)
         except KeyError as exc:
             fail(exc.args[0])
-    extra = [f"run.num_threads={threads}"] if threads else []
-    if resume is not None:
-        extra.append(f"run.out_dir={resume}")
-    cfg = load_or_exit(TrainConfig, args, base=base, extra=extra)
+    cfg = load_run_config(TrainConfig, args, resume=resume, threads=threads, base=base)
     from rlvr.train.pg import validate_train_config
 
     try:
