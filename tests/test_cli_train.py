@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import yaml
 from typer.testing import CliRunner
@@ -54,6 +55,13 @@ def test_rlvr_train_subprocess_writes_a_complete_run_directory(tmp_path):
     assert "eval/accuracy" in rows[-1] and "eval/accuracy" not in rows[0]
     samples = [json.loads(x) for x in (run / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 3 * 2 and {"prompt", "response", "reference", "parts", "status"} <= set(samples[0])
+    assert samples[0]["entropy"] > 0  # log_generations-style samples carry per-response entropy
+    # every key the trainer really logged is in docs/runs.md's metric schema (reward/<part> and
+    # eval/<metric> rows cover their families), so the documented names cannot drift from the code
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "runs.md").read_text()
+    logged = {k for r in rows for k in r} - {"step", "time"}
+    undocumented = sorted(k for k in logged if f"`{k}`" not in doc and not k.startswith(("reward/", "eval/")))
+    assert not undocumented, f"metrics logged but not in docs/runs.md: {undocumented}"
     assert (run / "checkpoints" / "latest").read_text().strip() == "step_000003"
     assert (run / "checkpoints" / "step_000003" / "model" / "config.json").exists()
     assert (run / "checkpoints" / "step_000003" / "optimizer.pt").exists()
