@@ -162,6 +162,22 @@ def build_optimizer(
     return opt, sched
 
 
+def optimizer_from_config(model, ocfg, total_steps: int):
+    """build_optimizer with the fields of an OptimConfig; total_steps = optimizer steps of the run."""
+    return build_optimizer(
+        model,
+        lr=ocfg.lr,
+        weight_decay=ocfg.weight_decay,
+        beta1=ocfg.beta1,
+        beta2=ocfg.beta2,
+        eps=ocfg.eps,
+        warmup_steps=ocfg.warmup_steps,
+        schedule=ocfg.schedule,
+        min_lr_ratio=ocfg.min_lr_ratio,
+        total_steps=total_steps,
+    )
+
+
 def clip_and_step(model, optimizer, scheduler, grad_clip: float) -> float:
     """Clip the global grad norm (0 = no clip), step optimizer and scheduler, zero grads.
     Returns the gradient norm before clipping."""

@@ -49,8 +49,8 @@ from rlvr.models import TrainingBatch, score_tokens
 from rlvr.rewards.types import Reward, Status
 from rlvr.train.batching import BatchPlan, plan_batches, split_indices
 from rlvr.train.common import (
-    build_optimizer,
     clip_and_step,
+    optimizer_from_config,
     policy_from_config,
     quiet_transformers,
     step_seed,
@@ -391,17 +391,8 @@ def train(
 
     model, tokenizer = policy_from_config(cfg.model, seed=cfg.run.seed)
     task = data if data is not None else load_task_data(cfg.data, tokenizer)
-    optimizer, scheduler = build_optimizer(
-        model,
-        lr=cfg.optim.lr,
-        weight_decay=cfg.optim.weight_decay,
-        beta1=cfg.optim.beta1,
-        beta2=cfg.optim.beta2,
-        eps=cfg.optim.eps,
-        warmup_steps=cfg.optim.warmup_steps,
-        schedule=cfg.optim.schedule,
-        min_lr_ratio=cfg.optim.min_lr_ratio,
-        total_steps=r.steps * plan.optimizer_steps_per_rollout_batch,
+    optimizer, scheduler = optimizer_from_config(
+        model, cfg.optim, total_steps=r.steps * plan.optimizer_steps_per_rollout_batch
     )
     ref_model = None
     if a.kl_coef > 0:

@@ -20,7 +20,13 @@ import torch
 from rlvr.algo import LOSS_AGGREGATIONS, loss_normalizers
 from rlvr.models import TrainingBatch, build_training_batch, score_tokens
 from rlvr.train.batching import BatchConfigError, split_indices
-from rlvr.train.common import build_optimizer, clip_and_step, policy_from_config, quiet_transformers, take
+from rlvr.train.common import (
+    clip_and_step,
+    optimizer_from_config,
+    policy_from_config,
+    quiet_transformers,
+    take,
+)
 from rlvr.train.config import SFTConfig
 from rlvr.train.pg import TrainResult, _prefixed, _rows
 
@@ -111,10 +117,7 @@ def train_sft(
     else:
         pairs, prompt_fn, target_fn = task.train, task.prompt, task.target
     o = cfg.optim
-    optimizer, scheduler = build_optimizer(
-        model, lr=o.lr, weight_decay=o.weight_decay, beta1=o.beta1, beta2=o.beta2, eps=o.eps,
-        warmup_steps=o.warmup_steps, schedule=o.schedule, min_lr_ratio=o.min_lr_ratio, total_steps=r.steps,
-    )
+    optimizer, scheduler = optimizer_from_config(model, o, total_steps=r.steps)
     start_step = 0
     if resume:
         state = ckpt_mod.load_checkpoint(r.out_dir, model=model, optimizer=optimizer, scheduler=scheduler)
