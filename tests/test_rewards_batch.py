@@ -4,6 +4,7 @@ and `rlvr grade` (in-process and as a subprocess), including bad lines."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -115,6 +116,12 @@ def test_grade_cli_skips_and_reports_bad_lines(tmp_path):
     assert [r["line"] for r in records] == [1, 2, 3, 5, 6, 7]
     assert [r["status"] for r in records] == ["correct", "bad_line", "incorrect", "bad_line", "unparsable", "bad_line"]
     assert "accuracy" in res.output and "0.3333" in res.output  # 1 correct of 3 scored
+    # the rest of the table: format rate 2/3 (lines 1 and 3 have the r1_zero tags, line 6 not),
+    # one count per status, bad lines counted, answers/s
+    table = {m.group(1).strip(): m.group(2) for m in re.finditer(r"│ ([a-z/ ()]+?) +│ +([\d.,]+) │", res.output)}
+    assert table["format rate"] == "0.6667" and table["bad lines (skipped)"] == "3"
+    assert [table[f"status {s}"] for s in ("correct", "incorrect", "unparsable", "timeout", "error")] == list("11100")
+    assert "answers/s" in table
 
 
 def test_grade_cli_fail_mode_writes_nothing(tmp_path):
