@@ -100,6 +100,18 @@ def resolve_model_dir(path: str | Path) -> Path:
     )
 
 
+def finish_run(run_path: Path, last_metrics: dict[str, Any]) -> dict[str, float]:
+    """End of a trainer: write the run's plots and return the final evaluation (the eval/* metrics
+    of the last step, prefix dropped). A plot failure must not lose a finished run: it only warns."""
+    from rlvr.runs.plots import plot_run
+
+    try:
+        plot_run(run_path)
+    except Exception as exc:  # noqa: BLE001 - see docstring
+        print(f"warning: plotting failed: {exc}")
+    return {k[len("eval/") :]: v for k, v in last_metrics.items() if k.startswith("eval/")}
+
+
 # ------------------------------------------------------------------------------------ optimizer
 
 

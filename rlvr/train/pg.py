@@ -50,6 +50,7 @@ from rlvr.rewards.types import Reward, Status
 from rlvr.train.batching import BatchPlan, plan_batches, split_indices
 from rlvr.train.common import (
     clip_and_step,
+    finish_run,
     optimizer_from_config,
     policy_from_config,
     quiet_transformers,
@@ -377,7 +378,6 @@ def train(
     from rlvr.rollout import HFGenerator, SamplingSpec
     from rlvr.rollout.batch import rollouts_to_batch
     from rlvr.runs import checkpoint as ckpt_mod
-    from rlvr.runs.plots import plot_run
     from rlvr.runs.progress import Progress
     from rlvr.runs.rundir import RunDir
     from rlvr.runtime import seed_everything, set_num_threads
@@ -546,12 +546,7 @@ def train(
     finally:
         progress.close()
         run.close()
-    try:
-        plot_run(run.path)
-    except Exception as exc:  # noqa: BLE001 - a plot failure must not lose a finished run
-        print(f"warning: plotting failed: {exc}")
-    final = {k[len("eval/") :]: v for k, v in last.items() if k.startswith("eval/")}
-    return TrainResult(run_dir=run.path, steps=r.steps, last_metrics=last, eval=final)
+    return TrainResult(run_dir=run.path, steps=r.steps, last_metrics=last, eval=finish_run(run.path, last))
 
 
 def _prefixed(d: dict[str, float]) -> dict[str, float]:

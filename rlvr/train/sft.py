@@ -22,6 +22,7 @@ from rlvr.models import TrainingBatch, build_training_batch, score_tokens
 from rlvr.train.batching import BatchConfigError, split_indices
 from rlvr.train.common import (
     clip_and_step,
+    finish_run,
     optimizer_from_config,
     policy_from_config,
     quiet_transformers,
@@ -95,7 +96,6 @@ def train_sft(
     run after that step with a checkpoint, as a preempted job would (the schedule still spans run.steps)."""
     from rlvr.rollout import HFGenerator
     from rlvr.runs import checkpoint as ckpt_mod
-    from rlvr.runs.plots import plot_run
     from rlvr.runs.progress import Progress
     from rlvr.runs.rundir import RunDir
     from rlvr.runtime import seed_everything, set_num_threads
@@ -169,10 +169,5 @@ def train_sft(
     finally:
         progress.close()
         run.close()
-    try:
-        plot_run(run.path)
-    except Exception as exc:  # noqa: BLE001 - a plot failure must not lose a finished run
-        print(f"warning: plotting failed: {exc}")
-    final = {k[len("eval/") :]: v for k, v in last.items() if k.startswith("eval/")}
-    return TrainResult(run_dir=run.path, steps=step, last_metrics=last, eval=final)
+    return TrainResult(run_dir=run.path, steps=step, last_metrics=last, eval=finish_run(run.path, last))
 
