@@ -38,6 +38,12 @@ class TrainingBatch:
         move = lambda t: None if t is None else t.to(device)
         return TrainingBatch(*(move(getattr(self, f)) for f in self.__dataclass_fields__))
 
+    def rows(self, idx: Sequence[int] | torch.Tensor) -> TrainingBatch:
+        """The rows `idx` (in that order) of every tensor: a minibatch or micro-batch."""
+        idx = torch.as_tensor(list(idx) if not isinstance(idx, torch.Tensor) else idx, dtype=torch.long)
+        pick = lambda t: None if t is None else t.index_select(0, idx)
+        return TrainingBatch(*(pick(getattr(self, f)) for f in self.__dataclass_fields__))
+
 
 def build_training_batch(
     prompt_ids: Sequence[Sequence[int]],

@@ -100,6 +100,11 @@ def resolve_model_dir(path: str | Path) -> Path:
     )
 
 
+def eval_prefixed(metrics: dict[str, float]) -> dict[str, float]:
+    """Evaluation metrics as logged during training: under eval/ (finish_run drops the prefix again)."""
+    return {f"eval/{k}": v for k, v in metrics.items()}
+
+
 def finish_run(run_path: Path, last_metrics: dict[str, Any]) -> dict[str, float]:
     """End of a trainer: write the run's plots and return the final evaluation (the eval/* metrics
     of the last step, prefix dropped). A plot failure must not lose a finished run: it only warns."""

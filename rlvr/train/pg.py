@@ -50,6 +50,7 @@ from rlvr.rewards.types import Reward, Status
 from rlvr.train.batching import BatchPlan, plan_batches, split_indices
 from rlvr.train.common import (
     clip_and_step,
+    eval_prefixed,
     finish_run,
     optimizer_from_config,
     policy_from_config,
@@ -225,12 +226,6 @@ def micro_batch_loss(
     return loss, stats, logp.detach()
 
 
-def _rows(batch: TrainingBatch, idx: Sequence[int] | torch.Tensor) -> TrainingBatch:
-    idx = torch.as_tensor(list(idx) if not isinstance(idx, torch.Tensor) else idx, dtype=torch.long)
-    pick = lambda t: None if t is None else t.index_select(0, idx)
-    return TrainingBatch(*(pick(getattr(batch, f)) for f in batch.__dataclass_fields__))
-
-
 def accumulate_gradients(
     model,
     batch: TrainingBatch,
@@ -258,7 +253,7 @@ def accumulate_gradients(
     n = batch.input_ids.shape[0]
     for chunk in split_indices(n, micro_batch_size):
         idx = torch.arange(chunk.start, chunk.stop)
-        mb = _rows(batch, idx)
+        mb = batch.rows(idx)
         loss, meta, _ = micro_batch_loss(
             model,
             mb,
@@ -478,7 +473,7 @@ def train(
                         idx = order[chunk.start : chunk.stop]
                         loss = accumulate_gradients(
                             model,
-                            _rows(batch, idx),
+                            batch.rows(idx),
                             kadv[idx],
                             None if old_logp is None else old_logp[idx],
                             None if ref_logp is None else ref_logp[idx],
@@ -517,13 +512,14 @@ def train(
                 }
             )
             if r.eval_every and step % r.eval_every == 0 and step != r.steps:
-                metrics.update(_prefixed(eval_policy(generator, task, cfg, greedy=r.eval_greedy, step=step)))
+                ev = eval_policy(generator, task, cfg, greedy=r.eval_greedy, step=step)
+                metrics.update(eval_prefixed(ev))
             if r.log_samples_every and (step % r.log_samples_every == 0 or step == 1):
                 run.log_samples(step, _samples(rollouts, ro_examples, rewards, r.num_log_samples, s.group_size, row_entropy))
             final_eval: dict[str, float] = {}
             if step == r.steps:
                 final_eval = eval_policy(generator, task, cfg, greedy=r.eval_greedy, step=step)
-                metrics.update(_prefixed(final_eval))
+                metrics.update(eval_prefixed(final_eval))
             last = run.log_metrics(step, metrics)
             progress.update(1, reward=metrics["reward/mean"], acc=metrics["accuracy"], loss=metrics.get("loss"))
             if on_step is not None:
@@ -547,10 +543,6 @@ def train(
         progress.close()
         run.close()
     return TrainResult(run_dir=run.path, steps=r.steps, last_metrics=last, eval=finish_run(run.path, last))
-
-
-def _prefixed(d: dict[str, float]) -> dict[str, float]:
-    return {f"eval/{k}": v for k, v in d.items()}
 
 
 def step_metrics(rewards, rollouts, shaped, zero_var, keep, stats: StepStats, losses, grad_norms) -> dict:

@@ -22,6 +22,7 @@ from rlvr.models import TrainingBatch, build_training_batch, score_tokens
 from rlvr.train.batching import BatchConfigError, split_indices
 from rlvr.train.common import (
     clip_and_step,
+    eval_prefixed,
     finish_run,
     optimizer_from_config,
     policy_from_config,
@@ -29,7 +30,7 @@ from rlvr.train.common import (
     take,
 )
 from rlvr.train.config import SFTConfig
-from rlvr.train.pg import TrainResult, _prefixed, _rows
+from rlvr.train.pg import TrainResult
 
 
 def validate_sft_config(cfg: SFTConfig) -> tuple[int, int]:
@@ -73,7 +74,7 @@ def sft_loss(model, batch: TrainingBatch, aggregation: str, micro_batch_size: in
     agg = LOSS_AGGREGATIONS[aggregation]
     total = 0.0
     for chunk in split_indices(batch.input_ids.shape[0], micro_batch_size):
-        mb = _rows(batch, torch.arange(chunk.start, chunk.stop))
+        mb = batch.rows(torch.arange(chunk.start, chunk.stop))
         logp = score_tokens(model, mb.input_ids, mb.labels, mb.attention_mask).logprobs  # (b, T)
         loss = agg(-logp, mb.response_mask, norm)
         loss.backward()
@@ -149,7 +150,7 @@ def train_sft(
             done = step == r.steps or step == stop_after
             if (r.eval_every and step % r.eval_every == 0) or step == r.steps:
                 ev = eval_policy(generator, task, cfg, greedy=r.eval_greedy, step=step)
-                metrics.update(_prefixed(ev))
+                metrics.update(eval_prefixed(ev))
                 if stop_at_accuracy and ev["accuracy"] >= stop_at_accuracy:
                     done = True
             last = run.log_metrics(step, metrics)
