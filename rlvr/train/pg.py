@@ -511,15 +511,11 @@ def train(
                     "tokens_per_s": n_tokens / max(wall, 1e-9),
                 }
             )
-            if r.eval_every and step % r.eval_every == 0 and step != r.steps:
+            if (r.eval_every and step % r.eval_every == 0) or step == r.steps:
                 ev = eval_policy(generator, task, cfg, greedy=r.eval_greedy, step=step)
                 metrics.update(eval_prefixed(ev))
             if r.log_samples_every and (step % r.log_samples_every == 0 or step == 1):
                 run.log_samples(step, _samples(rollouts, ro_examples, rewards, r.num_log_samples, s.group_size, row_entropy))
-            final_eval: dict[str, float] = {}
-            if step == r.steps:
-                final_eval = eval_policy(generator, task, cfg, greedy=r.eval_greedy, step=step)
-                metrics.update(eval_prefixed(final_eval))
             last = run.log_metrics(step, metrics)
             progress.update(1, reward=metrics["reward/mean"], acc=metrics["accuracy"], loss=metrics.get("loss"))
             if on_step is not None:
