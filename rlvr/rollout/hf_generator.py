@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from rlvr.rollout.types import Rollout, SamplingSpec, sequence_seed
+from rlvr.rollout.types import Rollout, SamplingSpec, resolve_prompt_ids, sequence_seed
 
 
 def process_logits(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
@@ -128,11 +128,7 @@ class HFGenerator:
         self, prompts: list[str], spec: SamplingSpec, *, prompt_ids: Sequence[Sequence[int]] | None = None
     ) -> list[Rollout]:
         """len(prompts) * spec.n Rollouts in prompt-major order (see Generator)."""
-        if prompt_ids is None:
-            # add_special_tokens=True: a BOS is added if the tokenizer adds one (as vLLM does).
-            prompt_ids = [self.tokenizer.encode(p) for p in prompts]
-        elif len(prompt_ids) != len(prompts):
-            raise ValueError(f"{len(prompt_ids)} prompt_ids for {len(prompts)} prompts")
+        prompt_ids = resolve_prompt_ids(self.tokenizer, prompts, prompt_ids)
         if any(len(p) == 0 for p in prompt_ids):
             raise ValueError("empty prompt: the first token would have no context (give a BOS)")
         base_seed = spec.seed

@@ -94,6 +94,17 @@ class Generator(Protocol):
         ...
 
 
+def resolve_prompt_ids(tokenizer, prompts: list[str], prompt_ids: Sequence[Sequence[int]] | None):
+    """The token ids each backend conditions on: `prompt_ids` when given (one per prompt), else the
+    prompts encoded with add_special_tokens=True, so a BOS is added if the tokenizer adds one (as
+    vLLM does) and Rollout.prompt_ids agree between backends."""
+    if prompt_ids is None:
+        return [tokenizer.encode(p) for p in prompts]
+    if len(prompt_ids) != len(prompts):
+        raise ValueError(f"{len(prompt_ids)} prompt_ids for {len(prompts)} prompts")
+    return prompt_ids
+
+
 def sequence_seed(base_seed: int, group: int, sample_index: int) -> int:
     """Seed of the RNG for sample `sample_index` of prompt `group` (a fixed 63-bit mix, so seeds
     of different (group, sample) pairs do not collide for realistic sizes)."""

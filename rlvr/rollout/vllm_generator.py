@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 import torch
 
 from rlvr.rollout.hf_generator import find_completed_stop
-from rlvr.rollout.types import Rollout, SamplingSpec, sequence_seed
+from rlvr.rollout.types import Rollout, SamplingSpec, resolve_prompt_ids, sequence_seed
 
 
 def _load_weights_on_worker(worker, weights):  # runs inside a vLLM worker via collective_rpc
@@ -146,10 +146,7 @@ class VLLMGenerator:
         """len(prompts) * spec.n Rollouts, prompt-major (see rlvr.rollout.types.Generator)."""
         from vllm.inputs import TokensPrompt
 
-        if prompt_ids is None:
-            prompt_ids = [self.tokenizer.encode(p) for p in prompts]
-        elif len(prompt_ids) != len(prompts):
-            raise ValueError(f"{len(prompt_ids)} prompt_ids for {len(prompts)} prompts")
+        prompt_ids = resolve_prompt_ids(self.tokenizer, prompts, prompt_ids)
         jobs: list[tuple[int, int]] = []  # (group, first sample index) per request
         requests, params = [], []
         for i, ids in enumerate(prompt_ids):
