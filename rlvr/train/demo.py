@@ -83,20 +83,24 @@ class DemoResult:
         return self.after[key] - self.before[key]
 
 
+def _data_config(cfg: DemoConfig):
+    """The demo's data section (shared by its SFT and GRPO configs and demo_task)."""
+    from rlvr.train.config import DataConfig
+
+    return DataConfig(task="arithmetic", num_train=cfg.num_train, num_eval=cfg.num_eval, seed=cfg.seed + 1234,
+                      digits=cfg.digits, operands=cfg.operands)
+
+
 def demo_task(cfg: DemoConfig, tokenizer=None):
     """TaskData of the demo: synthetic additions from rlvr.data, held-out split for evaluation."""
-    from rlvr.train.config import DataConfig
     from rlvr.train.tasks import load_task_data
 
-    data = DataConfig(task="arithmetic", num_train=cfg.num_train, num_eval=cfg.num_eval, seed=cfg.seed + 1234,
-                      digits=cfg.digits, operands=cfg.operands)
-    return load_task_data(data, tokenizer)
+    return load_task_data(_data_config(cfg), tokenizer)
 
 
 def _configs(cfg: DemoConfig, out: Path):
     from rlvr.train.config import (
         AlgoConfig,
-        DataConfig,
         ModelConfig,
         OptimConfig,
         RunConfig,
@@ -110,8 +114,7 @@ def _configs(cfg: DemoConfig, out: Path):
     threads = cfg.num_threads
     model = ModelConfig(hidden_size=cfg.hidden_size, num_layers=cfg.num_layers, num_heads=4,
                         intermediate_size=2 * cfg.hidden_size, tie_embeddings=True)
-    data = DataConfig(task="arithmetic", num_train=cfg.num_train, num_eval=cfg.num_eval, seed=cfg.seed + 1234,
-                      digits=cfg.digits, operands=cfg.operands)
+    data = _data_config(cfg)
     sampling = SamplingConfig(n_prompts=cfg.n_prompts, group_size=cfg.group_size, max_tokens=cfg.max_tokens)
     sft = SFTConfig(
         model=model,
