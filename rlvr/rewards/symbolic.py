@@ -138,6 +138,14 @@ def _infinite(x) -> bool:
     return x.is_finite is False or x.has(sympy.oo, -sympy.oo, sympy.zoo, sympy.nan)
 
 
+def _sample_points(syms, seed: int, count: int = 8):
+    """`count` seeded random points {symbol: rational} for numeric equality checks. Both signs:
+    positive-only points would make x and |x| (or sqrt(x^2)) look equal."""
+    rng = random.Random(seed)
+    for _ in range(count):
+        yield {s: sympy.Rational(rng.choice((-1, 1)) * rng.randint(1, 97), rng.randint(1, 89)) for s in syms}
+
+
 def expr_equal(a, b, a_node=None, b_node=None) -> tuple[bool, str]:
     """Are two sympy expressions equal? (bool, which check decided)."""
     if a == b:
@@ -177,13 +185,10 @@ def expr_equal(a, b, a_node=None, b_node=None) -> tuple[bool, str]:
         return _close(va - vb, va), "numeric (60 digits)"
     if a.has(sympy.oo, sympy.zoo, sympy.nan) or b.has(sympy.oo, sympy.zoo, sympy.nan):
         return False, "infinite value in an expression"
-    rng = random.Random(0)
     syms = sorted(fa, key=lambda s: s.name)
     diff = a - b
     agreed = 0
-    for _ in range(8):
-        # both signs: positive-only points would make x and |x| (or sqrt(x^2)) look equal
-        point = {s: sympy.Rational(rng.choice((-1, 1)) * rng.randint(1, 97), rng.randint(1, 89)) for s in syms}
+    for point in _sample_points(syms, seed=0):
         try:
             dv = sympy.N(diff.subs(point), 30)
             av = sympy.N(a.subs(point), 30)
@@ -229,11 +234,9 @@ def relation_equal(pred_diff: str, gold_diff: str, ordered: bool) -> tuple[bool,
     if b == 0 or a == 0:
         return a == b, "degenerate relation"
     syms = sorted(a.free_symbols | b.free_symbols, key=lambda s: s.name)
-    rng = random.Random(1)
     ratio = None
     agreed = 0
-    for _ in range(8):
-        point = {s: sympy.Rational(rng.choice((-1, 1)) * rng.randint(1, 97), rng.randint(1, 89)) for s in syms}
+    for point in _sample_points(syms, seed=1):
         try:
             av = sympy.N(a.subs(point), 30)
             bv = sympy.N(b.subs(point), 30)
