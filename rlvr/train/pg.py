@@ -131,19 +131,6 @@ def validate_train_config(cfg: TrainConfig) -> BatchPlan:
 
 
 @dataclass
-class ScoredRollouts:
-    """One rollout batch after scoring. N = n_prompts * group_size, groups contiguous."""
-
-    rollouts: list  # N Rollout
-    examples: list  # N examples (the example of each rollout's prompt)
-    rewards: list[Reward]  # N task rewards
-    shaped: torch.Tensor  # (N,) reward used for advantages: task total + length term
-    advantages: torch.Tensor  # (N,)
-    keep: torch.Tensor  # (N,) bool; False for rows dropped by filter_zero_variance
-    zero_var_groups: float  # fraction of groups whose task rewards are all equal
-
-
-@dataclass
 class StepStats:
     """Accumulates per-micro-batch statistics of one RL step, weighted by valid tokens."""
 
