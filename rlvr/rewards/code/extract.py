@@ -79,11 +79,3 @@ def is_empty_program(code: str) -> bool:
             continue
         return False
     return True
-
-
-def compiles(code: str) -> bool:
-    try:
-        compile(code, "main.py", "exec", dont_inherit=True)
-        return True
-    except (SyntaxError, ValueError, MemoryError, RecursionError, OverflowError):
-        return False
