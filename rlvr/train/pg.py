@@ -164,12 +164,12 @@ def micro_batch_loss(
     algo: AlgoConfig,
     *,
     temperature: float = 1.0,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Loss of one micro-batch, already divided by the minibatch's global normalizers, so that
     summing backward() over the micro-batches of a minibatch gives the minibatch gradient.
 
     batch: (b, T) tensors; advantages (b,); old_logp, ref_logp (b, T) or None (old None = on-policy:
-    logp.detach() is used). Returns (loss scalar, detached stats, logp (b, T) detached).
+    logp.detach() is used). Returns (loss scalar, detached stats).
     """
     device = next(model.parameters()).device
     batch = batch.to(device)
@@ -210,7 +210,7 @@ def micro_batch_loss(
     stats["entropy"] = masked_mean(entropy.detach(), mask)
     stats["row_entropy"] = masked_mean(entropy.detach(), mask, dim=-1)  # (b,) mean entropy per response
     loss = LOSS_AGGREGATIONS[algo.aggregation](per_token, mask, norm)
-    return loss, stats, logp.detach()
+    return loss, stats
 
 
 def accumulate_gradients(
@@ -241,7 +241,7 @@ def accumulate_gradients(
     for chunk in split_indices(n, micro_batch_size):
         idx = torch.arange(chunk.start, chunk.stop)
         mb = batch.rows(idx)
-        loss, meta, _ = micro_batch_loss(
+        loss, meta = micro_batch_loss(
             model,
             mb,
             advantages[idx],
