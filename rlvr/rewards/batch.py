@@ -163,15 +163,14 @@ def score_batch(
     done = [0]
 
     if isolate:
-        name = reward_fn if isinstance(reward_fn, str) else reward_fn
-        resolve_reward_fn(name)  # fail now on an unknown name
+        resolve_reward_fn(reward_fn)  # fail now on an unknown name
         pool = _pool.get_pool(min_size=workers)
 
         def one(i: int) -> None:
             ex = exs[i]
             meta = dict(getattr(ex, "meta", None) or {})
             res = pool.call(
-                "rlvr.rewards.batch:run_reward_in_worker", (name, responses[i], ex.reference, meta), timeout
+                "rlvr.rewards.batch:run_reward_in_worker", (reward_fn, responses[i], ex.reference, meta), timeout
             )
             if res.status == "ok":
                 out[i] = res.value
