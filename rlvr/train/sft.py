@@ -68,9 +68,12 @@ def sft_batch(examples, prompt_fn, target_fn, tokenizer, max_length: int) -> Tra
     return build_training_batch(prompt_ids, response_ids, tokenizer.pad_token_id)
 
 
-def sft_loss(model, batch: TrainingBatch, aggregation: str, micro_batch_size: int) -> float:
-    """Backward of the aggregated response-token NLL over `batch` in micro-batches; returns the loss."""
-    norm = loss_normalizers(batch.response_mask)
+def sft_loss(model, batch: TrainingBatch, aggregation: str, micro_batch_size: int, norm_length: int = 0) -> float:
+    """Backward of the aggregated response-token NLL over `batch` in micro-batches; returns the loss.
+
+    norm_length: the constant of `seq_mean_token_sum_norm` (the trainer passes algo.max_length, the
+    longest possible response), so that mode works for SFT instead of failing at the first step."""
+    norm = loss_normalizers(batch.response_mask, constant=float(norm_length) if norm_length else None)
     agg = LOSS_AGGREGATIONS[aggregation]
     total = 0.0
     for chunk in split_indices(batch.input_ids.shape[0], micro_batch_size):
@@ -136,7 +139,7 @@ def train_sft(
             model.train()
             examples = take(pairs, (step - 1) * batch_size, batch_size, cfg.data.seed)
             batch = sft_batch(examples, prompt_fn, target_fn, tokenizer, cfg.algo.max_length)
-            loss = sft_loss(model, batch, cfg.algo.aggregation, micro)
+            loss = sft_loss(model, batch, cfg.algo.aggregation, micro, cfg.algo.max_length)
             grad_norm = clip_and_step(model, optimizer, scheduler, o.grad_clip)
             n_tok = int(batch.response_mask.sum())
             dt = time.perf_counter() - t0
