@@ -24,7 +24,7 @@ def eval(  # noqa: A001 - the command is called `eval`
     from rlvr.rollout import HFGenerator, SamplingSpec
     from rlvr.runtime import set_num_threads
     from rlvr.train.common import policy_from_config, quiet_transformers
-    from rlvr.train.tasks import load_task_data
+    from rlvr.train.tasks import load_task_data, task_scorer
 
     cfg = load_or_exit(EvalConfig, args, extra=[f"run.num_threads={threads}"] if threads else [])
     set_num_threads(cfg.run.num_threads or None)
@@ -42,7 +42,8 @@ def eval(  # noqa: A001 - the command is called `eval`
         fail(f"task {cfg.data.task!r} has no held-out problems; set data.eval_path")
     model.eval()
     result = evaluate(HFGenerator(model, tok, batch_size=s.batch_size), examples,
-                      [task.prompt(ex) for ex in examples], task.reward_fn, spec, chunk_size=s.batch_size)
+                      [task.prompt(ex) for ex in examples], None, spec, chunk_size=s.batch_size,
+                      scorer=task_scorer(task, cfg.data))
     metrics = result.metrics()
     from rlvr.eval import comparison_text
 

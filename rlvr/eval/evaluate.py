@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlvr.eval.metrics import default_ks, is_formatted, length_stats, mean_pass_at_k, status_counts
+from rlvr.rewards.batch import score_batch
 from rlvr.rewards.types import Reward, Status
 
 BatchScorer = Callable[[Sequence[str], Sequence[Any]], Sequence[Reward]]
@@ -91,14 +92,6 @@ class EvalResult:
         """Samples as plain dicts (for samples.jsonl / RunDir.log_samples)."""
         rows = [dataclasses.asdict(s) for s in self.samples]
         return rows if limit is None else rows[:limit]
-
-
-def _safe_score(reward_fn: Callable[[str, Any], Reward], response: str, example: Any) -> Reward:
-    try:
-        reward = reward_fn(response, example)
-    except Exception as exc:  # a reward never raises into eval either: count it as an error
-        return Reward(0.0, {}, Status.ERROR, f"reward function raised {type(exc).__name__}: {exc}"[:200])
-    return reward
 
 
 def _chunk_spec(spec: Any, start: int) -> Any:
@@ -196,7 +189,9 @@ def evaluate(
             if len(rewards) != len(texts):
                 raise RuntimeError(f"scorer returned {len(rewards)} rewards for {len(texts)} responses")
         else:
-            rewards = [_safe_score(reward_fn, t, ex) for t, ex in zip(texts, owners, strict=True)]
+            # The same scorer as training: a raising reward becomes an ERROR status, symbolic checks
+            # run under the verifier's hard deadline; never a crash of the evaluation.
+            rewards = score_batch(reward_fn, texts, owners)
         for r, (ro, rew) in enumerate(zip(rollouts, rewards, strict=True)):
             idx = start + r // n
             ex = owners[r]

@@ -19,7 +19,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rlvr.rewards.types import Status
+from rlvr.rewards.types import Reward, Status
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -65,9 +65,7 @@ def default_ks(n: int) -> list[int]:
 def is_formatted(parts: Mapping[str, float], status: Status | str) -> bool:
     """The format-rate predicate (see module doc): parts["format"] > 0 if present, else the
     status is not unparsable."""
-    if "format" in parts:
-        return float(parts["format"]) > 0
-    return Status(status) is not Status.UNPARSABLE
+    return Reward(0.0, parts, Status(status)).formatted
 
 
 def _mean(xs: Sequence[float]) -> float:

@@ -41,7 +41,7 @@ class ScoreCounters:
 
     total: int = 0
     by_status: dict[str, int] = field(default_factory=lambda: {s.value: 0 for s in Status})
-    format_ok: int = 0  # rewards whose parts["format"] == 1 (when the function reports format)
+    format_ok: int = 0  # rewards with Reward.formatted (format part > 0, else an answer was found)
     seconds: float = 0.0
 
     @property
@@ -69,7 +69,7 @@ class ScoreCounters:
             self.total += 1
             key = r.status.value if isinstance(r.status, Status) else str(r.status)
             self.by_status[key] = self.by_status.get(key, 0) + 1
-            if r.parts.get("format", 0.0) == 1.0:
+            if r.formatted:
                 self.format_ok += 1
         self.seconds += seconds
 

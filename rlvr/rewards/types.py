@@ -28,6 +28,16 @@ class Reward:
     status: Status = Status.INCORRECT
     info: str = ""
 
+    @property
+    def formatted(self) -> bool:
+        """The one format-rate predicate used by training metrics, evaluation and `rlvr grade`:
+        parts["format"] > 0 when the reward reports a format part, else an answer could be
+        extracted (status is not unparsable). Rewards without a format part (e.g. `arithmetic`)
+        thus count a response as formatted when it contains an answer at all."""
+        if "format" in self.parts:
+            return float(self.parts["format"]) > 0
+        return Status(self.status) is not Status.UNPARSABLE
+
 
 class ExampleLike(Protocol):
     """What a reward function needs of an example (rlvr.data.Example satisfies it): the reference

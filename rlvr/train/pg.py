@@ -539,7 +539,7 @@ def step_metrics(rewards, rollouts, shaped, zero_var, keep, stats: StepStats, lo
         m[f"reward/{p}"] = sum(float(r.parts.get(p, 0.0)) for r in rewards) / n
     correct = [r.status is Status.CORRECT for r in rewards]
     m["accuracy"] = sum(correct) / n
-    m["format_rate"] = sum(float(r.parts.get("format", r.status is not Status.UNPARSABLE)) for r in rewards) / n
+    m["format_rate"] = sum(r.formatted for r in rewards) / n
     lens = [len(ro.response_ids) for ro in rollouts]
     m["len/mean"] = sum(lens) / n
     lc = [x for x, c in zip(lens, correct, strict=True) if c]

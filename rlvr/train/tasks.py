@@ -103,10 +103,24 @@ def eval_policy(generator, task: TaskData, cfg, *, greedy: bool = True, step: in
         seed=cfg.run.seed + 99991,
         logprobs=False,
     )
-    return evaluate_examples(generator, task, examples, spec, chunk_size=cfg.run.eval_batch_size)
+    return evaluate_examples(generator, task, examples, spec, chunk_size=cfg.run.eval_batch_size,
+                             scorer=task_scorer(task, cfg.data))
 
 
-def evaluate_examples(generator, task: TaskData, examples: Sequence[Any], spec, chunk_size: int = 0) -> dict:
+def task_scorer(task: TaskData, data_cfg):
+    """A batch scorer `(responses, examples) -> list[Reward]` with the data section's verifier limits
+    (reward_workers, reward_timeout_s, reward_isolate): evaluation is bounded exactly like training."""
+    from rlvr.rewards import score_batch
+
+    def scorer(responses, examples):
+        return score_batch(task.reward_fn, responses, examples, workers=data_cfg.reward_workers,
+                           timeout_s=data_cfg.reward_timeout_s or None, isolate=data_cfg.reward_isolate)
+
+    return scorer
+
+
+def evaluate_examples(generator, task: TaskData, examples: Sequence[Any], spec, chunk_size: int = 0,
+                      scorer=None) -> dict:
     """rlvr.eval.evaluate on `examples` with `spec`; the model is put in eval mode and back."""
     from rlvr.eval import evaluate
 
@@ -117,8 +131,9 @@ def evaluate_examples(generator, task: TaskData, examples: Sequence[Any], spec, 
             generator,
             examples,
             [task.prompt(ex) for ex in examples],
-            task.reward_fn,
+            None if scorer is not None else task.reward_fn,
             spec,
+            scorer=scorer,
             chunk_size=chunk_size or None,
         )
     finally:
