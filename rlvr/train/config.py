@@ -9,6 +9,7 @@ after parsing and before any work starts.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 # ---------------------------------------------------------------------------------------- sections
 
@@ -117,6 +118,9 @@ class AlgoConfig:
     """Weight of the KL penalty to the reference policy; 0 = no reference model at all."""
     kl_estimator: str = "k3"
     """KL estimator (rlvr.algo.KL_ESTIMATORS): k1, k2, k3."""
+    kl_in: Literal["loss", "reward"] = "loss"
+    """Where kl_coef applies: loss (KL term added to the per-token loss) or reward (per-token penalty
+    -kl_coef*KL(old || ref) whose reward-to-go is added to each token's advantage, REINFORCE++ style)."""
     ref_refresh_every: int = 0
     """Replace the reference policy by the current policy every k steps; 0 = keep the start policy."""
     epochs_per_rollout_batch: int = 1
@@ -135,6 +139,8 @@ class AlgoConfig:
     """dapo_overlong: soft-penalty window in tokens before sampling.max_tokens."""
     entropy_coef: float = 0.0
     """Weight of an entropy bonus (subtracted from the loss); 0 = none."""
+    whiten_advantages: bool = False
+    """Whiten advantages (after KL shaping) over the batch's valid response tokens: (A - mean) / std."""
     reuse_logprobs_on_policy: bool = True
     """On-policy with one optimizer step per rollout batch: take old logprobs as logp.detach() of the
     training forward instead of a separate no-grad forward (same numbers, one forward saved)."""

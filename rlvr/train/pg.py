@@ -7,12 +7,14 @@ One step, in the order data flows (`train` below reads top to bottom the same wa
     rewards (+ optional length term) -> advantages (ADVANTAGE_ESTIMATORS[algo.advantage])
     old logprobs: one no-grad forward per rollout batch, reused by every epoch and minibatch
       (on-policy with one optimizer step per batch they equal logp.detach() of the training
-      forward, which we then use instead: same numbers, one forward saved)
+      forward, which we then use instead: same numbers, one forward saved; not with kl_in=reward)
     reference logprobs (only when algo.kl_coef > 0): a frozen copy of the start policy, replaced
       by the current policy every algo.ref_refresh_every steps. The old policy (ratio denominator,
       how stale the samples are) and the reference policy (KL anchor) are different things.
+    token advantages (token_advantages): with algo.kl_in=reward add the reward-to-go of
+      -kl_coef * KL(old || ref) per token; with algo.whiten_advantages whiten over valid tokens
     epochs x minibatches (one optimizer step each) x micro-batches (one backward each):
-      per-token loss (POLICY_LOSSES) [+ kl_coef * KL] [- entropy_coef * H] -> aggregation with
+      per-token loss (POLICY_LOSSES) [+ kl_coef * KL if kl_in=loss] [- entropy_coef * H] -> aggregation with
       normalizers of the whole minibatch (LOSS_AGGREGATIONS) -> backward; clip; AdamW step
     generator.update_weights(policy weights, version = step)
 
@@ -40,9 +42,11 @@ from rlvr.algo import (
     dapo_overlong_penalty,
     kimi_length_reward,
     kl_estimate,
+    kl_shaped_rewards,
     loss_normalizers,
     masked_mean,
     policy_loss,
+    whiten,
 )
 from rlvr.algo.advantages import ADVANTAGE_ESTIMATORS
 from rlvr.models import TrainingBatch, score_tokens
@@ -112,6 +116,17 @@ def validate_train_config(cfg: TrainConfig) -> BatchPlan:
         raise ValueError(f"algo.dual_clip={a.dual_clip} must be > 1 (or 0 = off)")
     if a.kl_coef < 0 or a.entropy_coef < 0 or a.length_reward_coef < 0:
         raise ValueError("algo.kl_coef, algo.entropy_coef and algo.length_reward_coef must be >= 0")
+    if a.kl_in not in ("loss", "reward"):
+        raise ValueError(f"algo.kl_in={a.kl_in!r}: use 'loss' or 'reward'")
+    if a.kl_in == "reward" and a.kl_coef == 0:
+        # refused rather than a silent no-op: whoever sets kl_in=reward expects a KL penalty
+        raise ValueError("algo.kl_in='reward' with algo.kl_coef=0 shapes nothing; set algo.kl_coef > 0 "
+                         "(or leave algo.kl_in=loss)")
+    if a.loss == "kimi" and (a.kl_in == "reward" or a.whiten_advantages):
+        raise ValueError(
+            "algo.loss='kimi' needs one advantage per response (A_i = r_i - tau log Z); algo.kl_in=reward "
+            "and algo.whiten_advantages make per-token advantages, so use them with another algo.loss"
+        )
     if a.ref_refresh_every < 0:
         raise ValueError(f"algo.ref_refresh_every={a.ref_refresh_every} must be >= 0")
     if a.length_reward == "dapo_overlong" and not 0 < a.overlong_buffer <= s.max_tokens:
@@ -168,7 +183,7 @@ def micro_batch_loss(
     """Loss of one micro-batch, already divided by the minibatch's global normalizers, so that
     summing backward() over the micro-batches of a minibatch gives the minibatch gradient.
 
-    batch: (b, T) tensors; advantages (b,); old_logp, ref_logp (b, T) or None (old None = on-policy:
+    batch: (b, T) tensors; advantages (b,) or (b, T) per token; old_logp, ref_logp (b, T) or None (old None = on-policy:
     logp.detach() is used). Returns (loss scalar, detached stats).
     """
     device = next(model.parameters()).device
@@ -202,8 +217,13 @@ def micro_batch_loss(
     if algo.kl_coef > 0:
         if ref_logp is None:
             raise ValueError("algo.kl_coef > 0 needs reference logprobs")
-        kl = kl_estimate(algo.kl_estimator, logp, ref_logp)  # (b, T)
-        per_token = per_token + algo.kl_coef * kl
+        if algo.kl_in == "reward":
+            # the penalty is already in the advantages (token_advantages); only the metric here,
+            # with the same meaning as in the loss mode: KL of the current policy to the reference
+            kl = kl_estimate(algo.kl_estimator, logp.detach(), ref_logp)  # (b, T)
+        else:
+            kl = kl_estimate(algo.kl_estimator, logp, ref_logp)  # (b, T)
+            per_token = per_token + algo.kl_coef * kl
         stats["kl"] = masked_mean(kl.detach(), mask)
     if algo.entropy_coef > 0:
         per_token = per_token - algo.entropy_coef * entropy
@@ -314,6 +334,46 @@ def shape_and_advantage(
     if algo.filter_zero_variance:
         keep = (~zero_var).repeat_interleave(group_size)
     return shaped, adv, keep, float(zero_var.float().mean())
+
+
+def kl_reward_to_go(kl: torch.Tensor, coef: float, mask: torch.Tensor) -> torch.Tensor:
+    """Reward-to-go (gamma = 1) of the per-token KL penalty: out[b, t] = sum_{t' >= t, valid} -coef * kl[b, t'].
+
+    kl (B, T) any KL_ESTIMATORS value (detached), mask (B, T) response tokens -> (B, T) float, 0 where
+    mask == 0. The per-token rewards come from rlvr.algo.kl_shaped_rewards with zero outcome rewards:
+    the outcome part of the return is the estimator's advantage, added by token_advantages.
+    """
+    r = kl_shaped_rewards(torch.zeros(kl.shape[0], device=kl.device), kl, coef, mask)  # (B, T), 0 off mask
+    rtg = r.flip(-1).cumsum(-1).flip(-1)  # (B, T); prompt positions would hold the whole sum
+    return torch.where(mask != 0, rtg, torch.zeros((), device=rtg.device))
+
+
+def token_advantages(
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    algo: AlgoConfig,
+    old_logp: torch.Tensor | None = None,
+    ref_logp: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Final advantages of the rows that are trained: (B,) unchanged with the defaults, else (B, T).
+
+    adv (B,) from the outcome estimator; mask (B, T) response tokens; old_logp, ref_logp (B, T),
+    needed only with algo.kl_in == "reward". Then A[b, t] = adv[b] + sum_{t' >= t} -kl_coef * kl[b, t']
+    with kl = algo.kl_estimator(old_logp, ref_logp) on the sampled tokens. With algo.whiten_advantages
+    the result is whitened over all valid tokens of the batch (rlvr.algo.whiten: population std,
+    eps 1e-8 inside the sqrt); masked-out tokens get 0.
+    """
+    out = adv
+    if algo.kl_in == "reward":
+        if old_logp is None or ref_logp is None:
+            raise ValueError("algo.kl_in='reward' needs old and reference logprobs")
+        # on the mask's device (the CPU in the loop): logprobs may come from an accelerator
+        kl = kl_estimate(algo.kl_estimator, old_logp.detach().to(mask.device), ref_logp.detach().to(mask.device))
+        out = adv.unsqueeze(1) + kl_reward_to_go(kl, algo.kl_coef, mask)
+        out = torch.where(mask != 0, out, torch.zeros((), device=out.device))
+    if algo.whiten_advantages:
+        out = whiten(torch.broadcast_to(out.unsqueeze(1), mask.shape) if out.dim() == 1 else out, mask)
+    return out
 
 
 # ----------------------------------------------------------------------------------- the loop
@@ -441,12 +501,13 @@ def train(
             losses: list[float] = []
             if kept.numel() > 0:
                 batch = rollouts_to_batch([rollouts[i] for i in kept.tolist()], tokenizer.pad_token_id)
-                kadv = adv[kept]
-                reuse = plan.on_policy and a.reuse_logprobs_on_policy
+                # KL in the reward needs the old logprobs before the first training forward
+                reuse = plan.on_policy and a.reuse_logprobs_on_policy and a.kl_in != "reward"
                 old_logp = None if reuse else batch_logprobs(model, batch, plan.micro_batch, s.temperature)
                 ref_logp = None
                 if ref_model is not None:
                     ref_logp = batch_logprobs(ref_model, batch, plan.micro_batch, s.temperature)
+                kadv = token_advantages(adv[kept], batch.response_mask, a, old_logp, ref_logp)  # (B,) or (B, T)
 
                 # ---- 4. epochs x minibatches x micro-batches; one optimizer step per minibatch
                 n_kept = kept.numel()
