@@ -19,7 +19,7 @@ class ModelConfig:
     """Which policy to train and how to build or load it."""
 
     name: str = "tiny"
-    """'tiny' builds a small Qwen2-style model with a char-level tokenizer from scratch; else a local HF path."""
+    """'tiny' builds a small Qwen2-style model with a char-level tokenizer from scratch; else a local model folder or a hub id."""
     init_from: str = ""
     """Start from these weights: a run directory (its last checkpoint) or a checkpoint directory; '' = fresh."""
     hidden_size: int = 64
@@ -33,9 +33,16 @@ class ModelConfig:
     tie_embeddings: bool = False
     """Tiny model only: share input embedding and output head (learns 3-digit addition faster from scratch)."""
     dtype: str = "float32"
-    """Parameter dtype: float32 | bfloat16 (bfloat16 only makes sense on GPU)."""
+    """Parameter dtype: float32 | bfloat16 (float16 is refused: AdamW's eps underflows in it)."""
+    master_weights: str = "float32"
+    """Optimizer (master) copy of the weights when dtype=bfloat16: float32 (bf16 forward/backward, fp32 AdamW
+    update copied back) or same (update in the parameter dtype)."""
     device: str = "cpu"
     """torch device of the policy (cpu, cuda, cuda:0)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (less memory, about a third more compute)."""
+    attn_implementation: str = "auto"
+    """Attention kernel for real models: auto (sdpa where available), sdpa, eager, flash_attention_2."""
 
 
 @dataclass
@@ -87,7 +94,38 @@ class SamplingConfig:
     max_tokens: int = 16
     """Maximum response length in tokens; also the constant of seq_mean_token_sum_norm when algo.norm_length is 0."""
     stop: list[str] = field(default_factory=list)
-    """Extra stop strings besides the tokenizer's end-of-sequence token."""
+    """Stop strings added to the task's own (r1_zero already stops at </answer>) and the end-of-sequence token."""
+    keep_stop: bool = True
+    """Keep the stop string at the end of the response text (the r1_zero reward needs the closing </answer>)."""
+    thinking_budget: int = -1
+    """Qwen3-style thinking budget: at most this many reasoning tokens, then "stop thinking" text is forced
+    (kept out of the loss) and the answer sampled; -1 = off, 0 = no thinking."""
+    stop_thinking_text: str = ""
+    """Text forced when the thinking budget runs out; '' = Qwen3's ("Considering the limited time ... </think>")."""
+
+
+@dataclass
+class RolloutConfig:
+    """Which engine samples rollouts, and where it runs."""
+
+    backend: str = "hf"
+    """hf (transformers, CPU or GPU, our own KV-cache loop) or vllm (GPU; pip install 'rlvr[vllm]')."""
+    batch_size: int = 0
+    """hf: sequences decoded together; 0 = the whole rollout batch (at least 64)."""
+    device: str = ""
+    """vllm: '' = colocated on the policy's GPU (model.device); cuda:N = a separate GPU (the CS336 setup)."""
+    gpu_memory_utilization: float = 0.3
+    """vllm: fraction of the GPU's memory the engine may take (weights + KV cache); leave room for the learner."""
+    max_model_len: int = 0
+    """vllm: longest prompt + response in tokens; 0 = the model's own limit."""
+    tensor_parallel_size: int = 1
+    """vllm: GPUs one engine is split over (weight push supports 1 in-process)."""
+    enforce_eager: bool = False
+    """vllm: no CUDA graphs (faster start, slower decode; useful for debugging)."""
+    sleep_mode: bool = True
+    """vllm colocated: free the engine's KV cache and weights while the learner runs, wake for generation."""
+    dtype: str = ""
+    """vllm: engine dtype; '' = bfloat16."""
 
 
 @dataclass
@@ -129,6 +167,9 @@ class AlgoConfig:
     """Rollouts per optimizer step; 0 = the whole rollout batch (one optimizer step per epoch)."""
     micro_batch_size: int = 0
     """Rollouts per forward/backward; 0 = train_batch_size (no accumulation)."""
+    micro_batch_tokens: int = 0
+    """Token budget per forward/backward (prompt + response, padded); > 0 replaces micro_batch_size by
+    micro-batches of at most this many tokens (long responses get fewer rows)."""
     filter_zero_variance: bool = False
     """Drop groups whose rewards are all equal from the loss (DAPO dynamic sampling, without resampling)."""
     length_reward: str = ""
@@ -202,8 +243,6 @@ class RunConfig:
     """How many recent checkpoints to keep on disk."""
     progress: bool = True
     """Show a live progress bar."""
-    debug_kill_at_step: int = 0
-    """Test hook: SIGKILL this process right after the checkpoint of this step is written; 0 = off."""
 
 
 # ---------------------------------------------------------------------------------------- trainers
@@ -219,6 +258,8 @@ class TrainConfig:
     """Prompts and references."""
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     """Rollout sampling."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Rollout engine."""
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     """Objective."""
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -251,6 +292,8 @@ class SFTConfig:
     """Examples; the response is the task's worked solution or its reference answer."""
     sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=1.0))
     """Sampling for periodic evaluation (max_tokens, stop)."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Engine of the periodic evaluation."""
     algo: SFTAlgoConfig = field(default_factory=SFTAlgoConfig)
     """Objective."""
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-3, warmup_steps=20, schedule="cosine"))
@@ -272,7 +315,13 @@ class EvalSamplingConfig:
     max_tokens: int = 16
     """Maximum response length in tokens."""
     stop: list[str] = field(default_factory=list)
-    """Extra stop strings besides end-of-sequence."""
+    """Stop strings added to the task's own and end-of-sequence."""
+    keep_stop: bool = True
+    """Keep the stop string at the end of the response text."""
+    thinking_budget: int = -1
+    """Qwen3-style thinking budget in tokens (-1 = off, 0 = no thinking); --thinking-budget 0,256,1024 sweeps."""
+    stop_thinking_text: str = ""
+    """Text forced when the thinking budget runs out; '' = Qwen3's."""
     batch_size: int = 256
     """Prompts per generate call."""
 
@@ -299,5 +348,7 @@ class EvalConfig:
     """Task and held-out problems (data.num_eval of them)."""
     sampling: EvalSamplingConfig = field(default_factory=EvalSamplingConfig)
     """Decoding."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Engine (hf or vllm)."""
     run: EvalRunConfig = field(default_factory=EvalRunConfig)
     """Seed, threads, output file."""
