@@ -12,7 +12,7 @@ import torch
 
 from rlvr.algo import masked_mean, masked_var
 from rlvr.config import ConfigError, load_config
-from rlvr.train import pg
+from rlvr.train import objective, pg
 from rlvr.train.config import AlgoConfig, TrainConfig
 from rlvr.train.pg import kl_reward_to_go, token_advantages, train, validate_train_config
 from rlvr.train.recipes import get_recipe
@@ -124,7 +124,7 @@ def test_loop_with_kl_in_reward_and_whitening(tmp_path, monkeypatch):
         seen.append((adv.clone(), mask.clone(), raw, out))
         return out
 
-    monkeypatch.setattr(pg, "token_advantages", spy)
+    monkeypatch.setattr(objective, "token_advantages", spy)  # Objective looks it up at call time
     cfg = load_config(TrainConfig, None, TINY + [f"run.out_dir={tmp_path}", "algo.kl_in=reward", "algo.kl_coef=0.1",
                                                  "algo.whiten_advantages=true",
                                                  # seed 1: reward variance at step 1, so the policy moves

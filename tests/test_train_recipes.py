@@ -53,7 +53,7 @@ def test_on_policy_reuse_of_detached_logp_gives_the_same_run(tmp_path):
         cfg = load_config(TrainConfig, None, TINY + [f"run.out_dir={out}", f"algo.reuse_logprobs_on_policy={str(reuse).lower()}"],
                           base=get_recipe("grpo"))
         res = train(cfg)
-        rows = [{k: v for k, v in r.items() if not k.startswith(("time", "tokens_per_s"))} for r in _rows(res.run_dir)]
+        rows = [{k: v for k, v in r.items() if not k.startswith(("time", "tokens_per_s", "mem/"))} for r in _rows(res.run_dir)]
         return rows, res.run_dir
 
     a, da = run(True, tmp_path / "a")
@@ -62,7 +62,10 @@ def test_on_policy_reuse_of_detached_logp_gives_the_same_run(tmp_path):
     for ra, rb in zip(a, b, strict=True):
         assert ra.keys() == rb.keys()
         for k in ra:
-            assert ra[k] == pytest.approx(rb[k], rel=1e-5, abs=1e-6), k
+            if ra[k] is None:  # e.g. eval/format_rate of a task without a format part: not applicable
+                assert rb[k] is None, k
+            else:
+                assert ra[k] == pytest.approx(rb[k], rel=1e-5, abs=1e-6), k
     from safetensors.torch import load_file
 
     wa = load_file(str(next((da / "checkpoints" / "step_000002" / "model").glob("*.safetensors"))))

@@ -59,16 +59,76 @@ def load_run_config(
     overrides, `--threads` as run.num_threads. A resumed run keeps the knobs it was started with (its
     config.yaml replaces `base`, and run.out_dir is the run directory); overrides may still change
     e.g. run.steps to train further."""
-    from rlvr.config import to_dict
+    from rlvr.config import split_config_args, to_dict
 
     if resume is not None:
         if not (resume / "config.yaml").exists():
             fail(f"--resume {resume}: no config.yaml there (not a run directory)")
         base = to_dict(load_or_exit(cls, [str(resume / "config.yaml")]))
+        try:
+            _, overrides = split_config_args(args)
+        except ValueError as exc:
+            fail(str(exc))
+        for o in overrides:
+            key, _, value = o.partition("=")
+            if key.strip() == "run.out_dir" and Path(value.strip()).resolve() != resume.resolve():
+                fail(f"--resume {resume} continues that run in place; run.out_dir={value.strip()} cannot move it "
+                     "(copy the directory first, or drop run.out_dir)")
     extra = [f"run.num_threads={threads}"] if threads else []
     if resume is not None:
         extra.append(f"run.out_dir={resume}")
-    return load_or_exit(cls, args, base=base, extra=extra)
+    cfg = load_or_exit(cls, args, base=base, extra=extra)
+    _warn_ignored_model_keys(cfg)
+    return cfg
+
+
+# Keys that only shape a freshly built tiny model: with model.init_from the weights' own config wins.
+_TINY_KEYS = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "tie_embeddings")
+
+
+def _warn_ignored_model_keys(cfg) -> None:
+    m = getattr(cfg, "model", None)
+    if m is None or not (m.init_from or m.name != "tiny"):
+        return
+    plain = type(m)()
+    ignored = [k for k in _TINY_KEYS if getattr(m, k) != getattr(plain, k)]
+    if ignored:
+        src = f"model.init_from={m.init_from}" if m.init_from else f"model.name={m.name}"
+        typer.echo(f"warning: {', '.join('model.' + k for k in ignored)} shape only a new tiny model; "
+                   f"ignored with {src} (the model's own config.json decides)", err=True)
+
+
+def run_trainer(fn, cfg, *, resume: bool, **kwargs):
+    """Run a trainer (train, train_sft) with the command line's error policy: a config, data or
+    run-directory problem found before the run starts is `error: ...` exit 2; a run that diverged
+    (NaN/inf) is `error: ...` exit 1; everything else is a bug and keeps its traceback."""
+    from rlvr.config import ConfigError
+    from rlvr.train.batching import BatchConfigError
+    from rlvr.train.session import TrainingDiverged
+    from rlvr.train.tasks import TaskDataError
+
+    try:
+        return fn(cfg, resume=resume, **kwargs)
+    except TrainingDiverged as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    except (ConfigError, BatchConfigError, TaskDataError, FileExistsError, FileNotFoundError,
+            NotADirectoryError) as exc:
+        fail(str(exc))
+
+
+def report(result) -> None:
+    """The last lines of a training command: held-out numbers (when there were any) and the run."""
+    ev = result.eval or {}
+    parts = []
+    if "accuracy" in ev:
+        parts.append(f"accuracy {ev['accuracy']:.1%}")
+    if ev.get("format_rate") is not None and "accuracy" in ev:
+        parts.append(f"format rate {ev['format_rate']:.1%}")
+    if "len/mean" in ev:
+        parts.append(f"mean length {ev['len/mean']:.1f}")
+    typer.echo(f"held-out: {', '.join(parts)}" if parts else "held-out: not evaluated (no held-out problems)")
+    typer.echo(f"run directory: {result.run_dir} (plots in {Path(result.run_dir) / 'plots'})")
 
 
 def fail(message: str) -> None:

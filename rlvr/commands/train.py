@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from rlvr.commands._config_cli import fail, load_run_config, with_keys_help
+from rlvr.commands._config_cli import fail, load_run_config, report, run_trainer, with_keys_help
 from rlvr.train.config import TrainConfig
 
 
@@ -39,27 +39,7 @@ def train(
         except KeyError as exc:
             fail(exc.args[0])
     cfg = load_run_config(TrainConfig, args, resume=resume, threads=threads, base=base)
-    from rlvr.train.pg import validate_train_config
-
-    try:
-        validate_train_config(cfg)
-    except ValueError as exc:
-        fail(str(exc))
     from rlvr.train.pg import train as run_train
-    from rlvr.train.tasks import TaskDataError
 
-    try:
-        result = run_train(cfg, resume=resume is not None)
-    except (TaskDataError, FileExistsError) as exc:
-        fail(str(exc))
-    _report(result)
-
-
-def _report(result) -> None:
-    ev = result.eval
-    if ev:
-        typer.echo(
-            f"held-out: accuracy {ev.get('accuracy', float('nan')):.1%}, "
-            f"format rate {ev.get('format_rate', float('nan')):.1%}, mean length {ev.get('len/mean', float('nan')):.1f}"
-        )
-    typer.echo(f"run directory: {result.run_dir} (plots in {result.run_dir / 'plots'})")
+    result = run_trainer(run_train, cfg, resume=resume is not None)
+    report(result)

@@ -123,6 +123,9 @@ class HFGenerator:
                 dst.copy_(tensor.to(dst.device, dst.dtype))
         self.weight_version = int(version)
 
+    def sleep(self) -> None:
+        """Nothing to free: the KV cache lives only inside generate()."""
+
     # -- generation ----------------------------------------------------------------------------
     def generate(
         self, prompts: list[str], spec: SamplingSpec, *, prompt_ids: Sequence[Sequence[int]] | None = None

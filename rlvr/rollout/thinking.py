@@ -117,3 +117,33 @@ def generate_with_thinking_budget(
             )
         )
     return results
+
+
+class ThinkingBudgetGenerator:
+    """A Generator whose every generate() call applies a thinking budget (the config keys
+    sampling.thinking_budget / sampling.stop_thinking_text reach the sampler through it).
+
+    Weight updates and sleep go to the wrapped generator, so the trainer pushes weights to the
+    same engine whichever sampler it samples through."""
+
+    def __init__(self, inner: Generator, budget_tokens: int, stop_thinking_text: str = ""):
+        if budget_tokens < 0:
+            raise ValueError(f"thinking budget must be >= 0, got {budget_tokens}")
+        self.inner = inner
+        self.budget_tokens = budget_tokens
+        self.stop_thinking_text = stop_thinking_text or QWEN3_STOP_THINKING
+
+    def __getattr__(self, name):  # tokenizer, model, weight_version, update_weights, sleep ...
+        return getattr(self.inner, name)
+
+    def generate(self, prompts: list[str], spec: SamplingSpec, *, prompt_ids=None) -> list[Rollout]:
+        if prompt_ids is not None:
+            raise ValueError("a thinking budget renders its own prompts; prompt_ids are not supported")
+        return generate_with_thinking_budget(self.inner, prompts, spec, self.budget_tokens, self.stop_thinking_text)
+
+
+def with_thinking_budget(generator: Generator, budget_tokens: int, stop_thinking_text: str = "") -> Generator:
+    """`generator` itself when budget_tokens < 0 (off), else a ThinkingBudgetGenerator around it."""
+    if budget_tokens < 0:
+        return generator
+    return ThinkingBudgetGenerator(generator, budget_tokens, stop_thinking_text)

@@ -90,7 +90,13 @@ class Generator(Protocol):
         ...
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
-        """Load new policy weights (names as in model.named_parameters()) and set weight_version."""
+        """Load new policy weights (names as in model.named_parameters()) and set weight_version;
+        every rollout sampled afterwards carries `version` (Rollout.weight_version)."""
+        ...
+
+    def sleep(self) -> None:
+        """Free the accelerator memory the engine holds while the learner runs (colocated vLLM);
+        a no-op for backends without it. The next generate() or update_weights() wakes it."""
         ...
 
 

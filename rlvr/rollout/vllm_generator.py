@@ -16,7 +16,8 @@ Targets the version pinned in pyproject's `vllm` extra (vllm==0.11.0, V1 engine)
   weights is reused. When the engine runs in another process, the same call goes through
   `collective_rpc` with CPU copies (slower; tensor parallel > 1 is not supported here).
 - Colocation: sleep(level) / wake_up() free and restore GPU memory between rollout phases
-  (needs enable_sleep_mode=True).
+  (needs enable_sleep_mode=True). update_weights() on a sleeping engine wakes only its weights
+  (tag "weights"); generate() wakes the KV cache (tag "kv_cache"), as TRL's colocate mode does.
 Text: vLLM's own detokenizer is used only for stop-string detection; Rollout.text is rebuilt
 from the token ids with our tokenizer (same cut rule as HFGenerator), so a tokenizer that vLLM
 loads differently (the Qwen2 tokenizer trap of character tokenizers) cannot change the text.
@@ -59,12 +60,23 @@ class VLLMGenerator:
         enable_sleep_mode: bool = False,
         enable_prefix_caching: bool = True,
         enforce_eager: bool = False,
+        tensor_parallel_size: int = 1,
+        device: str | None = None,
         in_process: bool = True,
         seed: int = 0,
         **llm_kwargs,
     ):
-        if in_process:
+        # device = "cuda:N" puts the engine on its own GPU (not the learner's): the engine core
+        # then runs in a child process that sees only that GPU (CUDA_VISIBLE_DEVICES set while it
+        # starts), and weights travel through collective_rpc as CPU copies.
+        if device is not None:
+            in_process = False
+        if in_process and tensor_parallel_size == 1:
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        else:
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
+            # collective_rpc ships our weight-loading function to the workers by pickling
+            os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
         try:
             import vllm
         except ImportError as exc:
@@ -77,6 +89,8 @@ class VLLMGenerator:
             tokenizer = load_tokenizer(model_path)
         self.tokenizer = tokenizer
         self.weight_version = 0
+        self.enable_sleep_mode = enable_sleep_mode
+        self.asleep_tags: set[str] = set()  # what sleep() freed and no wake has restored yet
         self.vllm_version = vllm.__version__
         kwargs = dict(
             model=str(model_path),
@@ -85,6 +99,7 @@ class VLLMGenerator:
             enable_sleep_mode=enable_sleep_mode,
             enable_prefix_caching=enable_prefix_caching,
             enforce_eager=enforce_eager,
+            tensor_parallel_size=tensor_parallel_size,
             seed=seed,
         )
         if max_model_len is not None:
@@ -93,7 +108,17 @@ class VLLMGenerator:
             kwargs["logprobs_mode"] = "processed_logprobs"
         kwargs.update(llm_kwargs)
         self.logprobs_mode = kwargs.get("logprobs_mode", "raw_logprobs")
-        self.llm = LLM(**kwargs)
+        saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if device is not None:
+            os.environ["CUDA_VISIBLE_DEVICES"] = _physical_gpu(device, saved)
+        try:
+            self.llm = LLM(**kwargs)
+        finally:
+            if device is not None:
+                if saved is None:
+                    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+                else:
+                    os.environ["CUDA_VISIBLE_DEVICES"] = saved
 
     # -- weights -------------------------------------------------------------------------------
     def _inprocess_model(self):
@@ -104,7 +129,11 @@ class VLLMGenerator:
         return getattr(runner, "model", None)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
-        """Load HF-named tensors (model.named_parameters() of the trainer) into the engine."""
+        """Load HF-named tensors (model.named_parameters() of the trainer) into the engine. An
+        engine asleep gets its weight memory back first; its KV cache stays freed until generate()."""
+        if "weights" in self.asleep_tags:
+            self.llm.wake_up(tags=["weights"])
+            self.asleep_tags.discard("weights")
         model = self._inprocess_model()
         if model is not None:
             model.load_weights(weights=((n, t.detach()) for n, t in named_tensors))
@@ -115,12 +144,21 @@ class VLLMGenerator:
         self.weight_version = int(version)
 
     def sleep(self, level: int = 1) -> None:
-        """Free GPU memory (level 1: offload weights to CPU and drop the KV cache; level 2: drop
-        both, weights must be reloaded with update_weights). Needs enable_sleep_mode=True."""
+        """Free GPU memory while the learner runs (level 1: offload weights to CPU and drop the KV
+        cache; level 2: drop both, the next update_weights refills them). A no-op unless the engine
+        was built with enable_sleep_mode=True (colocated placement)."""
+        if not self.enable_sleep_mode or self.asleep_tags:
+            return
         self.llm.sleep(level=level)
+        self.asleep_tags = {"weights", "kv_cache"}
 
     def wake_up(self) -> None:
-        self.llm.wake_up()
+        """Restore what sleep() freed (the rest of it, after update_weights woke the weights)."""
+        if not self.asleep_tags:
+            return
+        # waking a tag twice would map its memory twice: wake only what is still asleep
+        self.llm.wake_up(tags=sorted(self.asleep_tags))
+        self.asleep_tags = set()
 
     # -- generation ----------------------------------------------------------------------------
     def _params(self, spec: SamplingSpec, n: int, seed: int | None):
@@ -146,6 +184,7 @@ class VLLMGenerator:
         """len(prompts) * spec.n Rollouts, prompt-major (see rlvr.rollout.types.Generator)."""
         from vllm.inputs import TokensPrompt
 
+        self.wake_up()
         prompt_ids = resolve_prompt_ids(self.tokenizer, prompts, prompt_ids)
         jobs: list[tuple[int, int]] = []  # (group, first sample index) per request
         requests, params = [], []
@@ -188,6 +227,18 @@ class VLLMGenerator:
             hit = find_completed_stop(self.tokenizer, ids, (stop_reason,), spec.include_stop_str_in_output)
             return hit[1] if hit is not None else vllm_text
         return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def _physical_gpu(device: str, visible: str | None) -> str:
+    """CUDA_VISIBLE_DEVICES value for the engine's child process: "cuda:1" -> the second GPU this
+    process sees (mapped through an existing CUDA_VISIBLE_DEVICES list)."""
+    index = int(device.split(":", 1)[1]) if ":" in device else 0
+    if visible:
+        ids = [x.strip() for x in visible.split(",") if x.strip()]
+        if index >= len(ids):
+            raise ValueError(f"rollout.device={device!r}: only {len(ids)} GPU(s) visible ({visible})")
+        return ids[index]
+    return str(index)
 
 
 def _stop_reason(completion) -> str | None:

@@ -155,7 +155,7 @@ def _both_modes(generator, task, cfg) -> dict[str, float]:
 def run_demo(cfg: DemoConfig, *, task=None, console=None) -> DemoResult:
     """Run the whole demo; returns before/after metrics. task: optional TaskData override."""
     from rlvr.models import load_policy
-    from rlvr.rollout import HFGenerator
+    from rlvr.rollout import build_generator
     from rlvr.runtime import default_num_threads, set_num_threads
     from rlvr.train.common import quiet_transformers, resolve_model_dir
     from rlvr.train.pg import train
@@ -187,7 +187,7 @@ def run_demo(cfg: DemoConfig, *, task=None, console=None) -> DemoResult:
 
     t0 = time.perf_counter()
     model, tok = load_policy(resolve_model_dir(sft_res.run_dir))
-    before = _both_modes(HFGenerator(model, tok, batch_size=256), task, rl_cfg)
+    before = _both_modes(build_generator(rl_cfg.rollout, model, tok, default_batch_size=256), task, rl_cfg)
     t_eval = time.perf_counter() - t0
     say(f"      stopped after {sft_res.steps} steps; held-out greedy accuracy {before['greedy/accuracy']:.1%}, sampled {before['sampled/accuracy']:.1%}")
 
@@ -198,7 +198,7 @@ def run_demo(cfg: DemoConfig, *, task=None, console=None) -> DemoResult:
 
     t0 = time.perf_counter()
     model, tok = load_policy(resolve_model_dir(rl_res.run_dir))
-    after = _both_modes(HFGenerator(model, tok, batch_size=256), task, rl_cfg)
+    after = _both_modes(build_generator(rl_cfg.rollout, model, tok, default_batch_size=256), task, rl_cfg)
     t_eval += time.perf_counter() - t0
     seconds = {"sft": t_sft, "rl": t_rl, "eval": t_eval, "total": time.perf_counter() - t_start}
     result = DemoResult(before=before, after=after, sft_dir=sft_res.run_dir, rl_dir=rl_res.run_dir, seconds=seconds)

@@ -9,8 +9,6 @@ Every run.eval_every steps the policy is evaluated with a generator on held-out 
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from collections.abc import Callable
 from typing import Any
@@ -98,20 +96,24 @@ def train_sft(
     data: optional TaskData instead of loading cfg.data. stop_at_accuracy > 0 stops early once a
     periodic greedy evaluation reaches it (the demo's "until partly right"). stop_after > 0 ends the
     run after that step with a checkpoint, as a preempted job would (the schedule still spans run.steps)."""
-    from rlvr.rollout import HFGenerator
+    from rlvr.rollout import build_generator, with_thinking_budget
     from rlvr.runs import checkpoint as ckpt_mod
     from rlvr.runs.progress import Progress
-    from rlvr.runs.rundir import RunDir
-    from rlvr.runtime import seed_everything, set_num_threads
-    from rlvr.train.tasks import eval_policy, load_task_data
+    from rlvr.runtime import memory_stats, seed_everything, set_num_threads
+    from rlvr.train import session
+    from rlvr.train.pg import _already_done
+    from rlvr.train.tasks import TaskDataError, eval_policy, load_task_data
 
     batch_size, micro = validate_sft_config(cfg)
+    r = cfg.run
+    if (done := _already_done(cfg, resume)) is not None:
+        return done
     set_num_threads(cfg.run.num_threads or None)
     seed_everything(cfg.run.seed)
     quiet_transformers()
-    r = cfg.run
+    session.say(f"loading model {cfg.model.init_from or cfg.model.name} ...", r.progress)
     model, tokenizer = policy_from_config(cfg.model, seed=cfg.run.seed)
-    task = data if data is not None else load_task_data(cfg.data, tokenizer)
+    task = data if data is not None else load_task_data(cfg.data, tokenizer, train=not cfg.data.sft_path)
     # Training pairs: a prompt/response JSONL when data.sft_path is set, else the task's own targets.
     # Either way the task's held-out problems and checker drive the periodic evaluation.
     if cfg.data.sft_path:
@@ -120,16 +122,19 @@ def train_sft(
         pairs, prompt_fn, target_fn = load_sft(cfg.data.sft_path), (lambda e: e.prompt), (lambda e: e.response)
     else:
         pairs, prompt_fn, target_fn = task.train, task.prompt, task.target
+    if not pairs:
+        raise TaskDataError(f"data.sft_path={cfg.data.sft_path}: no training examples" if cfg.data.sft_path
+                            else f"data: task {task.name!r} has no training examples")
     o = cfg.optim
-    optimizer, scheduler = optimizer_from_config(model, o, total_steps=r.steps)
-    start_step = 0
-    if resume:
-        state = ckpt_mod.load_checkpoint(r.out_dir, model=model, optimizer=optimizer, scheduler=scheduler)
-        start_step = int(state["step"])
-        run = RunDir.resume(r.out_dir, start_step)
-    else:
-        run = RunDir.create(r.out_dir, config=cfg, exist_ok=r.overwrite)
-    generator = HFGenerator(model, tokenizer, batch_size=max(64, r.eval_batch_size))
+    optimizer, scheduler = optimizer_from_config(model, o, total_steps=r.steps, master_weights=cfg.model.master_weights)
+    # evaluation samples through the configured engine; the learner's weights are pushed before each one
+    generator = build_generator(cfg.rollout, model, tokenizer, model_source=session.model_source(cfg.model),
+                                seed=r.seed, default_batch_size=r.eval_batch_size)
+    sampler = with_thinking_budget(generator, cfg.sampling.thinking_budget, cfg.sampling.stop_thinking_text)
+    run, start_step, _ = session.open_run(cfg, resume=resume, model=model, optimizer=optimizer,
+                                          scheduler=scheduler, verbose=r.progress)
+    if not task.eval:
+        session.say("note: no held-out problems (set data.eval_path): the run is not evaluated", r.progress)
     last: dict[str, Any] = {}
     progress = Progress(r.steps, "sft", start=start_step, mode=None if r.progress else "off")
     step = start_step
@@ -140,7 +145,9 @@ def train_sft(
             examples = take(pairs, (step - 1) * batch_size, batch_size, cfg.data.seed)
             batch = sft_batch(examples, prompt_fn, target_fn, tokenizer, cfg.algo.max_length)
             loss = sft_loss(model, batch, cfg.algo.aggregation, micro, cfg.algo.max_length)
+            session.check_finite(step, loss=loss)
             grad_norm = clip_and_step(model, optimizer, scheduler, o.grad_clip)
+            session.check_finite(step, grad_norm=grad_norm)
             n_tok = int(batch.response_mask.sum())
             dt = time.perf_counter() - t0
             metrics: dict[str, Any] = {
@@ -152,10 +159,17 @@ def train_sft(
             }
             done = step == r.steps or step == stop_after
             if (r.eval_every and step % r.eval_every == 0) or step == r.steps:
-                ev = eval_policy(generator, task, cfg, greedy=r.eval_greedy, step=step)
+                generator.update_weights(model.named_parameters(), version=step)
+                ev = eval_policy(sampler, task, cfg, greedy=r.eval_greedy, step=step,
+                                 samples=r.num_log_samples if r.log_samples_every else 0)
+                samples = ev.pop("samples", [])
+                if samples:
+                    run.log_samples(step, samples)
                 metrics.update(eval_prefixed(ev))
-                if stop_at_accuracy and ev["accuracy"] >= stop_at_accuracy:
+                generator.sleep()
+                if stop_at_accuracy and ev.get("accuracy", 0.0) >= stop_at_accuracy:
                     done = True
+            metrics.update(memory_stats(cfg.model.device))
             last = run.log_metrics(step, metrics)
             progress.update(1, loss=loss, **({"acc": metrics["eval/accuracy"]} if "eval/accuracy" in metrics else {}))
             if on_step is not None:
@@ -165,9 +179,7 @@ def train_sft(
                     run, step, model=model, tokenizer=tokenizer, optimizer=optimizer, scheduler=scheduler,
                     trainer_state={"data_pos": step * batch_size}, keep=r.keep_checkpoints,
                 )
-                if r.debug_kill_at_step and step == r.debug_kill_at_step:
-                    run.close()
-                    os.kill(os.getpid(), signal.SIGKILL)  # test hook: die like a preempted job
+                session.maybe_die_after_checkpoint(step, run)
             if done:
                 break
     finally:

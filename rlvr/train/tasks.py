@@ -1,8 +1,12 @@
-"""What a trainer needs of a task, in one record: examples, prompt rendering, the checker, the SFT
-target, and held-out evaluation with a generator.
+"""What a trainer needs of a task, in one record: examples, the prompt contract (template, stop
+strings, whether the stop string is kept), the checker, the SFT target, and held-out evaluation
+with a generator.
 
 `load_task_data` builds it from a `DataConfig` through rlvr.data's task registry; tests and the
-demo may build one directly.
+demo may build one directly. `TaskData.sampling_spec` is the one function that turns a sampling
+config section and the task into a SamplingSpec: train, sft evaluation, eval and the demo all use
+it, so the r1_zero template's `</answer>` stop (kept in the text, which its reward needs) reaches
+every sampler with nothing to remember.
 """
 
 from __future__ import annotations
@@ -26,16 +30,39 @@ class TaskData:
     reward_fn: RewardFn  # (response, example) -> Reward
     target: Callable[[Any], str]  # example -> SFT response text (the tokens after the prompt)
     stop: tuple[str, ...] = ()  # stop strings of the task's responses (besides EOS)
+    keep_stop: bool = True  # the stop string stays at the end of the response text
+    template: str = ""  # prompt template name (for the record; prompt() already applies it)
+
+    def sampling_spec(self, s, *, seed: int | None, n: int | None = None, temperature: float | None = None,
+                      logprobs: bool = True):
+        """SamplingSpec for this task from a sampling config section `s` (SamplingConfig or
+        EvalSamplingConfig: top_p, max_tokens, stop, keep_stop; temperature and the group size /
+        n unless given). Stop strings: the task's, then the section's extra ones."""
+        from rlvr.rollout import SamplingSpec
+
+        if n is None:
+            n = getattr(s, "group_size", None) or getattr(s, "n", 1)
+        return SamplingSpec(
+            n=n,
+            temperature=s.temperature if temperature is None else temperature,
+            top_p=s.top_p,
+            max_tokens=s.max_tokens,
+            stop=tuple(dict.fromkeys((*self.stop, *s.stop))),
+            include_stop_str_in_output=bool(self.keep_stop and getattr(s, "keep_stop", True)),
+            seed=seed,
+            logprobs=logprobs,
+        )
 
 
 class TaskDataError(ValueError):
     """The data section cannot be turned into examples (unknown task, bad file, too many asked)."""
 
 
-def load_task_data(data_cfg, tokenizer=None) -> TaskData:
-    """TaskData for a DataConfig; any failure is a TaskDataError whose message starts with the key."""
+def load_task_data(data_cfg, tokenizer=None, *, train: bool = True) -> TaskData:
+    """TaskData for a DataConfig; any failure is a TaskDataError whose message starts with the key.
+    train=False (evaluation) reads or generates no training split."""
     try:
-        return _load_task_data(data_cfg, tokenizer)
+        return _load_task_data(data_cfg, tokenizer, train)
     except TaskDataError:
         raise
     except (ValueError, KeyError, OSError) as exc:
@@ -43,7 +70,7 @@ def load_task_data(data_cfg, tokenizer=None) -> TaskData:
         raise TaskDataError(f"data (task={data_cfg.task!r}): {msg}") from exc
 
 
-def _load_task_data(data_cfg, tokenizer=None) -> TaskData:
+def _load_task_data(data_cfg, tokenizer=None, need_train: bool = True) -> TaskData:
     """TaskData for a DataConfig via rlvr.data's task registry.
 
     Synthetic tasks (arithmetic, countdown, ...) generate data.num_train training and
@@ -56,7 +83,9 @@ def _load_task_data(data_cfg, tokenizer=None) -> TaskData:
 
     task = get_task(data_cfg.task)
     template = data_cfg.template or task.default_template
-    if data_cfg.train_path:
+    if not need_train:
+        train = []
+    elif data_cfg.train_path:
         train = task.load(data_cfg.train_path)
         if data_cfg.num_train:
             train = train[: data_cfg.num_train]
@@ -78,6 +107,8 @@ def _load_task_data(data_cfg, tokenizer=None) -> TaskData:
         prompt=lambda ex: task.prompt(ex, template, tokenizer),
         reward_fn=reward_fn,
         target=lambda ex: task.target(ex, template),
+        stop=task.stop_strings(template),
+        template=template,
     )
 
 
@@ -88,23 +119,25 @@ def _difficulty(data_cfg) -> dict:
     return {"digits": data_cfg.digits, "operands": data_cfg.operands}
 
 
-def eval_policy(generator, task: TaskData, cfg, *, greedy: bool = True, step: int = 0) -> dict[str, float]:
+def eval_examples(task: TaskData, num_eval: int) -> list:
+    """The held-out problems evaluation uses: the first num_eval (0 = all)."""
+    return list(task.eval[:num_eval] if num_eval else task.eval)
+
+
+def eval_policy(generator, task: TaskData, cfg, *, greedy: bool = True, step: int = 0,
+                samples: int = 0) -> dict[str, Any]:
     """rlvr.eval metrics (accuracy, format_rate, reward, len/mean, ...) on task.eval (first
     data.num_eval examples) with one decoding mode: greedy (temperature 0) or sampled at
-    run.eval_temperature with a seed fixed per run, so before/after comparisons sample alike."""
-    from rlvr.rollout import SamplingSpec
-
-    examples = list(task.eval[: cfg.data.num_eval] if cfg.data.num_eval else task.eval)
-    spec = SamplingSpec(
-        n=1,
-        temperature=0.0 if greedy else cfg.run.eval_temperature,
-        max_tokens=cfg.sampling.max_tokens,
-        stop=tuple(cfg.sampling.stop) or tuple(task.stop),
-        seed=cfg.run.seed + 99991,
-        logprobs=False,
-    )
+    run.eval_temperature with a seed fixed per run, so before/after comparisons sample alike.
+    {} when the task has no held-out problems (the trainer says so at start). samples > 0 adds
+    "samples": the first that many graded responses as rows for samples.jsonl."""
+    examples = eval_examples(task, cfg.data.num_eval)
+    if not examples:
+        return {}
+    spec = task.sampling_spec(cfg.sampling, n=1, temperature=0.0 if greedy else cfg.run.eval_temperature,
+                              seed=cfg.run.seed + 99991, logprobs=False)
     return evaluate_examples(generator, task, examples, spec, chunk_size=cfg.run.eval_batch_size,
-                             scorer=task_scorer(task, cfg.data))
+                             scorer=task_scorer(task, cfg.data), samples=samples)
 
 
 def task_scorer(task: TaskData, data_cfg):
@@ -120,7 +153,7 @@ def task_scorer(task: TaskData, data_cfg):
 
 
 def evaluate_examples(generator, task: TaskData, examples: Sequence[Any], spec, chunk_size: int = 0,
-                      scorer=None) -> dict:
+                      scorer=None, samples: int = 0) -> dict:
     """rlvr.eval.evaluate on `examples` with `spec`; the model is put in eval mode and back."""
     from rlvr.eval import evaluate
 
@@ -139,4 +172,7 @@ def evaluate_examples(generator, task: TaskData, examples: Sequence[Any], spec, 
     finally:
         if model is not None:
             model.train(was_training)
-    return {k: v for k, v in result.metrics().items() if not k.startswith("status/")}
+    out: dict[str, Any] = {k: v for k, v in result.metrics().items() if not k.startswith("status/")}
+    if samples:
+        out["samples"] = [{"source": "eval", **row} for row in result.sample_rows(samples)]
+    return out

@@ -1,0 +1,312 @@
+"""The policy-gradient objective, resolved once from the `algo` config section.
+
+`Objective(algo, group_size, max_tokens)` holds every variable part of the loss, so the training
+loop has no `if algo.x` in it:
+
+    shaped, adv, keep, zero_var = objective.advantages(rewards, lengths)   # length shaping, estimator
+    adv_t = objective.token_advantages(adv[kept], mask, old_logp, ref_logp) # KL-in-reward, whitening
+    loss = accumulate_gradients(model, batch, adv_t, old_logp, ref_logp, objective.algo, ...)
+
+It declares what it needs: `needs_old_logprobs(plan)` (a separate no-grad forward before the
+first update, which on-policy with one optimizer step equals logp.detach() of the training
+forward, so it is skipped there) and `needs_reference` (kl_coef > 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from rlvr.algo import (
+    LOSS_AGGREGATIONS,
+    compute_advantages,
+    dapo_overlong_penalty,
+    kimi_length_reward,
+    kl_estimate,
+    kl_shaped_rewards,
+    loss_normalizers,
+    masked_mean,
+    policy_loss,
+    whiten,
+)
+from rlvr.models import TrainingBatch, score_tokens
+from rlvr.rewards.types import Reward, Status
+from rlvr.train.batching import BatchPlan, micro_batches
+
+
+def _length_none(lengths, correct, *, group_size, max_tokens, buffer):
+    return torch.zeros(lengths.shape[0])
+
+
+def _length_kimi(lengths, correct, *, group_size, max_tokens, buffer):
+    return kimi_length_reward(lengths, correct, group_size)
+
+
+def _length_dapo(lengths, correct, *, group_size, max_tokens, buffer):
+    return dapo_overlong_penalty(lengths, max_tokens, buffer)
+
+
+# Length-shaping terms added to the task reward before advantages; one signature:
+# fn(lengths (N,), correct (N,) bool, *, group_size, max_tokens, buffer) -> (N,) float.
+LENGTH_REWARDS: dict[str, Callable[..., torch.Tensor]] = {
+    "": _length_none,
+    "kimi": _length_kimi,
+    "dapo_overlong": _length_dapo,
+}
+
+
+@dataclass
+class StepStats:
+    """Accumulates per-micro-batch statistics of one RL step, weighted by valid tokens."""
+
+    sums: dict[str, float] = field(default_factory=dict)
+    weights: dict[str, float] = field(default_factory=dict)
+    mins: dict[str, float] = field(default_factory=dict)
+    maxs: dict[str, float] = field(default_factory=dict)
+
+    def add(self, key: str, value: float, weight: float = 1.0) -> None:
+        self.sums[key] = self.sums.get(key, 0.0) + value * weight
+        self.weights[key] = self.weights.get(key, 0.0) + weight
+
+    def extreme(self, key: str, value: float) -> None:
+        self.mins[key] = min(self.mins.get(key, value), value)
+        self.maxs[key] = max(self.maxs.get(key, value), value)
+
+    def means(self) -> dict[str, float]:
+        return {k: self.sums[k] / self.weights[k] for k in self.sums if self.weights[k] > 0}
+
+
+# ------------------------------------------------------------------------- rewards -> advantages
+
+
+def shape_and_advantage(
+    rewards: list[Reward], lengths: torch.Tensor, algo, group_size: int, max_tokens: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
+    """(shaped rewards (N,), advantages (N,), keep (N,) bool, share of zero-variance groups)."""
+    total = torch.tensor([r.total for r in rewards], dtype=torch.float32)  # (N,)
+    correct = torch.tensor([r.status is Status.CORRECT for r in rewards])
+    term = LENGTH_REWARDS[algo.length_reward](
+        lengths, correct, group_size=group_size, max_tokens=max_tokens, buffer=algo.overlong_buffer
+    )
+    shaped = total + algo.length_reward_coef * term.float()
+    adv = compute_advantages(algo.advantage, shaped, group_size, eps=algo.adv_eps, std=algo.adv_std)
+    groups = total.view(-1, group_size)
+    zero_var = groups.max(dim=1).values == groups.min(dim=1).values  # (n_prompts,)
+    keep = torch.ones_like(total, dtype=torch.bool)
+    if algo.filter_zero_variance:
+        keep = (~zero_var).repeat_interleave(group_size)
+    return shaped, adv, keep, float(zero_var.float().mean())
+
+
+def kl_reward_to_go(kl: torch.Tensor, coef: float, mask: torch.Tensor) -> torch.Tensor:
+    """Reward-to-go (gamma = 1) of the per-token KL penalty: out[b, t] = sum_{t' >= t, valid} -coef * kl[b, t'].
+
+    kl (B, T) any KL_ESTIMATORS value (detached), mask (B, T) response tokens -> (B, T) float, 0 where
+    mask == 0. The per-token rewards come from rlvr.algo.kl_shaped_rewards with zero outcome rewards:
+    the outcome part of the return is the estimator's advantage, added by token_advantages.
+    """
+    r = kl_shaped_rewards(torch.zeros(kl.shape[0], device=kl.device), kl, coef, mask)  # (B, T), 0 off mask
+    rtg = r.flip(-1).cumsum(-1).flip(-1)  # (B, T); prompt positions would hold the whole sum
+    return torch.where(mask != 0, rtg, torch.zeros((), device=rtg.device))
+
+
+def token_advantages(
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    algo,
+    old_logp: torch.Tensor | None = None,
+    ref_logp: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Final advantages of the rows that are trained: (B,) unchanged with the defaults, else (B, T).
+
+    adv (B,) from the outcome estimator; mask (B, T) response tokens; old_logp, ref_logp (B, T),
+    needed only with algo.kl_in == "reward". Then A[b, t] = adv[b] + sum_{t' >= t} -kl_coef * kl[b, t']
+    with kl = algo.kl_estimator(old_logp, ref_logp) on the sampled tokens. With algo.whiten_advantages
+    the result is whitened over all valid tokens of the batch (rlvr.algo.whiten: population std,
+    eps 1e-8 inside the sqrt); masked-out tokens get 0.
+    """
+    out = adv
+    if algo.kl_in == "reward":
+        if old_logp is None or ref_logp is None:
+            raise ValueError("algo.kl_in='reward' needs old and reference logprobs")
+        # on the mask's device (the CPU in the loop): logprobs may come from an accelerator
+        kl = kl_estimate(algo.kl_estimator, old_logp.detach().to(mask.device), ref_logp.detach().to(mask.device))
+        out = adv.unsqueeze(1) + kl_reward_to_go(kl, algo.kl_coef, mask)
+        out = torch.where(mask != 0, out, torch.zeros((), device=out.device))
+    if algo.whiten_advantages:
+        out = whiten(torch.broadcast_to(out.unsqueeze(1), mask.shape) if out.dim() == 1 else out, mask)
+    return out
+
+
+# ------------------------------------------------------------------------------ loss, gradients
+
+
+def micro_batch_loss(
+    model,
+    batch: TrainingBatch,
+    advantages: torch.Tensor,
+    old_logp: torch.Tensor | None,
+    ref_logp: torch.Tensor | None,
+    norm,
+    algo,
+    *,
+    temperature: float = 1.0,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Loss of one micro-batch, already divided by the minibatch's global normalizers, so that
+    summing backward() over the micro-batches of a minibatch gives the minibatch gradient.
+
+    batch: (b, T) tensors; advantages (b,) or (b, T) per token; old_logp, ref_logp (b, T) or None (old None = on-policy:
+    logp.detach() is used). Returns (loss scalar, detached stats).
+    """
+    device = next(model.parameters()).device
+    batch = batch.to(device)
+    advantages = advantages.to(device)
+    out = score_tokens(model, batch.input_ids, batch.labels, batch.attention_mask, with_entropy=True,
+                       temperature=temperature)
+    logp, entropy = out.logprobs.float(), out.entropy.float()  # (b, T) each; fp32 loss math under bf16
+    mask = batch.response_mask
+    old = logp.detach() if old_logp is None else old_logp.to(device)
+    per_token, meta = policy_loss(
+        algo.loss, logp, old, advantages, mask, clip_low=algo.clip_low, clip_high=algo.clip_high,
+        dual_clip=algo.dual_clip or None, tau=algo.kimi_tau,
+    )
+    stats = {k: v.detach() for k, v in meta.items()}
+    if batch.sampler_logprobs is not None:
+        # |sampler - trainer| logprob of the sampled tokens, against the policy that sampled them
+        diff = (old.detach() - batch.sampler_logprobs.to(device)).abs()
+        stats["logprob_diff"] = masked_mean(diff, mask)
+        stats["logprob_diff_max"] = (diff * mask).max() if mask.any() else diff.new_zeros(())
+    if algo.kl_coef > 0:
+        if ref_logp is None:
+            raise ValueError("algo.kl_coef > 0 needs reference logprobs")
+        ref_logp = ref_logp.to(device)
+        if algo.kl_in == "reward":
+            # the penalty is already in the advantages (token_advantages); only the metric here,
+            # with the same meaning as in the loss mode: KL of the current policy to the reference
+            kl = kl_estimate(algo.kl_estimator, logp.detach(), ref_logp)  # (b, T)
+        else:
+            kl = kl_estimate(algo.kl_estimator, logp, ref_logp)  # (b, T)
+            per_token = per_token + algo.kl_coef * kl
+        stats["kl"] = masked_mean(kl.detach(), mask)
+    if algo.entropy_coef > 0:
+        per_token = per_token - algo.entropy_coef * entropy
+    stats["entropy"] = masked_mean(entropy.detach(), mask)
+    stats["row_entropy"] = masked_mean(entropy.detach(), mask, dim=-1)  # (b,) mean entropy per response
+    loss = LOSS_AGGREGATIONS[algo.aggregation](per_token, mask, norm)
+    return loss, stats
+
+
+def accumulate_gradients(
+    model,
+    batch: TrainingBatch,
+    advantages: torch.Tensor,
+    old_logp: torch.Tensor | None,
+    ref_logp: torch.Tensor | None,
+    algo,
+    *,
+    micro_batch_size: int,
+    norm_length: int,
+    temperature: float = 1.0,
+    micro_batch_tokens: int = 0,
+    stats: StepStats | None = None,
+    row_entropy: dict[int, float] | None = None,
+    row_ids: Sequence[int] | None = None,
+) -> float:
+    """Backward over one minibatch (b rows) in micro-batches; returns the minibatch loss.
+
+    Micro-batches hold at most micro_batch_size rows and, when micro_batch_tokens > 0, at most that
+    many (padded) tokens. The aggregation normalizers come from the whole minibatch's mask, so the
+    accumulated gradient does not depend on how it is split. Gradients are added to .grad (the
+    caller zeroes them). row_entropy, if given, receives the mean token entropy of each row, keyed
+    by row_ids[row] (default: the row's index in `batch`).
+    """
+    norm = loss_normalizers(batch.response_mask, constant=float(norm_length) if norm_length else None)
+    total = 0.0
+    seq_lens = batch.attention_mask.sum(-1).tolist()
+    for chunk in micro_batches(seq_lens, max_rows=micro_batch_size, max_tokens=micro_batch_tokens):
+        idx = torch.arange(chunk.start, chunk.stop)
+        mb = batch.rows(idx)
+        # a micro-batch is only as wide as its longest row (rows were right-padded to the batch's)
+        width = int(mb.attention_mask.sum(-1).max())
+        mb = _narrow(mb, width)
+        loss, meta = micro_batch_loss(
+            model, mb, advantages[idx] if advantages.dim() == 1 else advantages[idx, :width],
+            None if old_logp is None else old_logp[idx, :width],
+            None if ref_logp is None else ref_logp[idx, :width],
+            norm, algo, temperature=temperature,
+        )
+        loss.backward()
+        total += float(loss.detach())
+        ent = meta.pop("row_entropy")
+        if row_entropy is not None:
+            for j, e in zip(idx.tolist(), ent.tolist(), strict=True):
+                row_entropy[row_ids[j] if row_ids is not None else j] = e
+        if stats is not None:
+            w = float(mb.response_mask.sum())
+            for k, v in meta.items():
+                if k in ("ratio_min", "ratio_max", "logprob_diff_max"):
+                    stats.extreme(k, float(v))
+                else:
+                    stats.add(k, float(v), w)
+    return total
+
+
+def _narrow(batch: TrainingBatch, width: int) -> TrainingBatch:
+    """The first `width` positions of every (b, T) tensor of a right-padded batch."""
+    import dataclasses
+
+    kw = {}
+    for f in dataclasses.fields(batch):
+        v = getattr(batch, f.name)
+        kw[f.name] = v[:, :width] if isinstance(v, torch.Tensor) and v.dim() == 2 else v
+    return dataclasses.replace(batch, **kw)
+
+
+@torch.no_grad()
+def batch_logprobs(model, batch: TrainingBatch, micro_batch_size: int, temperature: float = 1.0) -> torch.Tensor:
+    """(N, T) token logprobs of `batch` under `model`, no grad, in micro-batches."""
+    was_training = model.training
+    model.eval()
+    out = score_tokens(model, batch.input_ids, batch.labels, batch.attention_mask,
+                       micro_batch_size=micro_batch_size, temperature=temperature).logprobs
+    model.train(was_training)
+    return out.float()
+
+
+@dataclass
+class Objective:
+    """Everything variable in the loss, resolved from the `algo` section once, before the loop."""
+
+    algo: object  # AlgoConfig
+    group_size: int
+    max_tokens: int
+    plan: BatchPlan
+
+    @property
+    def norm_length(self) -> int:
+        """Constant of seq_mean_token_sum_norm (Dr. GRPO): algo.norm_length or sampling.max_tokens."""
+        return self.algo.norm_length or self.max_tokens
+
+    @property
+    def needs_reference(self) -> bool:
+        return self.algo.kl_coef > 0
+
+    @property
+    def needs_old_logprobs(self) -> bool:
+        """A no-grad forward before the first update. On-policy with one optimizer step per batch the
+        old logprobs equal logp.detach() of the training forward (same numbers, one forward saved),
+        unless the KL goes into the reward, which needs them before the first training forward."""
+        a = self.algo
+        return not (self.plan.on_policy and a.reuse_logprobs_on_policy and a.kl_in != "reward")
+
+    def advantages(self, rewards: list[Reward], lengths: torch.Tensor):
+        """(shaped rewards (N,), advantages (N,), keep (N,) bool, share of zero-variance groups)."""
+        return shape_and_advantage(rewards, lengths, self.algo, self.group_size, self.max_tokens)
+
+    def token_advantages(self, adv, mask, old_logp=None, ref_logp=None) -> torch.Tensor:
+        # looked up on the module at call time, so tests can spy on it
+        import rlvr.train.objective as mod
+
+        return mod.token_advantages(adv, mask, self.algo, old_logp, ref_logp)

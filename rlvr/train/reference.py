@@ -1,0 +1,73 @@
+"""The reference policy of the KL penalty: absent, frozen at the start policy, or refreshed.
+
+The old policy (the ratio's denominator: the weights that sampled the rollouts) and the reference
+policy (the KL anchor) are different things; this module is only the second. Its whole lifecycle
+lives here: built once before the loop, its logprobs per rollout batch, its refresh every
+algo.ref_refresh_every steps, its snapshots on disk so that a resume from any checkpoint restores
+the reference the uninterrupted run had then.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+
+import torch
+
+
+class ReferencePolicy:
+    """Frozen copy of the policy (or nothing when algo.kl_coef == 0)."""
+
+    def __init__(self, model, *, enabled: bool, refresh_every: int = 0):
+        self.refresh_every = refresh_every
+        self.model = None
+        if enabled:
+            self.model = copy.deepcopy(model).eval()
+            self.model.requires_grad_(False)
+
+    def logprobs(self, batch, micro_batch_size: int, temperature: float) -> torch.Tensor | None:
+        """(N, T) reference logprobs of `batch`, or None without a reference."""
+        if self.model is None:
+            return None
+        from rlvr.train.objective import batch_logprobs
+
+        return batch_logprobs(self.model, batch, micro_batch_size, temperature)
+
+    # -- refresh and snapshots -------------------------------------------------------------------
+    @property
+    def _snapshots(self) -> bool:
+        return self.model is not None and self.refresh_every > 0
+
+    @staticmethod
+    def snapshot_path(run_path: Path, step: int) -> Path:
+        return Path(run_path) / "ref_policy" / f"step_{step:06d}.pt"
+
+    def start(self, run_path: Path, start_step: int) -> None:
+        """New run (start_step 0): snapshot the start policy. Resume: load the reference of the last
+        refresh step <= start_step."""
+        if not self._snapshots:
+            return
+        if start_step == 0:
+            self._save(run_path, 0, keep_from=0)
+        else:
+            ref_step = start_step - start_step % self.refresh_every
+            self.model.load_state_dict(torch.load(self.snapshot_path(run_path, ref_step), weights_only=True))
+
+    def after_step(self, step: int, policy, run_path: Path, last_checkpoint: int) -> None:
+        """Replace the reference by the policy every refresh_every steps; snapshots that no kept
+        checkpoint can need are deleted."""
+        if not self._snapshots or step % self.refresh_every:
+            return
+        self.model.load_state_dict(policy.state_dict())
+        self._save(run_path, step, keep_from=last_checkpoint - last_checkpoint % self.refresh_every)
+
+    def _save(self, run_path: Path, step: int, keep_from: int) -> None:
+        path = self.snapshot_path(run_path, step)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        torch.save(self.model.state_dict(), tmp)
+        os.replace(tmp, path)
+        for old in path.parent.glob("step_*.pt"):
+            if int(old.stem.split("_")[1]) < keep_from:
+                old.unlink(missing_ok=True)

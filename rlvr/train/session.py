@@ -1,0 +1,112 @@
+"""What every trainer does around its loop: say what is loading, open the run directory when the
+run really starts (new, replaced, or resumed at its checkpoint), stop on a non-finite loss, and
+the resume test's kill hook. Shared by `train` (pg.py) and `train_sft` (sft.py).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+# Test hook, outside the user's config: SIGKILL the process right after the checkpoint of this
+# step is written, as a preempted job dies (tests/test_train_resume.py).
+KILL_ENV = "RLVR_DEBUG_KILL_AT_STEP"
+
+
+class TrainingDiverged(RuntimeError):
+    """A loss or gradient norm became NaN/inf; the run stopped before saving that step."""
+
+
+def say(message: str, enabled: bool = True) -> None:
+    """One status line on stderr (stdout stays for results)."""
+    if enabled:
+        print(message, file=sys.stderr, flush=True)
+
+
+def checkpoint_step(run_dir: str | Path) -> int | None:
+    """Step of the newest complete checkpoint of a run directory, None if it has none."""
+    from rlvr.runs.checkpoint import latest_checkpoint
+
+    ckpt = latest_checkpoint(run_dir) if Path(run_dir).is_dir() else None
+    return None if ckpt is None else int(ckpt.name.split("_")[-1])
+
+
+def open_run(cfg, *, resume: bool, model, optimizer, scheduler, verbose: bool = True):
+    """(RunDir, start_step, trainer_state). Resume: load the newest checkpoint into model,
+    optimizer and scheduler (RNG included), cut the logs back to it, and record the config as now
+    resolved (e.g. a raised run.steps) in config.yaml. New run: create the directory; one that
+    holds a run is refused unless run.overwrite, except a run that never reached its first
+    checkpoint (a failed or interrupted start), which is replaced with a note."""
+    from rlvr.runs import checkpoint as ckpt_mod
+    from rlvr.runs.rundir import RunDir
+
+    r = cfg.run
+    if resume:
+        state = ckpt_mod.load_checkpoint(r.out_dir, model=model, optimizer=optimizer, scheduler=scheduler)
+        start = int(state["step"])
+        run = RunDir.resume(r.out_dir, start)
+        run.write_config(cfg)
+        say(f"resuming {r.out_dir} at step {start} of {r.steps}", verbose)
+        return run, start, state
+    out = Path(r.out_dir)
+    overwrite = r.overwrite
+    if not overwrite and (out / "metrics.jsonl").exists() and checkpoint_step(out) is None:
+        say(f"note: {out} holds a run that stopped before its first checkpoint; starting it over", verbose)
+        overwrite = True
+    run = RunDir.create(out, config=cfg, exist_ok=overwrite)
+    return run, 0, {}
+
+
+def refuse_existing_run(cfg) -> None:
+    """Fail before any work when run.out_dir holds a run with a checkpoint and neither --resume nor
+    run.overwrite was given (the message says both ways out)."""
+    out = Path(cfg.run.out_dir)
+    if cfg.run.overwrite or not out.is_dir():
+        return
+    step = checkpoint_step(out)
+    if step is not None:
+        raise FileExistsError(
+            f"run.out_dir={out} already holds a run (checkpoint at step {step}): continue it with "
+            f"--resume {out}, or start over with run.overwrite=true, or pick another run.out_dir"
+        )
+
+
+def check_finite(step: int, **values: float | None) -> None:
+    """Raise TrainingDiverged naming the step and the quantity when any value is NaN or inf."""
+    bad = {k: v for k, v in values.items() if v is not None and not math.isfinite(v)}
+    if bad:
+        what = ", ".join(f"{k}={v}" for k, v in bad.items())
+        raise TrainingDiverged(
+            f"step {step}: {what}; the run stopped before saving this step (its last checkpoint is "
+            "intact). Lower optim.lr, keep optim.grad_clip > 0, or train in float32"
+        )
+
+
+def maybe_die_after_checkpoint(step: int, run) -> None:
+    """The resume test's hook (RLVR_DEBUG_KILL_AT_STEP): die like a preempted job."""
+    kill_at = int(os.environ.get(KILL_ENV, "0") or 0)
+    if kill_at and step == kill_at:
+        run.close()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def model_source(mcfg) -> str | None:
+    """Folder or hub id the policy's weights came from (vLLM loads it first), None for a policy
+    built in memory (the tiny model)."""
+    if mcfg.init_from:
+        from rlvr.train.common import resolve_model_dir
+
+        return str(resolve_model_dir(mcfg.init_from))
+    return None if mcfg.name == "tiny" else mcfg.name
+
+
+def last_metrics(run_dir: str | Path) -> dict[str, Any]:
+    """The last row of a run's metrics.jsonl ({} if none)."""
+    from rlvr.runs.rundir import read_jsonl
+
+    rows = read_jsonl(Path(run_dir) / "metrics.jsonl")
+    return rows[-1] if rows else {}
