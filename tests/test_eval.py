@@ -1,5 +1,6 @@
-"""rlvr.eval: pass@k against hand-computed and exact-binomial values, aggregates of a scripted
-generator computed by hand, comparison tables, and one run with the real HFGenerator."""
+"""rlvr.eval: pass@k against hand-computed and exact-binomial values, maj@k against hand-counted
+votes, aggregates of a scripted generator computed by hand, comparison and sweep tables (format
+rate "n/a"), and one run with the real HFGenerator."""
 
 from __future__ import annotations
 
@@ -17,12 +18,21 @@ from rlvr.eval import (
     comparison_text,
     default_ks,
     evaluate,
+    graded_answer,
     is_formatted,
     length_stats,
+    maj_at_k,
+    majority_vote,
+    mean_maj_at_k,
     mean_pass_at_k,
     pass_at_k,
+    results_markdown,
+    results_rows,
+    results_text,
     status_counts,
+    vote_key,
 )
+from rlvr.eval.metrics import CORRECT_VOTE, format_metric
 from rlvr.rewards.types import Reward, Status
 
 # ------------------------------------------------------------------------------------ pass@k
@@ -70,6 +80,62 @@ def test_mean_pass_at_k_and_default_ks():
     assert default_ks(10) == [1, 2, 4, 8, 10]
     with pytest.raises(ValueError):
         mean_pass_at_k([], 1)
+
+
+# ------------------------------------------------------------------------------------ maj@k
+
+W12 = ("incorrect", "12")  # a wrong answer's vote
+
+
+def test_majority_vote_counts_and_breaks_ties_by_first_appearance():
+    C = CORRECT_VOTE
+    assert majority_vote([W12, C, C]) == C  # 2 votes against 1
+    assert majority_vote([W12, C, W12]) == W12
+    assert majority_vote([W12, C]) == W12 and majority_vote([C, W12]) == C  # 1:1, the first one wins
+    assert majority_vote([None, W12, None]) == W12  # abstentions do not vote
+    assert majority_vote([None, None]) is None
+
+
+def test_maj_at_k_hand_computed():
+    C = CORRECT_VOTE
+    keys = [W12, C, W12, C, C, None]  # n = 6 samples of one problem, in sample order
+    # k=1: groups [12] [C] [12] [C] [C] [-]: 3 of 6 right = accuracy
+    assert maj_at_k(keys, 1) == 0.5
+    # k=2: [12, C] tie -> 12 (first) = 0; [12, C] = 0; [C, -] = 1  -> 1/3
+    assert maj_at_k(keys, 2) == pytest.approx(1 / 3)
+    # k=3: [12, C, 12] -> 12 (2:1) = 0; [C, C, -] = 1  -> 1/2
+    assert maj_at_k(keys, 3) == 0.5
+    # k=4: one group [12, C, 12, C] (samples 4, 5 unused): tie 2:2 -> 12 (first) = 0
+    assert maj_at_k(keys, 4) == 0.0
+    # k=5: one group [12, C, 12, C, C]: C 3:2 = 1;  k=6: the same votes plus one abstention = 1
+    assert maj_at_k(keys, 5) == 1.0 and maj_at_k(keys, 6) == 1.0
+    # a problem where nobody voted scores 0 for every k
+    assert maj_at_k([None] * 4, 2) == 0.0
+    # mean over problems: (1/3 + 0) / 2
+    assert mean_maj_at_k([keys, [None] * 6], 2) == pytest.approx(1 / 6)
+    for bad in (0, 7, 2.5, True):
+        with pytest.raises(ValueError, match="maj_at_k"):
+            maj_at_k(keys, bad)
+    with pytest.raises(ValueError):
+        mean_maj_at_k([], 1)
+
+
+def test_vote_keys_normalize_wrong_answers_and_merge_correct_ones():
+    assert vote_key(True, "1/2") == vote_key(True, "0.5") == vote_key(True, None) == CORRECT_VOTE
+    assert vote_key(False, "1,000") == vote_key(False, "1000") == ("incorrect", "1000")  # grader.normalize
+    assert vote_key(False, "$12$") == vote_key(False, " 12. ") == W12
+    assert vote_key(False, None) is None
+
+
+def test_graded_answer_prefers_the_reward_then_final_answer():
+    assert graded_answer(Reward(0.0, {}, Status.INCORRECT, answer="7"), "#### 9") == "7"
+    assert graded_answer(Reward(0.0, {}, Status.INCORRECT), "so \\boxed{9}.") == "9"  # final_answer
+    assert graded_answer(Reward(0.0, {}, Status.INCORRECT), "no number") == "no number"  # the response tail
+    assert graded_answer(Reward(1.0, {}, Status.CORRECT), "42") == "42"
+    for status in (Status.UNPARSABLE, Status.TIMEOUT, Status.ERROR):
+        assert graded_answer(Reward(0.0, {}, status, answer="7"), "7") is None  # abstains
+    # Reward stays backwards compatible: four positional fields, answer defaults to None
+    assert Reward(1.0, {"a": 1.0}, Status.CORRECT, "why").answer is None
 
 
 def test_format_predicate_length_stats_status_counts():
@@ -150,6 +216,14 @@ def test_evaluate_aggregates_by_hand():
     assert res.mean_reward == 3 / 12
     # pass@1 = (2/4 + 1/4 + 0)/3 = 0.25; pass@2 = (5/6 + 1/2 + 0)/3 = 4/9; pass@4 = (1 + 1 + 0)/3
     assert res.pass_at_k == pytest.approx({1: 0.25, 2: 4 / 9, 4: 2 / 3}, abs=1e-15)
+    # maj@k: answer_reward reports no answer, so wrong ones vote with final_answer ("A:4" -> "4").
+    # p0 votes C C 4 -  : k=2 [C C]=1 [4 -]=0 -> 1/2; k=4 C 2:1 = 1
+    # p1 votes C 1 2 3  : k=2 [C 1] tie -> C (first) = 1, [2 3] tie -> 2 = 0 -> 1/2; k=4 all 1:1 -> C = 1
+    # p2 votes - - - -  : 0 and 0
+    # maj@2 = (1/2 + 1/2 + 0)/3 = 1/3, maj@4 = (1 + 1 + 0)/3 = 2/3; no maj@1 (it is accuracy)
+    assert res.maj_at_k == pytest.approx({2: 1 / 3, 4: 2 / 3}, abs=1e-15)
+    assert [s.answer for s in res.samples[:4]] == ["5", "5", "4", None]
+    assert res.seconds > 0
     assert res.status_counts == {"correct": 3, "incorrect": 4, "unparsable": 5, "timeout": 0, "error": 0}
     # lengths: p0 3,3,3,1; p1 3,3,3,3; p2 1,1,1,1 -> mean 26/12; median of five 1s and seven 3s = 3
     # correct: three of length 3 -> 3; incorrect: 3 + 1 + 3*3 + 4*1 = 17 over 9
@@ -164,6 +238,7 @@ def test_evaluate_aggregates_by_hand():
     m = res.metrics("eval/")
     assert m["eval/accuracy"] == 0.25 and m["eval/pass@2"] == pytest.approx(4 / 9)
     assert m["eval/status/unparsable"] == 5
+    assert m["eval/maj@4"] == pytest.approx(2 / 3) and "eval/maj@1" not in m
     assert res.sample_rows(limit=1)[0]["parts"] == {"format": 1.0, "answer": 1.0}
 
 
@@ -190,14 +265,41 @@ def test_greedy_n1_has_no_pass_at_k_and_batch_scorer_is_used():
     assert res.accuracy == pytest.approx(2 / 3)  # first responses: A:5 (ok), A:7 (ok), x
 
 
-def test_format_rate_falls_back_to_status_without_format_part():
+def test_format_rate_is_na_without_format_part():
     def no_parts(response, example):
         if response == "x":
             return Reward(0.0, {}, Status.UNPARSABLE)
         return Reward(1.0, {}, Status.CORRECT)
 
     res = evaluate(ScriptedGenerator(SCRIPT), EXAMPLES, ["p0", "p1", "p2"], no_parts, Spec())
-    assert res.format_rate == 7 / 12  # 5 of 12 responses are "x"
+    # the reward says nothing about format: NaN, shown "n/a" by every table (issue 16 item 11)
+    assert math.isnan(res.format_rate) and math.isnan(res.metrics()["format_rate"])
+    assert ["format_rate", "n/a"] in comparison_rows({"x": res})
+    names, rows = results_rows({"x": res})
+    assert rows[0][1 + names.index("format_rate")] == "n/a"
+    # the same for flat dicts with any label, e.g. the demo's "format rate (greedy)" row
+    demo = {"a": {"format rate (greedy)": math.nan}, "b": {"format rate (greedy)": None}}
+    assert comparison_rows(demo, ["format rate (greedy)"]) == [["format rate (greedy)", "n/a", "n/a", "-"]]
+    assert format_metric("eval/format_rate", math.nan) == "n/a" and format_metric("accuracy", math.nan) == "-"
+    # with a format part, even when it is 0 everywhere, the rate is a number
+    zero = evaluate(ScriptedGenerator(SCRIPT), EXAMPLES, ["p0", "p1", "p2"],
+                    lambda r, e: Reward(0.0, {"format": 0.0}, Status.INCORRECT), Spec())
+    assert zero.format_rate == 0.0 and format_metric("format_rate", zero.format_rate) == "0.0%"
+
+
+def test_maj_at_k_votes_with_the_reward_answer():
+    # A reward that reports its normalized answer: "A:04" and "A:4" are the same wrong answer 4.
+    def answer_field(response, example):
+        got = response[2:].lstrip("0") if response.startswith("A:") else None
+        if got is None:
+            return Reward(0.0, {}, Status.UNPARSABLE)
+        ok = got == example.reference
+        return Reward(float(ok), {}, Status.CORRECT if ok else Status.INCORRECT, answer=got)
+
+    script = {"p": ["A:5", "A:04", "A:4", "A:3"]}  # ref 5: votes C, 4, 4, 3 -> 4 wins 2:1:1
+    res = evaluate(ScriptedGenerator(script), [Ex("e", "5")], ["p"], answer_field, Spec())
+    assert res.maj_at_k == {2: 0.5, 4: 0.0}  # k=2: [C 4] tie -> C = 1, [4 3] = 0 -> 1/2
+    assert [s.answer for s in res.samples] == ["5", "4", "4", "3"]
 
 
 def test_raising_reward_is_counted_as_error_and_bad_inputs_fail():
@@ -238,6 +340,20 @@ def test_comparison_rows_text_and_markdown():
     assert "held-out" in text and "+20.0 pts" in text and "\x1b" not in text
     one = comparison_rows({"only": {"accuracy": 0.5}})
     assert one == [["accuracy", "50.0%"]]
+
+
+def test_results_rows_one_row_per_result():
+    sweep = {"0": {"accuracy": 0.25, "maj@4": 0.5, "format_rate": math.nan, "len/mean": 12.0, "time/eval_s": 1.5},
+             "256": {"accuracy": 0.5, "maj@4": 0.75, "format_rate": math.nan, "len/mean": 200.0, "time/eval_s": 3.25}}
+    names, rows = results_rows(sweep)
+    assert names == ["accuracy", "maj@4", "format_rate", "len/mean", "time/eval_s"]
+    assert rows == [["0", "25.0%", "50.0%", "n/a", "12.00", "1.50"], ["256", "50.0%", "75.0%", "n/a", "200.0", "3.25"]]
+    text = results_text(sweep, label="thinking budget", title="sweep")
+    assert "thinking budget" in text and "sweep" in text and text.count("n/a") == 2
+    assert results_markdown(sweep, metrics=["accuracy"], label="budget").splitlines() == [
+        "| budget | accuracy |", "|---|---:|", "| 0 | 25.0% |", "| 256 | 50.0% |"]
+    # glob rows sort numbers as numbers (pass@2 before pass@16), whatever the dict order
+    assert results_rows({"r": {"pass@16": 1.0, "pass@2": 0.5}})[0] == ["pass@2", "pass@16"]
 
 
 def test_comparison_of_eval_results():

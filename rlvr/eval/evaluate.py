@@ -2,7 +2,7 @@
 
     result = evaluate(generator, examples, prompts, get_reward_fn("arithmetic"),
                       SamplingSpec(n=1, temperature=0.0, max_tokens=16, seed=0))    # greedy
-    result.accuracy, result.format_rate, result.pass_at_k, result.metrics("eval/")
+    result.accuracy, result.format_rate, result.pass_at_k, result.maj_at_k, result.metrics("eval/")
 
 Metric definitions are in rlvr/eval/metrics.py (and docs/runs.md).
 """
@@ -11,11 +11,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlvr.eval.metrics import default_ks, is_formatted, length_stats, mean_pass_at_k, status_counts
+from rlvr.eval.metrics import (
+    default_ks,
+    is_formatted,
+    length_stats,
+    mean_maj_at_k,
+    mean_pass_at_k,
+    status_counts,
+    vote_key,
+)
 from rlvr.rewards.batch import score_batch
 from rlvr.rewards.types import Reward, Status
 
@@ -38,6 +47,12 @@ class EvalSample:
     num_tokens: int  # response length in tokens (len(response_ids))
     finish_reason: str  # "stop" | "length"
     info: str = ""  # Reward.info (why it was judged so)
+    answer: str | None = None  # the graded answer maj@k votes with; None when not graded (see graded_answer)
+
+    @property
+    def graded(self) -> bool:
+        """The reward judged an answer (correct or incorrect); other statuses abstain in maj@k."""
+        return self.status in (Status.CORRECT.value, Status.INCORRECT.value)
 
     @property
     def correct(self) -> bool:
@@ -57,12 +72,14 @@ class EvalResult:
     temperature: float  # 0 = greedy
     num_examples: int
     accuracy: float  # fraction of samples with status correct (= mean pass@1)
-    format_rate: float  # fraction of samples judged formatted (see rlvr.eval.metrics)
+    format_rate: float  # fraction of samples judged formatted; NaN when the reward has no format part
     mean_reward: float  # mean Reward.total
     truncated_rate: float  # fraction of samples that hit max_tokens
     lengths: dict[str, float]  # len/mean, len/median, len/max, len/correct, len/incorrect (tokens)
     status_counts: dict[str, int]  # samples per reward status
     pass_at_k: dict[int, float] = field(default_factory=dict)  # k -> mean unbiased pass@k (n > 1)
+    maj_at_k: dict[int, float] = field(default_factory=dict)  # k -> mean maj@k over disjoint groups (n > 1, k > 1)
+    seconds: float = 0.0  # wall time of generation and scoring (evaluate); 0 when only summarized
 
     @property
     def greedy(self) -> bool:
@@ -70,7 +87,8 @@ class EvalResult:
 
     def metrics(self, prefix: str = "") -> dict[str, float]:
         """Flat numbers for metrics.jsonl / tables: accuracy, format_rate, reward, lengths, counts,
-        pass@k; keys prefixed (e.g. "eval/")."""
+        pass@k, maj@k; keys prefixed (e.g. "eval/"). Timing is not included (it is not a property
+        of the policy); the caller adds it where wanted."""
         out: dict[str, float] = {
             "accuracy": self.accuracy,
             "format_rate": self.format_rate,
@@ -80,6 +98,8 @@ class EvalResult:
         }
         for k, v in self.pass_at_k.items():
             out[f"pass@{k}"] = v
+        for k, v in self.maj_at_k.items():
+            out[f"maj@{k}"] = v
         for status, count in self.status_counts.items():
             out[f"status/{status}"] = count
         return {prefix + k: v for k, v in out.items()}
@@ -117,23 +137,47 @@ def summarize(
     correct = [s.correct for s in samples]
     per_example = [(n, sum(correct[i * n:(i + 1) * n])) for i in range(num_examples)]
     pass_k: dict[int, float] = {}
+    maj_k: dict[int, float] = {}
     if n > 1 and num_examples:
+        votes = [vote_key(s.correct, s.answer) if s.graded else None for s in samples]
+        per_example_votes = [votes[i * n:(i + 1) * n] for i in range(num_examples)]
         for k in ks if ks is not None else default_ks(n):
             if 1 <= k <= n:
                 pass_k[k] = mean_pass_at_k(per_example, k)
+                if k > 1:  # maj@1 is accuracy again
+                    maj_k[k] = mean_maj_at_k(per_example_votes, k)
+    # A reward without a format part says nothing about format: NaN ("n/a" in tables).
+    has_format = any("format" in s.parts for s in samples)
     return EvalResult(
         samples=samples,
         n=n,
         temperature=temperature,
         num_examples=num_examples,
         accuracy=sum(correct) / total if total else math.nan,
-        format_rate=sum(s.formatted for s in samples) / total if total else math.nan,
+        format_rate=sum(s.formatted for s in samples) / total if total and has_format else math.nan,
         mean_reward=sum(s.reward for s in samples) / total if total else math.nan,
         truncated_rate=sum(s.finish_reason == "length" for s in samples) / total if total else math.nan,
         lengths=length_stats([s.num_tokens for s in samples], correct),
         status_counts=status_counts([s.status for s in samples]),
         pass_at_k=pass_k,
+        maj_at_k=maj_k,
     )
+
+
+def graded_answer(reward: Reward, response: str) -> str | None:
+    """The answer a graded sample votes with in maj@k: Reward.answer when the reward reports it,
+    else rlvr.rewards.extract.final_answer of the response, else the response's last 1000
+    characters (the reward graded *something*; a distinct wrong answer must still be a vote).
+    None for samples the reward did not grade (unparsable, timeout, error)."""
+    if Status(reward.status) not in (Status.CORRECT, Status.INCORRECT):
+        return None
+    answer = getattr(reward, "answer", None)
+    if answer is not None:
+        return str(answer)
+    from rlvr.rewards.extract import final_answer
+
+    found = final_answer(response)
+    return found if found is not None else response[-1000:]
 
 
 def evaluate(
@@ -155,7 +199,8 @@ def evaluate(
     examples: objects with `.reference` (and `.meta`, `.id` if the reward function needs them);
       examples[i] is scored against the responses to prompts[i].
     reward_fn: `(response, example) -> Reward`; or None when `scorer` is given.
-    spec: a SamplingSpec (temperature 0 = greedy; n > 1 adds pass@k for ks, default 1, 2, 4, .., n).
+    spec: a SamplingSpec (temperature 0 = greedy; n > 1 adds pass@k and maj@k (k > 1) for ks,
+      default 1, 2, 4, .., n).
     scorer: optional batch scorer `(responses, examples) -> list[Reward]` (e.g. the rewards
       layer's pool with hard timeouts); used instead of calling reward_fn per response.
     chunk_size: prompts per generate call (None = all at once); on_chunk(done, total) is called
@@ -167,6 +212,7 @@ def evaluate(
     if reward_fn is None and scorer is None:
         raise ValueError("evaluate: give reward_fn or scorer")
     n = int(spec.n)
+    t0 = time.perf_counter()
     step = chunk_size or max(1, len(prompts))
     samples: list[EvalSample] = []
     for start in range(0, len(prompts), step):
@@ -209,9 +255,12 @@ def evaluate(
                     num_tokens=len(ro.response_ids),
                     finish_reason=str(ro.finish_reason),
                     info=str(rew.info),
+                    answer=graded_answer(rew, ro.text),
                 )
             )
         if on_chunk is not None:
             on_chunk(min(start + step, len(prompts)), len(prompts))
-    return summarize(samples, n, float(spec.temperature), ks)
+    result = summarize(samples, n, float(spec.temperature), ks)
+    result.seconds = time.perf_counter() - t0
+    return result
 

@@ -1,4 +1,4 @@
-"""Evaluation metrics on plain numbers: pass@k, format rate, length statistics.
+"""Evaluation metrics on plain numbers: pass@k, maj@k, format rate, length statistics.
 
 Definitions (docs/runs.md repeats them):
 
@@ -6,9 +6,25 @@ Definitions (docs/runs.md repeats them):
   this is the unbiased pass@1 estimate, averaged over problems (every problem has the same n).
 - pass@k: per problem with n samples of which c are correct, the unbiased estimator of Chen et
   al. (2021) 1 - C(n-c, k) / C(n, k), averaged over problems. Needs k <= n.
-- format rate: fraction of samples whose reward has a "format" part > 0; for reward functions
-  that report no "format" part, the fraction whose status is not `unparsable` (an answer could be
-  extracted). Both mean "the response followed the output format well enough to be graded".
+- maj@k (majority vote over k samples): per problem, the n samples are cut in order into
+  floor(n/k) disjoint groups of k ([0, k), [k, 2k), ...; the n mod k left over are unused). In a
+  group, every sample the reward graded (status correct or incorrect) votes for its answer;
+  unparsable, timed-out and errored samples abstain. All correct answers count as one answer
+  (each is equivalent to the reference); an incorrect answer is its extracted text
+  (Reward.answer, else rlvr.rewards.extract.final_answer of the response) after
+  rlvr.rewards.grader.normalize. The answer with the most votes wins; a tie goes to the tied
+  answer whose first vote came earliest in the group (sample order), so the result is
+  deterministic. A group scores 1 when the winner is the correct answer, 0 otherwise (also when
+  nobody voted). maj@k of a problem is the mean over its groups, and the reported maj@k the mean
+  over problems. Each group is k independent samples, so every group's score is an unbiased
+  estimate of "a k-sample majority vote is right"; averaging disjoint groups only lowers the
+  variance (pass@k's all-subsets average has no closed form for a vote). maj@1 = accuracy.
+  Merging the correct answers but comparing wrong ones as text tilts slightly towards the
+  correct answer when the model writes one wrong value in several forms ("12" vs "12.0").
+- format rate: fraction of samples whose reward has a "format" part > 0 (Reward.formatted).
+  When no sample's reward reports a "format" part (the reward has none), the format rate is NaN
+  and tables show "n/a": a reward without a format term says nothing about format, and counting
+  extractable answers as "formatted" would print a number that means something else.
 - lengths are response lengths in tokens (len(response_ids), EOS/stop tokens included, prompt
   excluded); `truncated_rate` is the fraction that hit max_tokens (finish_reason == "length").
 """
@@ -50,6 +66,59 @@ def mean_pass_at_k(counts: Sequence[tuple[int, int]], k: int) -> float:
     if not counts:
         raise ValueError("mean_pass_at_k: no problems")
     return sum(pass_at_k(n, c, k) for n, c in counts) / len(counts)
+
+
+# What a sample votes for in maj@k: ("correct", "") for every correct sample, ("incorrect", text)
+# for a wrong answer. A tuple, so no answer text can collide with the correct class.
+VoteKey = tuple[str, str]
+CORRECT_VOTE: VoteKey = ("correct", "")
+_MAX_ANSWER_CHARS = 1000  # model output is hostile: cap before normalize()'s regexes
+
+
+def vote_key(correct: bool, answer: str | None) -> VoteKey | None:
+    """What a sample votes for in maj@k (see the module docstring): CORRECT_VOTE for a correct
+    sample, ("incorrect", normalized answer) for an incorrect one, None (abstain) for an incorrect
+    one without an answer."""
+    if correct:
+        return CORRECT_VOTE
+    if answer is None:
+        return None
+    from rlvr.rewards.grader import normalize
+
+    return ("incorrect", normalize(answer[:_MAX_ANSWER_CHARS]))
+
+
+def majority_vote(keys: Sequence[VoteKey | None]) -> VoteKey | None:
+    """The most frequent non-None key; a tie goes to the tied key that appears first. None when
+    every sample abstained."""
+    counts: dict[VoteKey, int] = {}
+    for key in keys:
+        if key is not None:
+            counts[key] = counts.get(key, 0) + 1  # dict keeps first-appearance order
+    if not counts:
+        return None
+    best = max(counts.values())
+    return next(key for key, c in counts.items() if c == best)
+
+
+def maj_at_k(keys: Sequence[VoteKey | None], k: int) -> float:
+    """maj@k of one problem from its n samples' vote keys (vote_key), in sample order: the mean
+    over the floor(n/k) disjoint groups of k consecutive samples of [the group's vote is correct].
+    1 <= k <= n."""
+    n = len(keys)
+    if isinstance(k, bool) or int(k) != k or not 1 <= k <= n:
+        raise ValueError(f"maj_at_k: need 1 <= k <= n, got k={k!r}, n={n}")
+    k = int(k)
+    groups = n // k
+    wins = sum(majority_vote(keys[g * k:(g + 1) * k]) == CORRECT_VOTE for g in range(groups))
+    return wins / groups
+
+
+def mean_maj_at_k(per_problem: Sequence[Sequence[VoteKey | None]], k: int) -> float:
+    """Average of maj_at_k over problems (each given as its samples' vote keys)."""
+    if not per_problem:
+        raise ValueError("mean_maj_at_k: no problems")
+    return sum(maj_at_k(keys, k) for keys in per_problem) / len(per_problem)
 
 
 def default_ks(n: int) -> list[int]:
@@ -101,12 +170,19 @@ def status_counts(statuses: Sequence[Status | str]) -> dict[str, int]:
 def is_fraction_metric(name: str) -> bool:
     """Whether a metric is a fraction in [0, 1] shown as a percentage in tables."""
     base = name.rsplit("/", 1)[-1].lower()
-    return any(t in base for t in ("accuracy", "rate", "pass@", "frac"))
+    return any(t in base for t in ("accuracy", "rate", "pass@", "maj@", "frac"))
+
+
+def is_format_metric(name: str) -> bool:
+    """format_rate, eval/format_rate, "format rate (greedy)", ...: NaN there means "n/a"."""
+    return "format" in name.rsplit("/", 1)[-1].lower()
 
 
 def format_metric(name: str, value: Any) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
+        # A format rate is NaN when the reward has no format part (see the module docstring):
+        # "n/a", not a missing value.
+        return "n/a" if is_format_metric(name) else "-"
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     if is_fraction_metric(name):

@@ -21,12 +21,16 @@ class Status(StrEnum):
 @dataclass(frozen=True)
 class Reward:
     """Score of one response: `total` is what the trainer optimizes, `parts` its named terms
-    (e.g. {"format": 1.0, "answer": 0.0}), `status` the typed verdict, `info` a short reason."""
+    (e.g. {"format": 1.0, "answer": 0.0}), `status` the typed verdict, `info` a short reason,
+    `answer` the extracted answer that was graded (None: none found, or not reported)."""
 
     total: float
     parts: Mapping[str, float] = field(default_factory=dict)
     status: Status = Status.INCORRECT
     info: str = ""
+    # Majority voting (maj@k in rlvr.eval) groups samples by this answer; reward functions that
+    # do not report it are voted on with rlvr.rewards.extract.final_answer instead.
+    answer: str | None = None
 
     @property
     def formatted(self) -> bool:
