@@ -1,37 +1,79 @@
 #!/usr/bin/env bash
-# GPU check for the vLLM generator: run on a machine with an NVIDIA GPU and PyPI access.
+# GPU check of the real trainer with vLLM rollouts: one command, no network once installed.
 #
-#   bash scripts/gpu_check.sh            # creates .venv-gpu, installs rlvr[vllm], runs the checks
-#   VENV=/path/to/venv bash scripts/gpu_check.sh --dtype bfloat16
+#   bash scripts/gpu_check.sh                  # NVIDIA GPU: creates .venv-gpu with rlvr[vllm] if needed, runs it
+#   bash scripts/gpu_check.sh --backend hf     # same on the GPU without vLLM (transformers sampler)
+#   bash scripts/gpu_check.sh --dry-run        # CPU: tiny shape, hf backend, the same pipeline (uses .venv)
 #
-# It creates a separate venv (vLLM brings its own CUDA torch build; never mix it into the CPU
-# venv), installs this checkout with the `vllm` extra (pinned in pyproject.toml), and runs
-# scripts/gpu_check.py, which builds a tiny model in-process (no downloads) and checks:
-#   1. greedy outputs of VLLMGenerator agree with HFGenerator on the same weights;
-#   2. vLLM's sampler logprobs agree with the trainer's forward (score_tokens) within tolerance,
-#      at temperature 1 and at temperature 0.7 (processed logprobs);
-#   3. after update_weights(new weights) the outputs change to those of the new weights;
-#   4. sleep / wake_up keeps the outputs (when --sleep is given);
-#   and prints throughput (tokens/s) of both generators for 256 sequences x 32 new tokens.
-# Results: benchmarks/results/gpu_check.json. Exit status 0 only if every check passes.
+# What it runs (scripts/gpu_check.py, whose docstring has the details): builds a random-init Qwen2 model of
+# the Qwen2.5-0.5B shape, a byte-level BPE tokenizer trained on the spot and a GSM8K-like JSONL, all on
+# local disk; runs `rlvr train rollout.backend=vllm` for a few steps with rollout.sleep_mode=true and again
+# with false; drives VLLMGenerator directly on the same prompts; prints and writes
+# benchmarks/results/gpu.md (+ .json): sampler vs trainer logprobs at step 1 and after weight pushes, the
+# push counterfactual, rollout tokens/s inside the trainer vs bare vLLM, learner tokens/s and MFU (against
+# the H200's 989 TFLOP/s bf16 dense), peak GPU memory with and without sleep mode. About 6 minutes on one
+# H200 after the install (an estimate: not run on a GPU yet; the first vLLM start also compiles CUDA graphs).
+# Exit status 0 only if every check passes.
+#
+# Environment: VENV (default .venv-gpu; .venv with --dry-run), PYTHON (interpreter that creates the venv,
+# default python3; vLLM 0.34 needs 3.11 to 3.14), WHEELHOUSE (a folder of wheels: install from it with
+# --no-index, for machines without PyPI), RLVR_GPU_REINSTALL=1 (reinstall even if the venv looks ready).
+# Any other argument goes to scripts/gpu_check.py (--steps 4, --keep-work, --work DIR, --out FILE, ...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi >/dev/null 2>&1; then
-    echo "gpu_check: no NVIDIA GPU visible (nvidia-smi failed); run this on a CUDA machine" >&2
-    exit 2
-fi
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+backend=vllm
+device=cuda
+prev=""
+for arg in "$@"; do
+    case "$prev" in
+        --backend) backend=$arg ;;
+        --device) device=$arg ;;
+    esac
+    case "$arg" in
+        --dry-run) backend=hf; device=cpu ;;
+        --backend=*) backend=${arg#--backend=} ;;
+        --device=*) device=${arg#--device=} ;;
+    esac
+    prev=$arg
+done
 
-VENV=${VENV:-.venv-gpu}
-PYTHON=${PYTHON:-python3}
-if [ ! -x "$VENV/bin/python" ]; then
-    "$PYTHON" -m venv "$VENV"
+if [ "$device" = cpu ]; then
+    VENV=${VENV:-.venv}
+    if ! "$VENV/bin/python" -c "import rlvr, torch, tokenizers" >/dev/null 2>&1; then
+        echo "gpu_check: $VENV has no rlvr; run 'make test' once (it creates .venv), or set VENV" >&2
+        exit 2
+    fi
+else
+    if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi >/dev/null 2>&1; then
+        echo "gpu_check: no NVIDIA GPU visible (nvidia-smi failed); use --dry-run to check the pipeline on CPU" >&2
+        exit 2
+    fi
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+    VENV=${VENV:-.venv-gpu}
+    PYTHON=${PYTHON:-python3}
+    extra=""
+    probe="import rlvr, torch, tokenizers"
+    if [ "$backend" = vllm ]; then
+        extra="[vllm]"
+        # the venv is ready when it holds the vllm version pyproject.toml pins
+        pinned=$(sed -n 's/^vllm = \["vllm==\([^"]*\)".*/\1/p' pyproject.toml)
+        probe="$probe; import importlib.metadata as m; assert m.version('vllm') == '$pinned', m.version('vllm')"
+    fi
+    if [ "${RLVR_GPU_REINSTALL:-0}" = 1 ] || ! "$VENV/bin/python" -c "$probe" >/dev/null 2>&1; then
+        # its own venv: vLLM brings its own CUDA torch (torch==2.14.0 for vllm 0.34.0); never mix it
+        # into the CPU venv, whose torch is the 2.13.0 CPU build
+        [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+        pip_flags=(--disable-pip-version-check)
+        if [ -n "${WHEELHOUSE:-}" ]; then
+            pip_flags+=(--no-index --find-links "$WHEELHOUSE")
+        else
+            "$VENV/bin/python" -m pip install "${pip_flags[@]}" -q --upgrade pip
+        fi
+        echo "gpu_check: installing rlvr$extra into $VENV (once; minutes: vLLM and a CUDA torch are large)"
+        "$VENV/bin/python" -m pip install "${pip_flags[@]}" -e ".$extra"
+    fi
+    "$VENV/bin/python" -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda); \
+assert torch.cuda.is_available(), 'torch in $VENV does not see the GPU'"
 fi
-"$VENV/bin/python" -m pip install --upgrade pip >/dev/null
-# The vllm extra pins vllm (and through it a CUDA torch); installing it first lets pip keep
-# vLLM's torch when it resolves rlvr's own `torch>=2.4`.
-"$VENV/bin/python" -m pip install -e ".[vllm]"
-"$VENV/bin/python" -c "import torch, vllm; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'vllm', vllm.__version__); assert torch.cuda.is_available()"
-export RLVR_NUM_THREADS=${RLVR_NUM_THREADS:-4}
-"$VENV/bin/python" scripts/gpu_check.py "$@"
+exec "$VENV/bin/python" scripts/gpu_check.py "$@"
