@@ -119,12 +119,15 @@ def run_trainer(fn, cfg, *, resume: bool, **kwargs):
 
 def report(result) -> None:
     """The last lines of a training command: held-out numbers (when there were any) and the run."""
+    import math
+
     ev = result.eval or {}
     parts = []
     if "accuracy" in ev:
         parts.append(f"accuracy {ev['accuracy']:.1%}")
-    if ev.get("format_rate") is not None and "accuracy" in ev:
-        parts.append(f"format rate {ev['format_rate']:.1%}")
+    fmt = ev.get("format_rate")
+    if "accuracy" in ev:  # None / NaN: the reward has no format part, so a rate does not apply
+        parts.append("format rate n/a" if fmt is None or math.isnan(fmt) else f"format rate {fmt:.1%}")
     if "len/mean" in ev:
         parts.append(f"mean length {ev['len/mean']:.1f}")
     typer.echo(f"held-out: {', '.join(parts)}" if parts else "held-out: not evaluated (no held-out problems)")

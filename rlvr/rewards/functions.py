@@ -52,7 +52,7 @@ def _graded(answer: str | None, reference: str, format_ok: float) -> Reward:
         return Reward(0.0, {"format": format_ok, "answer": 0.0}, Status.UNPARSABLE, "no answer found")
     verdict = grade_answer(answer, reference_answer(reference))
     score = 1.0 if verdict.status is Status.CORRECT else 0.0
-    return Reward(score, {"format": format_ok, "answer": score}, verdict.status, verdict.info)
+    return Reward(score, {"format": format_ok, "answer": score}, verdict.status, verdict.info, answer=answer)
 
 
 @never_raises
@@ -107,9 +107,12 @@ def gsm8k(response: str, example: ExampleLike) -> Reward:
 
 @never_raises
 def arithmetic(response: str, example: ExampleLike) -> Reward:
-    """Synthetic arithmetic: same extraction as gsm8k; the reference is a number."""
+    """Synthetic arithmetic: same extraction as gsm8k; the reference is a number. Its prompts ask
+    for a bare number, so there is no format to follow: the reward reports no format part (format
+    rates show n/a instead of a misleading 0%)."""
     answer, fmt = _explicit_or_last_number(response)
-    return _graded(answer, example.reference, fmt)
+    r = _graded(answer, example.reference, fmt)
+    return Reward(r.total, {"answer": r.parts["answer"]}, r.status, r.info, answer=r.answer)
 
 
 @never_raises
@@ -145,7 +148,8 @@ def countdown(response: str, example: ExampleLike) -> Reward:
         return Reward(0.0, {"format": 0.0, "answer": 0.0}, Status.UNPARSABLE, "no expression found")
     ok, why = _countdown.check(expr, numbers, target)
     score = 1.0 if ok else 0.0
-    return Reward(score, {"format": fmt, "answer": score}, Status.CORRECT if ok else Status.INCORRECT, why)
+    return Reward(score, {"format": fmt, "answer": score}, Status.CORRECT if ok else Status.INCORRECT, why,
+                  answer=expr)
 
 
 _LETTERS = "ABCDEFGHIJ"
@@ -173,7 +177,7 @@ def multiple_choice(response: str, example: ExampleLike) -> Reward:
         return Reward(0.0, {"format": 0.0, "answer": 0.0}, Status.UNPARSABLE, "no choice letter found")
     score = 1.0 if letter == gold else 0.0
     status = Status.CORRECT if score else Status.INCORRECT
-    return Reward(score, {"format": 1.0, "answer": score}, status, f"chose {letter}, gold {gold}")
+    return Reward(score, {"format": 1.0, "answer": score}, status, f"chose {letter}, gold {gold}", answer=letter)
 
 
 LANGUAGE_CORRECT_AT = 0.9  # status CORRECT when at least this share is in the target language

@@ -1,6 +1,6 @@
 """vLLM generator: the only module that imports vllm (lazily, inside VLLMGenerator).
 
-Targets the version pinned in pyproject's `vllm` extra (vllm==0.11.0, V1 engine). What it relies on:
+Targets the version pinned in pyproject's `vllm` extra (vllm==0.34.0, V1 engine). What it relies on:
 - `LLM(..., logprobs_mode="processed_logprobs")` (vLLM >= 0.10.2): returned logprobs are those
   of the distribution actually sampled from (after temperature, top-k, top-p), the same
   definition as HFGenerator (docs/models.md). Older versions fall back to raw logprobs.
@@ -132,6 +132,7 @@ class VLLMGenerator:
         """Load HF-named tensors (model.named_parameters() of the trainer) into the engine. An
         engine asleep gets its weight memory back first; its KV cache stays freed until generate()."""
         if "weights" in self.asleep_tags:
+            _release_cached_memory()
             self.llm.wake_up(tags=["weights"])
             self.asleep_tags.discard("weights")
         model = self._inprocess_model()
@@ -157,6 +158,7 @@ class VLLMGenerator:
         if not self.asleep_tags:
             return
         # waking a tag twice would map its memory twice: wake only what is still asleep
+        _release_cached_memory()
         self.llm.wake_up(tags=sorted(self.asleep_tags))
         self.asleep_tags = set()
 
@@ -227,6 +229,13 @@ class VLLMGenerator:
             hit = find_completed_stop(self.tokenizer, ids, (stop_reason,), spec.include_stop_str_in_output)
             return hit[1] if hit is not None else vllm_text
         return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def _release_cached_memory() -> None:
+    """The learner's freed activations stay in PyTorch's caching allocator: hand them back to the
+    driver before the engine maps its memory again, or sleeping saved nothing."""
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def _physical_gpu(device: str, visible: str | None) -> str:

@@ -239,11 +239,17 @@ def result_table(result: DemoResult) -> str:
     return comparison_text(*_table_columns(result))
 
 
+def _json_numbers(d: dict[str, Any]) -> dict[str, Any]:
+    """NaN (a metric that does not apply, e.g. a format rate without a format part) -> null: JSON
+    has no NaN."""
+    return {k: (None if isinstance(v, float) and v != v else v) for k, v in d.items()}
+
+
 def _summary(result: DemoResult, cfg: DemoConfig) -> dict[str, Any]:
     return {
         "config": cfg.__dict__,
-        "before": result.before,
-        "after": result.after,
+        "before": _json_numbers(result.before),
+        "after": _json_numbers(result.after),
         "delta_greedy_points": 100 * result.delta("greedy/accuracy"),
         "delta_sampled_points": 100 * result.delta("sampled/accuracy"),
         "seconds": result.seconds,

@@ -265,14 +265,23 @@ def _narrow(batch: TrainingBatch, width: int) -> TrainingBatch:
 
 
 @torch.no_grad()
-def batch_logprobs(model, batch: TrainingBatch, micro_batch_size: int, temperature: float = 1.0) -> torch.Tensor:
-    """(N, T) token logprobs of `batch` under `model`, no grad, in micro-batches."""
+def batch_logprobs(model, batch: TrainingBatch, micro_batch_size: int, temperature: float = 1.0,
+                   micro_batch_tokens: int = 0) -> torch.Tensor:
+    """(N, T) float32 token logprobs of `batch` under `model`, no grad, in micro-batches of at most
+    micro_batch_size rows and (when > 0) micro_batch_tokens padded tokens, like the training forward:
+    a token budget that bounds the backward must bound these forwards too."""
     was_training = model.training
     model.eval()
-    out = score_tokens(model, batch.input_ids, batch.labels, batch.attention_mask,
-                       micro_batch_size=micro_batch_size, temperature=temperature).logprobs
+    out = torch.zeros(batch.labels.shape, dtype=torch.float32)
+    seq_lens = batch.attention_mask.sum(-1).tolist()
+    for chunk in micro_batches(seq_lens, max_rows=micro_batch_size, max_tokens=micro_batch_tokens):
+        mb = batch.rows(torch.arange(chunk.start, chunk.stop))
+        width = int(mb.attention_mask.sum(-1).max())
+        mb = _narrow(mb, width)
+        lp = score_tokens(model, mb.input_ids, mb.labels, mb.attention_mask, temperature=temperature).logprobs
+        out[chunk.start:chunk.stop, :width] = lp.float().cpu()
     model.train(was_training)
-    return out.float()
+    return out
 
 
 @dataclass

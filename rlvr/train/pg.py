@@ -131,6 +131,7 @@ class Learned:
     grad_norms: list[float] = field(default_factory=list)  # one per optimizer step, before clipping
     stats: StepStats = field(default_factory=StepStats)  # token-weighted loss statistics
     row_entropy: dict[int, float] = field(default_factory=dict)  # rollout index -> mean token entropy
+    trained_tokens: int = 0  # real (unpadded) tokens through the training forward, all epochs
 
 
 class Timer:
@@ -198,7 +199,8 @@ def train(
     sampler = with_thinking_budget(generator, s.thinking_budget, s.stop_thinking_text)
     run, start_step, state = session.open_run(cfg, resume=resume, model=model, optimizer=optimizer,
                                               scheduler=scheduler, verbose=r.progress)
-    generator.update_weights(model.named_parameters(), version=start_step)  # resumed weights
+    if start_step:  # the checkpoint's weights replaced those the generator was built with
+        generator.update_weights(model.named_parameters(), version=start_step)
     reference.start(run.path, start_step)
     if not task.eval:
         session.say("note: no held-out problems (set data.eval_path): the run is not evaluated", r.progress)
@@ -271,9 +273,11 @@ def learn(model, optimizer, scheduler, batch, adv: torch.Tensor, kept: torch.Ten
         return out
     a, s, plan = cfg.algo, cfg.sampling, objective.plan
     model.train()
-    old_logp = batch_logprobs(model, batch, plan.micro_batch, s.temperature) if objective.needs_old_logprobs else None
-    ref_logp = reference.logprobs(batch, plan.micro_batch, s.temperature)
+    old_logp = (batch_logprobs(model, batch, plan.micro_batch, s.temperature, a.micro_batch_tokens)
+                if objective.needs_old_logprobs else None)
+    ref_logp = reference.logprobs(batch, plan.micro_batch, s.temperature, a.micro_batch_tokens)
     token_adv = objective.token_advantages(adv, batch.response_mask, old_logp, ref_logp)  # (B,) or (B, T)
+    out.trained_tokens = plan.epochs * int(batch.attention_mask.sum())
     for epoch in range(plan.epochs):
         shuffle = plan.epochs > 1 or plan.train_batch < n
         g = torch.Generator().manual_seed(step_seed(cfg.run.seed, step) + epoch)
@@ -375,6 +379,8 @@ def step_metrics(rewards, rollouts, shaped, zero_var, keep, learned: Learned, st
     m["rollout/policy_version"] = min(versions)
     m["rollout/staleness"] = (step - 1) - min(versions)
     m["tokens/generated"] = sum(lens)
+    # prompt + response tokens of the rows that entered the loss, once per epoch (what MFU counts)
+    m["tokens/trained"] = learned.trained_tokens
     return {k: v for k, v in m.items() if v is not None}
 
 

@@ -26,13 +26,14 @@ class ReferencePolicy:
             self.model = copy.deepcopy(model).eval()
             self.model.requires_grad_(False)
 
-    def logprobs(self, batch, micro_batch_size: int, temperature: float) -> torch.Tensor | None:
+    def logprobs(self, batch, micro_batch_size: int, temperature: float,
+                 micro_batch_tokens: int = 0) -> torch.Tensor | None:
         """(N, T) reference logprobs of `batch`, or None without a reference."""
         if self.model is None:
             return None
         from rlvr.train.objective import batch_logprobs
 
-        return batch_logprobs(self.model, batch, micro_batch_size, temperature)
+        return batch_logprobs(self.model, batch, micro_batch_size, temperature, micro_batch_tokens)
 
     # -- refresh and snapshots -------------------------------------------------------------------
     @property

@@ -144,6 +144,10 @@ def train_sft(
             model.train()
             examples = take(pairs, (step - 1) * batch_size, batch_size, cfg.data.seed)
             batch = sft_batch(examples, prompt_fn, target_fn, tokenizer, cfg.algo.max_length)
+            if not batch.response_mask.any():
+                raise TaskDataError(
+                    f"step {step}: every response was cut off: the prompts are longer than "
+                    f"algo.max_length={cfg.algo.max_length} tokens; raise algo.max_length")
             loss = sft_loss(model, batch, cfg.algo.aggregation, micro, cfg.algo.max_length)
             session.check_finite(step, loss=loss)
             grad_norm = clip_and_step(model, optimizer, scheduler, o.grad_clip)

@@ -47,6 +47,7 @@ class TaskData:
             temperature=s.temperature if temperature is None else temperature,
             top_p=s.top_p,
             max_tokens=s.max_tokens,
+            min_tokens=min(getattr(s, "min_tokens", 0), s.max_tokens),
             stop=tuple(dict.fromkeys((*self.stop, *s.stop))),
             include_stop_str_in_output=bool(self.keep_stop and getattr(s, "keep_stop", True)),
             seed=seed,
