@@ -6,11 +6,15 @@ the field); `field_docs` reads them from the source so the CLI help is generated
 
     cfg = load_config(TrainConfig, "run.yaml", ["algo.loss=grpo_clip", "optim.lr=1e-4"], base=recipe)
 
-Layers, lowest first: dataclass defaults < `base` (e.g. a recipe preset) < YAML file < overrides.
-Everything is validated before any work starts: an unknown key fails naming the full dotted key,
-the file and line, and close matches; a wrong type names the key, the expected type and the value.
-After construction each section's `__post_init__` (automatic) and then `validate()` (if defined)
-run bottom-up, so derived values are filled right after parsing and cross-field checks fail early.
+Layers, lowest first: dataclass defaults (a section's `default_factory` preset included) < `base`
+(e.g. a recipe preset) < YAML file < overrides. Everything is validated before any work starts: an
+unknown key fails naming the full dotted key, the file and line, and close matches; a wrong type
+names the key, the expected type and the value; all problems are reported at once. After
+construction each section's `__post_init__` (automatic) and then `validate()` (if defined) run
+bottom-up, so derived values are filled right after parsing and cross-field checks fail early.
+
+Field types: `str`, `int`, `float`, `bool`, `Literal[...]`, `list[X]` of those, and section
+dataclasses (every field with a default). Anything else is refused when the config is loaded.
 
 YAML is read with a stricter resolver than PyYAML's YAML 1.1 default: only `true`/`false` are
 booleans (`yes`, `on`, `no` stay strings, so they fail for a bool field and survive for a str
@@ -23,17 +27,15 @@ from __future__ import annotations
 import ast
 import dataclasses
 import difflib
-import enum
 import functools
 import inspect
 import io
 import re
 import textwrap
-import types
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar, Union
+from typing import Any, Literal, TypeVar
 
 import yaml
 
@@ -84,16 +86,15 @@ _NULL_RE = re.compile(r"^(?:~|null|Null|NULL|)$")
 def _strict_resolvers() -> dict:
     """Implicit-resolver table: YAML 1.2-like bools, ints, floats (incl. 1e-4) and nulls."""
     table: dict[str | None, list] = {}
-
-    def add(tag: str, regexp: re.Pattern, first: str) -> None:
+    for tag, regexp, first in [
+        ("bool", _BOOL_RE, "tTfF"),
+        ("int", _INT_RE, "-+0123456789"),
+        ("float", _FLOAT_RE, "-+0123456789."),
+        ("null", _NULL_RE, "~nN"),
+    ]:
         for ch in first:
-            table.setdefault(ch, []).append((tag, regexp))
-
-    add("tag:yaml.org,2002:bool", _BOOL_RE, "tTfF")
-    add("tag:yaml.org,2002:int", _INT_RE, "-+0123456789")
-    add("tag:yaml.org,2002:float", _FLOAT_RE, "-+0123456789.")
-    add("tag:yaml.org,2002:null", _NULL_RE, "~nN")
-    table.setdefault(None, []).append(("tag:yaml.org,2002:null", _NULL_RE))  # the empty scalar
+            table.setdefault(ch, []).append((f"tag:yaml.org,2002:{tag}", regexp))
+    table[None] = [("tag:yaml.org,2002:null", _NULL_RE)]  # the empty scalar
     return table
 
 
@@ -107,22 +108,23 @@ class _Dumper(yaml.SafeDumper):
 
 _Loader.yaml_implicit_resolvers = _strict_resolvers()
 _Dumper.yaml_implicit_resolvers = _strict_resolvers()
-
-
-def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
-    return int(loader.construct_scalar(node).replace("_", ""), 0)
-
-
-_Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)  # no YAML 1.1 octal/sexagesimal
+_Loader.add_constructor(  # no YAML 1.1 octal/sexagesimal
+    "tag:yaml.org,2002:int", lambda loader, node: int(loader.construct_scalar(node).replace("_", ""), 0)
+)
 
 
 def _yaml_load(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
 
 
-def _yaml_line_map(text: str, source: str) -> dict[str, int]:
-    """Dotted key -> 1-based line number of the key in a YAML mapping document; rejects duplicates."""
-    node = yaml.compose(text, Loader=_Loader)
+def _read_yaml(text: str, source: str) -> tuple[Any, dict[str, int]]:
+    """(data, {dotted key: 1-based line}) of a YAML document, parsed once; rejects duplicate keys."""
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
     lines: dict[str, int] = {}
     errors: list[str] = []
 
@@ -131,8 +133,6 @@ def _yaml_line_map(text: str, source: str) -> dict[str, int]:
             return
         seen: set[str] = set()
         for key_node, value_node in n.value:
-            if not isinstance(key_node, yaml.ScalarNode):
-                continue
             key = prefix + str(key_node.value)
             if key in seen:
                 errors.append(f"{source}:{key_node.start_mark.line + 1}: duplicate key '{key}'")
@@ -144,124 +144,89 @@ def _yaml_line_map(text: str, source: str) -> dict[str, int]:
         walk(node, "")
     if errors:
         raise ConfigError(errors)
-    return lines
+    return data, lines
 
 
-# ------------------------------------------------------------------------------ schema helpers
+# ---------------------------------------------------------------------------------------- schema
+
+_SCALARS = (str, int, float, bool)
+
+
+def _is_section(tp: Any) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+def _supported(tp: Any) -> bool:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return True
+    if origin is list:
+        return _supported(typing.get_args(tp)[0]) and not _is_section(typing.get_args(tp)[0])
+    return tp in _SCALARS or _is_section(tp)
 
 
 @functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+def _schema(cls: type) -> dict[str, tuple[Any, type]]:
+    """Every dotted key `cls` accepts (sections and leaves, in field order) -> (type, owning class)."""
+    out: dict[str, tuple[Any, type]] = {}
 
+    def walk(klass: type, prefix: str) -> None:
+        hints = typing.get_type_hints(klass)
+        for f in dataclasses.fields(klass):
+            if not f.init:  # derived: neither settable nor written
+                continue
+            tp = hints[f.name]
+            if not _supported(tp):
+                raise TypeError(f"{klass.__name__}.{f.name}: unsupported config field type {type_name(tp)}")
+            out[prefix + f.name] = (tp, klass)
+            if _is_section(tp):
+                walk(tp, prefix + f.name + ".")
 
-def _init_fields(cls: type) -> list[dataclasses.Field]:
-    return [f for f in dataclasses.fields(cls) if f.init]
-
-
-def _strip_optional(tp: Any) -> tuple[Any, bool]:
-    """(X, True) for `X | None`, else (tp, False)."""
-    if typing.get_origin(tp) in (Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(args) == 1 and len(args) < len(typing.get_args(tp)):
-            return args[0], True
-    return tp, False
-
-
-def _section_type(tp: Any) -> type | None:
-    """The dataclass of a section field (`Section` or `Section | None`), else None."""
-    inner, _ = _strip_optional(tp)
-    return inner if isinstance(inner, type) and dataclasses.is_dataclass(inner) else None
-
-
-def _all_keys(cls: type, prefix: str = "") -> list[str]:
-    """Every dotted key a config accepts: leaves and sections."""
-    out = []
-    hints = _hints(cls)
-    for f in _init_fields(cls):
-        key = prefix + f.name
-        out.append(key)
-        sub = _section_type(hints[f.name])
-        if sub is not None:
-            out.extend(_all_keys(sub, key + "."))
+    walk(cls, "")
     return out
 
 
 def type_name(tp: Any) -> str:
-    """Readable type: `float`, `int | None`, `tuple[str, ...]`, `{grpo, dr_grpo}` for Literals."""
-    if tp is type(None):
-        return "None"
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin is Literal:
-        return "{" + ", ".join(str(a) for a in args) + "}"
-    if origin in (Union, types.UnionType):
-        return " | ".join(type_name(a) for a in args)
-    if origin in (tuple, list, dict):
-        if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
-            return f"tuple[{type_name(args[0])}, ...]"
-        return f"{origin.__name__}[{', '.join(type_name(a) for a in args)}]" if args else origin.__name__
-    if isinstance(tp, type):
-        return tp.__name__
-    return str(tp).replace("typing.", "")
+    """Readable type: `float`, `list[str]`, `{loss, reward}` for Literals."""
+    if typing.get_origin(tp) is Literal:
+        return "{" + ", ".join(str(a) for a in typing.get_args(tp)) + "}"
+    if typing.get_origin(tp) is list:
+        return f"list[{type_name(typing.get_args(tp)[0])}]"
+    return tp.__name__ if isinstance(tp, type) else str(tp).replace("typing.", "")
 
 
 # ------------------------------------------------------------------------------------ field docs
 
 
-def _class_attribute_docs(cls: type) -> dict[str, str]:
-    """Attribute docstrings of one class body (not its bases): {field: doc}."""
+@functools.cache
+def _class_docs(cls: type) -> dict[str, str]:
+    """Attribute docstrings of one class body: {field: doc}, folded into one line each."""
     try:
         source = textwrap.dedent(inspect.getsource(cls))
     except (OSError, TypeError):  # defined in a REPL / exec: no source, no docs
         return {}
-    tree = ast.parse(source)
-    cls_node = next((n for n in tree.body if isinstance(n, ast.ClassDef)), None)
-    if cls_node is None:
-        return {}
-    docs: dict[str, str] = {}
-    body = cls_node.body
-    for node, nxt in zip(body, body[1:], strict=False):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(nxt, ast.Expr)
-            and isinstance(nxt.value, ast.Constant)
-            and isinstance(nxt.value.value, str)
-        ):
-            # Multi-line docstrings are folded into one line: help tables show one row per key.
-            docs[node.target.id] = " ".join(inspect.cleandoc(nxt.value.value).split())
-    return docs
-
-
-@functools.cache
-def _own_docs(cls: type) -> dict[str, str]:
-    docs: dict[str, str] = {}
-    for klass in reversed(cls.__mro__):  # subclasses override their bases' docs
-        if dataclasses.is_dataclass(klass):
-            docs.update(_class_attribute_docs(klass))
-    return docs
+    body = next((n.body for n in ast.parse(source).body if isinstance(n, ast.ClassDef)), [])
+    return {
+        node.target.id: " ".join(inspect.cleandoc(nxt.value.value).split())
+        for node, nxt in zip(body, body[1:], strict=False)
+        if isinstance(node, ast.AnnAssign)
+        and isinstance(node.target, ast.Name)
+        and isinstance(nxt, ast.Expr)
+        and isinstance(nxt.value, ast.Constant)
+        and isinstance(nxt.value.value, str)
+    }
 
 
 def field_docs(cls: type) -> dict[str, str]:
     """Attribute docstrings of a config dataclass, by dotted key, nested sections included.
 
-    `field_docs(TrainConfig)["optim.lr"] == "Peak learning rate."`; a section's own entry
+    `field_docs(TrainConfig)["optim.lr"] == "Peak learning rate of AdamW."`; a section's own entry
     (`"optim"`) is the docstring under the section field. Fields without a docstring map to "".
-    Parsed from the source with `ast` and cached per class.
     """
-    out: dict[str, str] = {}
-    docs = _own_docs(cls)
-    hints = _hints(cls)
-    for f in _init_fields(cls):
-        out[f.name] = docs.get(f.name, "")
-        sub = _section_type(hints[f.name])
-        if sub is not None:
-            out.update({f"{f.name}.{k}": v for k, v in field_docs(sub).items()})
-    return out
+    return {key: _class_docs(owner).get(key.rpartition(".")[2], "") for key, (_, owner) in _schema(cls).items()}
 
 
-# ------------------------------------------------------------------------------------ coercion
+# -------------------------------------------------------------------------------------- coercion
 
 
 class _Leaf:
@@ -284,40 +249,23 @@ class _TypeMismatch(Exception):
 
 def _coerce(value: Any, tp: Any, raw: str | None = None) -> Any:
     """Convert a YAML value to `tp` or raise _TypeMismatch(expected description)."""
-    if tp is Any:
-        return value
-    if tp is type(None):
-        if value is None:
-            return None
-        raise _TypeMismatch("null")
     origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin in (Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(value, arg, raw)
-            except _TypeMismatch:
-                continue
-        raise _TypeMismatch(type_name(tp))
     if origin is Literal:
-        for allowed in args:
+        for allowed in typing.get_args(tp):
             # `type(...) is` so that True does not match 1 and 1 does not match 1.0.
             if type(allowed) is type(value) and allowed == value:
                 return allowed
-        if raw is not None and raw in [str(a) for a in args if isinstance(a, str)]:
-            return raw
-        raise _TypeMismatch("one of " + ", ".join(repr(a) for a in args))
-    if origin in (list, tuple) or origin is dict or tp is dict:
-        try:
-            return _coerce_container(value, tp, origin, args)
-        except _TypeMismatch as exc:
-            if str(exc).startswith(type_name(tp)):
-                raise
-            raise _TypeMismatch(f"{type_name(tp)} ({exc})") from None
+        raise _TypeMismatch("one of " + ", ".join(repr(a) for a in typing.get_args(tp)))
+    if origin is list:
+        if not isinstance(value, list):
+            raise _TypeMismatch(type_name(tp))
+        out = []
+        for i, v in enumerate(value):
+            try:
+                out.append(_coerce(v, typing.get_args(tp)[0]))
+            except _TypeMismatch as exc:
+                raise _TypeMismatch(f"{type_name(tp)} (item {i}: expected {exc}, got {_show(v)})") from None
+        return out
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -331,140 +279,58 @@ def _coerce(value: Any, tp: Any, raw: str | None = None) -> Any:
     if tp is float:
         if isinstance(value, int | float) and not isinstance(value, bool):
             return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value.strip())
-            except ValueError:
-                pass
-        raise _TypeMismatch("float")
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        if raw is not None and not isinstance(value, list | dict):
-            return raw  # `run.name=007` on the command line means the string "007"
-        raise _TypeMismatch("str (quote the value)")
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        for member in tp:
-            if value == member.value or value == member.name:
-                return member
-        raise _TypeMismatch("one of " + ", ".join(repr(m.value) for m in tp))
-    if tp is Path:
-        if isinstance(value, str | Path):
-            return Path(value)
-        raise _TypeMismatch("path (str)")
-    if isinstance(tp, type):
-        if isinstance(value, tp):
-            return value
-        raise _TypeMismatch(tp.__name__)
-    return value
-
-
-def _coerce_container(value: Any, tp: Any, origin: Any, args: tuple) -> Any:
-    def item(v: Any, t: Any, where: str) -> Any:
         try:
-            return _coerce(v, t)
-        except _TypeMismatch as exc:
-            raise _TypeMismatch(f"{where}: expected {exc}, got {_show(v)}") from None
-
-    if origin is dict or tp is dict:
-        if not isinstance(value, Mapping):
-            raise _TypeMismatch(type_name(tp))
-        kt, vt = args if args else (Any, Any)
-        return {item(k, kt, f"key {k!r}"): item(v, vt, f"value of {k!r}") for k, v in value.items()}
-    if not isinstance(value, list | tuple):
-        raise _TypeMismatch(type_name(tp))
-    if origin is list:
-        t = args[0] if args else Any
-        return [item(v, t, f"item {i}") for i, v in enumerate(value)]
-    if not args or (len(args) == 2 and args[1] is Ellipsis):
-        t = args[0] if args else Any
-        return tuple(item(v, t, f"item {i}") for i, v in enumerate(value))
-    if len(args) != len(value):
-        raise _TypeMismatch(f"{type_name(tp)} (exactly {len(args)} items)")
-    return tuple(item(v, a, f"item {i}") for i, (v, a) in enumerate(zip(value, args, strict=True)))
+            return float(value.strip())  # a quoted "1e-4"
+        except (AttributeError, ValueError):
+            raise _TypeMismatch("float") from None
+    if isinstance(value, str):  # tp is str
+        return value
+    if raw is not None and not isinstance(value, list | dict):
+        return raw  # `run.name=007` on the command line means the string "007"
+    raise _TypeMismatch("str (quote the value)")
 
 
-# ------------------------------------------------------------------------------------- layering
+# -------------------------------------------------------------------------------------- layering
 
 
 class _Builder:
-    """Merges layers into a tree of _Leaf values checked against the schema, then builds the config."""
+    """Merges layers into {dotted leaf key: _Leaf} checked against the schema, then builds the config."""
 
     def __init__(self, cls: type):
         self.cls = cls
-        self.tree: dict[str, Any] = {}
+        self.schema = _schema(cls)
+        self.leaves: dict[str, _Leaf] = {}
         self.errors: list[str] = []
-        self.all_keys = _all_keys(cls)
 
     def _unknown(self, key: str, where: str) -> None:
         # Prefer a near miss inside the same section (optim.lrr -> optim.lr), then any key.
         head, _, last = key.rpartition(".")
-        siblings = [k.rpartition(".")[2] for k in self.all_keys if k.rpartition(".")[0] == head]
+        siblings = [k.rpartition(".")[2] for k in self.schema if k.rpartition(".")[0] == head]
         close = [f"{head}.{s}" if head else s for s in difflib.get_close_matches(last, siblings, n=3)]
         if not close:
-            close = difflib.get_close_matches(key, self.all_keys, n=3, cutoff=0.6)
+            close = difflib.get_close_matches(key, list(self.schema), n=3, cutoff=0.6)
         hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
         self.errors.append(f"{where}: unknown config key '{key}'{hint}")
 
-    def add_mapping(
-        self,
-        data: Any,
-        origin: str,
-        lines: dict[str, int] | None = None,
-        cls: type | None = None,
-        node: dict | None = None,
-        prefix: str = "",
-    ) -> None:
-        """Add one layer given as a (possibly nested, possibly dotted-key) mapping. `cls`, `node`
-        and `prefix` place it below the top level (an override that sets a whole section)."""
-
-        def where(ykey: str) -> str:
-            if lines is not None and ykey in lines:
-                return f"{origin}:{lines[ykey]}"
-            return origin
-
-        def walk(cls: type, node: dict, mapping: Mapping, prefix: str, yaml_prefix: str) -> None:
-            hints = _hints(cls)
-            names = {f.name for f in _init_fields(cls)}
-            derived = {f.name for f in dataclasses.fields(cls) if not f.init}
-            for raw_key, value in mapping.items():
-                key = str(raw_key)
-                ykey = yaml_prefix + key  # the key as the YAML line map spells it
-                name, dot, rest = key.partition(".")
-                if name in derived:
-                    self.errors.append(f"{where(ykey)}: '{prefix + name}' is derived and cannot be set")
-                    continue
-                if name not in names:
-                    self._unknown(prefix + key, where(ykey))
-                    continue
-                sub = _section_type(hints[name])
-                if sub is not None and isinstance(value, sub):  # a section instance (e.g. in a preset)
-                    value = _plain(value)
-                if dot:  # `optim.lr: 1e-4` written inside a mapping
-                    if sub is None:
-                        self._unknown(prefix + key, where(ykey))
-                        continue
-                    child = node.get(name)
-                    if not isinstance(child, dict):
-                        child = node[name] = {}
-                    walk(sub, child, {rest: value}, prefix + name + ".", yaml_prefix + name + ".")
-                elif sub is not None and isinstance(value, Mapping):
-                    child = node.get(name)
-                    if not isinstance(child, dict):
-                        child = node[name] = {}
-                    walk(sub, child, value, prefix + name + ".", ykey + ".")
-                elif sub is not None and value is not None:
-                    self.errors.append(
-                        f"{where(ykey)}: config key '{prefix + name}' is a section; expected a mapping "
-                        f"of its keys, got {_show(value)}"
-                    )
-                else:
-                    node[name] = _Leaf(value, where(ykey))
-
+    def add_mapping(self, data: Any, origin: str, lines: Mapping[str, int] | None = None, prefix: str = "") -> None:
+        """Add one layer given as a (possibly nested, possibly dotted-key) mapping; `prefix` places
+        it below the top level (an override that sets a whole section)."""
+        lines = lines or {}
         if not isinstance(data, Mapping):
             self.errors.append(f"{origin}: expected a mapping of config keys, got {_show(data)}")
             return
-        walk(cls or self.cls, self.tree if node is None else node, data, prefix, "")
+        for raw_key, value in data.items():
+            key = prefix + str(raw_key)  # as the YAML line map spells it, dotted keys included
+            where = f"{origin}:{lines[key]}" if key in lines else origin
+            if key not in self.schema:
+                self._unknown(key, where)
+            elif not _is_section(self.schema[key][0]):
+                self.leaves[key] = _Leaf(value, where)
+            elif isinstance(value, Mapping):
+                self.add_mapping(value, origin, lines, key + ".")
+            else:
+                self.errors.append(f"{where}: config key '{key}' is a section; expected a mapping "
+                                   f"of its keys, got {_show(value)}")
 
     def add_override(self, text: str) -> None:
         """Add one `dotted.key=value` override; the value is parsed as YAML."""
@@ -474,75 +340,48 @@ class _Builder:
         except ConfigError as exc:
             self.errors.extend(exc.errors)
             return
-        parts = key.split(".")
-        cls, node = self.cls, self.tree
-        for i, part in enumerate(parts):
-            dotted = ".".join(parts[: i + 1])
-            if part not in {f.name for f in _init_fields(cls)}:
-                self._unknown(key, origin)
-                return
-            sub = _section_type(_hints(cls)[part])
-            if i == len(parts) - 1:
-                if sub is not None and isinstance(value, Mapping):  # `optim={lr: 1e-3}`
-                    child = node.get(part)
-                    if not isinstance(child, dict):
-                        child = node[part] = {}
-                    self.add_mapping(value, origin, cls=sub, node=child, prefix=dotted + ".")
-                elif sub is not None and value is not None:
-                    self.errors.append(f"{origin}: config key '{dotted}' is a section; set its keys, "
-                                       f"e.g. {dotted}.<key>=value")
-                else:
-                    node[part] = _Leaf(value, origin, raw)
-                return
-            if sub is None:
-                self._unknown(key, origin)
-                return
-            child = node.get(part)
-            if not isinstance(child, dict):
-                child = node[part] = {}
-            cls, node = sub, child
+        if key not in self.schema:
+            self._unknown(key, origin)
+        elif not _is_section(self.schema[key][0]):
+            self.leaves[key] = _Leaf(value, origin, raw)
+        elif isinstance(value, Mapping):  # `optim={lr: 1e-3}`
+            self.add_mapping(value, origin, prefix=key + ".")
+        else:
+            self.errors.append(f"{origin}: config key '{key}' is a section; set its keys, e.g. {key}.<key>=value")
 
     def build(self) -> Any:
-        self._check(self.cls, self.tree, "")  # every type error is collected before anything is built
+        for key in self.schema:  # every type error is collected (in field order) before anything is built
+            if (item := self.leaves.get(key)) is None:
+                continue
+            try:
+                item.value = _coerce(item.value, self.schema[key][0], item.raw)
+            except _TypeMismatch as exc:
+                self.errors.append(f"{item.origin}: config key '{key}' expects {exc}, "
+                                   f"got {_show(item.value)} ({type(item.value).__name__})")
         if self.errors:
             raise ConfigError(self.errors)
-        cfg = self._build(self.cls, self.tree, "", None)
+        cfg = self._build(self.cls, "", None)
         _run_validate(cfg, "")
         return cfg
 
-    def _check(self, cls: type, node: dict, prefix: str) -> None:
-        """Coerce every leaf to its field type in place; collect mismatches."""
-        hints = _hints(cls)
-        for f in _init_fields(cls):
-            item = node.get(f.name)
-            sub = _section_type(hints[f.name])
-            if sub is not None and isinstance(item, dict):
-                self._check(sub, item, prefix + f.name + ".")
-            elif isinstance(item, _Leaf):
-                try:
-                    item.value = _coerce(item.value, hints[f.name], item.raw)
-                except _TypeMismatch as exc:
-                    self.errors.append(
-                        f"{item.origin}: config key '{prefix + f.name}' expects {exc}, "
-                        f"got {_show(item.value)} ({type(item.value).__name__})"
-                    )
-
-    def _build(self, cls: type, node: dict, prefix: str, default_instance: Any) -> Any:
-        hints = _hints(cls)
+    def _build(self, cls: type, prefix: str, default: Any) -> Any:
+        """`cls` from the set leaves under `prefix`, over `default` (the instance its parent's
+        default_factory makes, e.g. `lambda: OptimConfig(lr=1e-3)`). Only the fields where that
+        instance differs from the class defaults are passed on, so that derived values are
+        recomputed from the final inputs."""
         kwargs: dict[str, Any] = {}
-        base_kwargs = _changed_defaults(cls, default_instance)
-        for f in _init_fields(cls):
-            sub = _section_type(hints[f.name])
-            item = node.get(f.name)
-            if sub is not None and isinstance(item, dict):
-                # The section's own default (a default_factory may preset values) is the lowest layer.
-                default = base_kwargs.get(f.name, _field_default(f))
-                kwargs[f.name] = self._build(sub, item, prefix + f.name + ".",
-                                             default if isinstance(default, sub) else None)
-            elif isinstance(item, _Leaf):
-                kwargs[f.name] = item.value
-            elif f.name in base_kwargs:
-                kwargs[f.name] = base_kwargs[f.name]
+        if default is not None:
+            plain = cls()
+            kwargs = {f.name: getattr(default, f.name) for f in dataclasses.fields(cls)
+                      if f.init and getattr(default, f.name) != getattr(plain, f.name)}
+        for f in dataclasses.fields(cls):
+            key = prefix + f.name
+            if key in self.schema and _is_section(self.schema[key][0]):
+                if f.name not in kwargs:
+                    kwargs[f.name] = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+                kwargs[f.name] = self._build(self.schema[key][0], key + ".", kwargs[f.name])
+            elif key in self.leaves:
+                kwargs[f.name] = self.leaves[key].value
         try:
             return cls(**kwargs)
         except ConfigError:
@@ -550,36 +389,6 @@ class _Builder:
         except (ValueError, TypeError, AssertionError) as exc:
             where = f"section '{prefix[:-1]}'" if prefix else cls.__name__
             raise ConfigError(f"invalid config ({where}): {exc}") from exc
-
-
-_MISSING = dataclasses.MISSING
-
-
-def _field_default(f: dataclasses.Field) -> Any:
-    if f.default is not _MISSING:
-        return f.default
-    if f.default_factory is not _MISSING:
-        return f.default_factory()
-    return None
-
-
-def _changed_defaults(cls: type, default_instance: Any) -> dict[str, Any]:
-    """Init fields where a section's default instance (from its parent's default_factory, e.g.
-    `lambda: OptimConfig(lr=1e-3)`) differs from the class defaults: the lowest layer for this
-    section. Fields equal to the class default are left to the constructor so that derived values
-    are recomputed from the final inputs."""
-    if default_instance is None:
-        return {}
-    try:
-        plain = cls()
-    except TypeError:  # required fields: every field of the default instance counts
-        plain = None
-    out = {}
-    for f in _init_fields(cls):
-        value = getattr(default_instance, f.name)
-        if plain is None or value != getattr(plain, f.name):
-            out[f.name] = value
-    return out
 
 
 def _run_validate(cfg: Any, prefix: str) -> None:
@@ -604,10 +413,10 @@ def _run_validate(cfg: Any, prefix: str) -> None:
 
 def parse_override(text: str) -> tuple[str, str, Any]:
     """`'optim.lr=1e-4'` -> ('optim.lr', '1e-4', 1e-4). The value is parsed as (strict) YAML, so
-    lists and mappings work: `sampling.stop=["</answer>"]`, `algo.weights={format: 0.1}`."""
+    lists and mappings work: `sampling.stop=["</answer>"]`, `optim={lr: 1e-3}`."""
     key, eq, raw = text.partition("=")
     key = key.strip()
-    if not eq or not key or not re.fullmatch(r"[A-Za-z_][\w.]*", key) or ".." in key or key.endswith("."):
+    if not eq or not re.fullmatch(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", key):
         raise ConfigError(f"bad override {text!r}: expected dotted.key=value, e.g. optim.lr=1e-4")
     try:
         value = _yaml_load(raw) if raw.strip() else None
@@ -628,8 +437,10 @@ def load_config(
     unknown or a value has the wrong type; then section `__post_init__`/`validate()` errors.
     `base` may be nested (`{"algo": {"loss": "x"}}`) or dotted (`{"algo.loss": "x"}`).
     """
-    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+    if not _is_section(cls):
         raise TypeError(f"load_config needs a dataclass type, got {cls!r}")
+    if isinstance(overrides, str):
+        raise TypeError("overrides must be a sequence of 'key=value' strings, not one string")
     builder = _Builder(cls)
     if base:
         builder.add_mapping(base, "base config")
@@ -640,40 +451,26 @@ def load_config(
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read config file ({exc.strerror or exc})") from exc
         try:
-            data = _yaml_load(text)
-            lines = _yaml_line_map(text, str(path))
+            data, lines = _read_yaml(text, str(path))
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             loc = f"{path}:{mark.line + 1}" if mark is not None else str(path)
             raise ConfigError(f"{loc}: invalid YAML: {getattr(exc, 'problem', None) or exc}") from exc
         if data is not None:
             builder.add_mapping(data, str(path), lines)
-    if isinstance(overrides, str):
-        raise TypeError("overrides must be a sequence of 'key=value' strings, not one string")
     for text in overrides:
         builder.add_override(text)
     return builder.build()
 
 
-def _plain(v: Any) -> Any:
-    """YAML-safe plain value: dataclasses -> dicts, tuples -> lists, enums -> values, paths -> str."""
-    if dataclasses.is_dataclass(v) and not isinstance(v, type):
-        return {f.name: _plain(getattr(v, f.name)) for f in _init_fields(type(v))}
-    if isinstance(v, list | tuple):
-        return [_plain(x) for x in v]
-    if isinstance(v, Mapping):
-        return {_plain(k): _plain(x) for k, x in v.items()}
-    if isinstance(v, enum.Enum):
-        return v.value
-    if isinstance(v, Path):
-        return str(v)
-    return v
-
-
-def to_dict(cfg: Any) -> dict[str, Any]:
-    """Plain nested dict of a config (tuples -> lists, enums -> values, paths -> str); init fields
-    only (derived `init=False` fields cannot be loaded back, so they are not written)."""
-    return _plain(cfg)
+def to_dict(cfg: Any) -> Any:
+    """Plain nested dict of a config, init fields only (derived `init=False` fields cannot be
+    loaded back, so they are not written)."""
+    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
+        return {f.name: to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg) if f.init}
+    if isinstance(cfg, list | tuple):
+        return [to_dict(x) for x in cfg]
+    return cfg
 
 
 def to_yaml(cfg: Any) -> str:
@@ -690,43 +487,16 @@ def dump_yaml(cfg: Any, path: str | Path) -> Path:
     return path
 
 
-def _default_text(value: Any) -> str:
-    if value is _MISSING:
-        return "(required)"
-    text = yaml.dump(_plain(value), Dumper=_Dumper, default_flow_style=True, width=10_000).strip()
-    return text.removesuffix("...").strip()
-
-
 def config_rows(cls: type) -> list[tuple[str, str, str, str]]:
     """(dotted key, type, default, doc) for every leaf key of a config class, in field order.
     Defaults are those of the top-level default instance (so `lambda: OptimConfig(lr=1e-3)` shows
-    1e-3). An optional section that defaults to null gets its own row, then rows for its keys with
-    the section class's defaults (what setting one of them starts from)."""
-    docs = field_docs(cls)
-    rows: list[tuple[str, str, str, str]] = []
-
-    def walk(klass: type, instance: Any, prefix: str) -> None:
-        hints = _hints(klass)
-        for f in _init_fields(klass):
-            key = prefix + f.name
-            sub = _section_type(hints[f.name])
-            value = getattr(instance, f.name) if instance is not None else _MISSING
-            if sub is not None and (value is _MISSING or isinstance(value, sub)):
-                walk(sub, None if value is _MISSING else value, key + ".")
-            elif sub is not None:  # an optional section that is off by default: it, then its keys
-                rows.append((key, type_name(hints[f.name]), _default_text(value), docs.get(key, "")))
-                try:
-                    walk(sub, sub(), key + ".")
-                except TypeError:
-                    walk(sub, None, key + ".")
-            else:
-                rows.append((key, type_name(hints[f.name]), _default_text(value), docs.get(key, "")))
-
-    try:
-        instance = cls()
-    except TypeError:
-        instance = None
-    walk(cls, instance, "")
+    1e-3)."""
+    docs, instance, rows = field_docs(cls), cls(), []
+    for key, (tp, _) in _schema(cls).items():
+        if not _is_section(tp):
+            value = functools.reduce(getattr, key.split("."), instance)
+            text = yaml.dump(to_dict(value), Dumper=_Dumper, default_flow_style=True, width=10_000)
+            rows.append((key, type_name(tp), text.strip().removesuffix("...").strip(), docs[key]))
     return rows
 
 
@@ -738,9 +508,8 @@ def config_help(cls: type, width: int = 120) -> str:
     table = Table(title=f"{cls.__name__} keys (set in YAML or as dotted key=value overrides)",
                   show_lines=False, expand=False)
     table.add_column("key", style="bold", no_wrap=True)
-    table.add_column("type")
-    table.add_column("default")
-    table.add_column("description")
+    for name in ("type", "default", "description"):
+        table.add_column(name)
     for row in config_rows(cls):
         table.add_row(*row)
     buf = io.StringIO()
@@ -767,12 +536,12 @@ def split_config_args(args: Sequence[str] | None) -> tuple[Path | None, list[str
     path: Path | None = None
     overrides: list[str] = []
     for arg in args or ():
-        if "=" in arg and not arg.lower().endswith((".yaml", ".yml")):
-            overrides.append(arg)
-        elif arg.lower().endswith((".yaml", ".yml")):
+        if arg.lower().endswith((".yaml", ".yml")):
             if path is not None:
                 raise ConfigError(f"two config files given ({path} and {arg}); pass one and use overrides")
             path = Path(arg)
+        elif "=" in arg:
+            overrides.append(arg)
         else:
             raise ConfigError(f"argument {arg!r} is neither a config file (.yaml) nor an override key=value")
     return path, overrides
