@@ -19,7 +19,7 @@ from rlvr.data import (
     template_text,
 )
 from rlvr.data.tasks.arithmetic import evaluate
-from rlvr.data.tasks.synthetic import split_of
+from rlvr.data.tasks.synthetic import ProblemSpaceError, split_of
 
 SHARED = Path("/work/shared/data")
 
@@ -99,6 +99,25 @@ def test_sft_loader(tmp_path):
         load_sft(p)
     p = _write(tmp_path / "s2.jsonl", [json.dumps({"prompt": "1+1=", "response": "2", "id": "a"})])
     assert [(s.prompt, s.response, s.id) for s in load_sft(p)] == [("1+1=", "2", "a")]
+
+
+def test_sft_loader_refuses_an_empty_file_and_errors_carry_their_parts(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n")
+    with pytest.raises(DataError, match=re.escape(f"{empty}: no prompt/response pairs")) as info:
+        load_sft(empty)
+    assert (info.value.path, info.value.line) == (str(empty), None)
+    bad = _write(tmp_path / "bad.jsonl", [json.dumps({"prompt": "a", "response": "b"}), "{oops"])
+    with pytest.raises(DataError) as info:
+        load_sft(bad)
+    assert (info.value.path, info.value.line) == (str(bad), 2)
+    assert info.value.reason.startswith("invalid JSON") and str(info.value).startswith(f"{bad}:2: invalid JSON")
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(b'{"prompt": "caf\xe9", "response": "x"}\n')
+    with pytest.raises(DataError, match="not UTF-8 text"):
+        load_sft(latin)
+    with pytest.raises(DataError, match="is a directory"):
+        load_sft(tmp_path)
 
 
 def test_templates_packaged_equal_shared_and_render():
@@ -181,8 +200,9 @@ def test_synthetic_train_and_heldout_never_overlap():
     ctrain = {e.id for e in cd.generate(500, "train", seed=0)}
     ctest = {e.id for e in cd.generate(100, "test", seed=3)}
     assert not (ctrain & ctest)
-    # 1-digit addition has 100 problems, ~10 of them held out: 50 test problems cannot exist
-    with pytest.raises(ValueError, match="found only .* distinct test problems of the 50"):
+    # 1-digit addition has 100 problems, 10 of them held out: 50 test problems cannot exist, and the
+    # generator says so before drawing anything
+    with pytest.raises(ProblemSpaceError, match="50 distinct test problems asked for, but only 10 exist"):
         task.generate(50, "test", seed=0, digits=1)
 
 
@@ -281,3 +301,58 @@ def test_math_target_earns_full_reward_under_math_checkers():
         for ex in examples:
             assert reward(task.target(ex, template), ex).total == 1.0
             assert reward("<answer>7</answer> \\boxed{7}", ex).total == 0.0
+
+
+# ------------------------------------------------------------------- problem-space capacity (issue 16)
+
+
+@pytest.mark.parametrize(
+    ("task", "knobs"),
+    [
+        ("arithmetic", {"digits": 1}),
+        ("arithmetic", {"digits": 1, "ops": "+-*"}),
+        ("arithmetic", {"digits": 1, "ops": "/"}),
+        ("countdown", {"count": 2, "max_number": 6, "max_target": 20}),
+        ("countdown", {"count": 3, "max_number": 4, "max_target": 30}),
+        ("code", {"families": ("affine", "sum_multiples")}),
+    ],
+)
+def test_capacity_is_exactly_what_the_generator_can_draw(task, knobs, monkeypatch):
+    """capacity() counts the problem space by the generator's own rules: asking for exactly that
+    many succeeds, and one more cannot be drawn (checked with the up-front refusal switched off)."""
+    t = get_task(task)
+    module = __import__(t.generate.__module__, fromlist=["check_capacity"])
+    for split in ("train", "test"):
+        cap = t.capacity(split, **knobs)
+        assert cap and len({e.id for e in t.generate(cap, split, 0, **knobs)}) == cap
+        with pytest.raises(ProblemSpaceError, match=f"only {cap} exist"):
+            t.generate(cap + 1, split, 0, **knobs)
+        with monkeypatch.context() as m:
+            m.setattr(module, "check_capacity", lambda *a, **k: None)
+            with pytest.raises(ValueError, match=f"found only {cap} distinct {split} problems"):
+                t.generate(cap + 1, split, 0, **knobs)
+
+
+def test_capacity_defaults_large_and_unbounded_spaces():
+    # the demo's four 1-digit terms: 10**4 problems, 9006 of them in the training split
+    assert get_task("arithmetic").capacity("train", digits=1, operands=4) == 9006
+    # the default countdown generator makes 14665 distinct training problems (its default num_train
+    # of 20000 used to fail after two minutes of drawing)
+    assert get_task("countdown").capacity("train") == 14665
+    # 3-digit addition: too many to count, estimated from the split's share
+    assert get_task("arithmetic").capacity("train", digits=3) == 729_000
+    # count_char and rotate draw random words and lists: unbounded
+    assert get_task("code").capacity("train") is None
+    assert get_task("countdown").capacity("train", count=5) is None  # too many multisets to enumerate
+
+
+def test_code_family_keys_cover_every_draw():
+    import random
+
+    from rlvr.data.tasks.code import FAMILIES, FAMILY_KEYS
+
+    rng = random.Random(0)
+    for name, keys in FAMILY_KEYS.items():
+        allowed = set(keys())
+        drawn = {FAMILIES[name](rng)[0] for _ in range(20 * len(allowed))}
+        assert drawn == allowed, name

@@ -1,10 +1,17 @@
 """`rlvr grade FILE.jsonl --reward NAME`: score a file of responses with a reward function.
 
-Each line is a JSON object with a response (`--response-key`, default "response") and a
-reference answer (`--reference-key`, default "reference"); metadata comes from `--meta-key`
-(default "meta") if that is an object, else it is the line's other keys (the reference key
-included), so countdown's "numbers" and "target" can sit at top level. Writes one result per input line (bad lines included, with their
-error) to `--out` (default FILE with suffix .graded.jsonl) and prints a summary table.
+Each line is a JSON object with a response (`--response-key`, default "response") and, for a reward
+that compares against one, a reference answer (`--reference-key`, default "reference"). countdown,
+language and the code rewards read no reference (they check meta, or the response alone), so their
+lines need none; for a "module:function" reward the reference is required unless
+`--reference-key ''` says there is none. Metadata comes from `--meta-key` (default "meta") if that
+is an object, else it is the line's other keys (the reference key included), so countdown's
+"numbers" and "target" can sit at top level. Writes one result per input line (bad lines included,
+with their error) to `--out` (default FILE with suffix .graded.jsonl) and prints a summary table.
+
+Exit status: 0 when at least one line was scored; 1 when none could be (every line bad, or no
+lines): the results file is still written, and an accuracy of 0 over nothing would read as a
+result; 2 for a usage error (unknown reward, missing file, --on-bad-line fail on a bad line).
 """
 
 from __future__ import annotations
@@ -18,8 +25,30 @@ import typer
 ON_BAD_LINE = ("skip", "fail")
 
 
-def _read_rows(path: Path, response_key: str, reference_key: str, meta_key: str):
-    """Yield (line_number, row or None, error or None) for every non-blank line."""
+def reference_free_rewards() -> frozenset[str]:
+    """Registered rewards that never read Example.reference: countdown checks meta's numbers and
+    target, language looks at the response alone, the code rewards (rlvr.rewards.code) run meta's tests."""
+    from rlvr.rewards.code.rewards import CODE_REWARD_FUNCTIONS
+
+    return frozenset({"countdown", "language", *CODE_REWARD_FUNCTIONS})
+
+
+def needs_reference(reward: str) -> bool:
+    """Whether the reward spec compares against a reference answer: any part of a composition
+    ("r1_zero:1,language:0.1") that is not reference-free does; a "module:function" may, so it does."""
+    if ":" in reward and "," not in reward:
+        try:
+            float(reward.partition(":")[2])
+        except ValueError:
+            return True  # "module:function": unknown, so the reference is asked for
+    names = [item.strip().partition(":")[0].strip() for item in reward.split(",")]
+    free = reference_free_rewards()
+    return any(name not in free for name in names)
+
+
+def _read_rows(path: Path, response_key: str, reference_key: str, meta_key: str, need_reference: bool = True):
+    """Yield (line_number, row or None, error or None) for every non-blank line. Without
+    need_reference a missing (or non-scalar) reference becomes ""."""
     with path.open("r", encoding="utf-8", errors="replace") as f:
         for lineno, raw in enumerate(f, start=1):
             if not raw.strip():
@@ -32,7 +61,8 @@ def _read_rows(path: Path, response_key: str, reference_key: str, meta_key: str)
             if not isinstance(obj, dict):
                 yield lineno, None, f"expected a JSON object, got {type(obj).__name__}"
                 continue
-            missing = [k for k in (response_key, reference_key) if k not in obj]
+            required = (response_key, reference_key) if need_reference else (response_key,)
+            missing = [k for k in required if k not in obj]
             if missing:
                 yield lineno, None, f"missing key(s) {missing}; line has {sorted(obj)}"
                 continue
@@ -40,10 +70,13 @@ def _read_rows(path: Path, response_key: str, reference_key: str, meta_key: str)
             if not isinstance(response, str):
                 yield lineno, None, f"key {response_key!r} must be a string, got {type(response).__name__}"
                 continue
-            reference = obj[reference_key]
-            if isinstance(reference, bool) or not isinstance(reference, str | int | float):
+            reference = obj.get(reference_key, "") if reference_key else ""
+            scalar = isinstance(reference, str | int | float) and not isinstance(reference, bool)
+            if need_reference and not scalar:
                 yield lineno, None, f"key {reference_key!r} must be a string or number, got {type(reference).__name__}"
                 continue
+            if not scalar:
+                reference = ""
             meta = obj.get(meta_key)
             if not isinstance(meta, dict):
                 meta = {k: v for k, v in obj.items() if k != response_key}
@@ -53,7 +86,10 @@ def _read_rows(path: Path, response_key: str, reference_key: str, meta_key: str)
 def grade(
     file: Path = typer.Argument(..., help="JSONL file of responses to score."),
     reward: str = typer.Option(..., "--reward", help="Reward function name (e.g. r1_zero, gsm8k, 'r1_zero:1,language:0.1')."),
-    reference_key: str = typer.Option("reference", "--reference-key", help="Key of the reference answer."),
+    reference_key: str = typer.Option(
+        "reference", "--reference-key",
+        help="Key of the reference answer ('' = the lines have none). Rewards that read none "
+        "(countdown, language, code*) do not require it."),
     response_key: str = typer.Option("response", "--response-key", help="Key of the model response."),
     meta_key: str = typer.Option("meta", "--meta-key", help="Key of the metadata object (else: the other keys)."),
     on_bad_line: str = typer.Option("skip", "--on-bad-line", help="skip: report and go on; fail: stop before scoring."),
@@ -62,7 +98,10 @@ def grade(
     timeout: float = typer.Option(3.0, "--timeout", min=0.01, help="Deadline per symbolic check, seconds."),
     isolate: bool = typer.Option(False, "--isolate", help="Run each whole reward call in a killable process."),
 ) -> None:
-    """Score a JSONL file of responses: accuracy, format rate, counts per status, answers/s."""
+    """Score a JSONL file of responses: accuracy, format rate, counts per status, answers/s.
+
+    Exit status 1 when no line could be scored (the results file is still written), 2 on a usage error.
+    """
     from rich.console import Console
     from rich.table import Table
 
@@ -85,7 +124,8 @@ def grade(
 
     rows: list[tuple[int, dict[str, Any]]] = []
     bad: list[tuple[int, str]] = []
-    for lineno, row, problem in _read_rows(file, response_key, reference_key, meta_key):
+    need_reference = bool(reference_key) and needs_reference(reward)
+    for lineno, row, problem in _read_rows(file, response_key, reference_key, meta_key, need_reference):
         if problem is not None:
             bad.append((lineno, problem))
             typer.echo(f"{file}:{lineno}: {problem}", err=True)
@@ -134,3 +174,8 @@ def grade(
     table.add_row("answers/s", f"{counters.per_second:,.0f}")
     table.add_row("results", str(out_path))
     Console().print(table)
+    if not rows:
+        # An accuracy of 0.0000 over no lines would read as a result: say so and fail.
+        what = f"all {len(bad)} lines were bad (see above)" if bad else "it has no non-blank lines"
+        typer.echo(f"error: no line of {file} was scored: {what}", err=True)
+        raise typer.Exit(1)

@@ -33,6 +33,8 @@ def sft(
         validate_sft_config(cfg)
     except ValueError as exc:
         fail(str(exc))
+    if cfg.data.sft_path:
+        _check_sft_file(cfg.data.sft_path)
     from rlvr.train.tasks import TaskDataError
 
     try:
@@ -44,3 +46,18 @@ def sft(
         typer.echo(f"held-out: accuracy {ev.get('accuracy', float('nan')):.1%}, "
                    f"mean length {ev.get('len/mean', float('nan')):.1f}")
     typer.echo(f"run directory: {result.run_dir} (plots in {result.run_dir / 'plots'})")
+
+
+def _check_sft_file(path: str) -> None:
+    """Read data.sft_path once before any model or run directory exists, so a bad line or an empty file
+    is one `error: data.sft_path=PATH: line N: ...` instead of a traceback (or "no training examples",
+    naming no file) after the model was built."""
+    from rlvr.data import DataError, load_sft
+
+    try:
+        load_sft(path)
+    except DataError as exc:
+        where = f"line {exc.line}: " if exc.line is not None else ""
+        fail(f"data.sft_path={path}: {where}{exc.reason}")
+    except OSError as exc:
+        fail(f"data.sft_path={path}: cannot read it ({exc.strerror or exc})")

@@ -9,7 +9,18 @@ from pathlib import Path
 
 
 class DataError(ValueError):
-    """Bad input data. The message starts with `path:line:` (or `path:`) and says what is wrong."""
+    """Bad input data. The message starts with `path:line:` (or `path:`) and says what is wrong.
+
+    `path`, `line` and `reason` hold the parts separately (None / None / the message when the raiser
+    did not give them), so a command can say which config key named the file without repeating it.
+    """
+
+    def __init__(self, message: str, *, path: str | Path | None = None, line: int | None = None,
+                 reason: str | None = None):
+        super().__init__(message)
+        self.path = None if path is None else str(path)
+        self.line = line
+        self.reason = message if reason is None else reason
 
 
 def iter_jsonl(path: str | Path, required_keys: Sequence[str] = ()) -> Iterator[tuple[str, dict]]:
@@ -20,7 +31,20 @@ def iter_jsonl(path: str | Path, required_keys: Sequence[str] = ()) -> Iterator[
     """
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"{path}: no such file")
+        what = "is a directory, not a file" if path.is_dir() else "no such file"
+        raise DataError(f"{path}: {what}", path=path, reason=what)
+    try:
+        yield from _rows(path, required_keys)
+    except UnicodeDecodeError as exc:
+        # Decoding runs a chunk ahead of the lines, so no line number would be exact.
+        reason = f"not UTF-8 text ({exc.reason})"
+        raise DataError(f"{path}: {reason}", path=path, reason=reason) from None
+
+
+def _rows(path: Path, required_keys: Sequence[str]) -> Iterator[tuple[str, dict]]:
+    def bad(lineno: int, reason: str) -> DataError:
+        return DataError(f"{path}:{lineno}: {reason}", path=path, line=lineno, reason=reason)
+
     with path.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
@@ -29,18 +53,14 @@ def iter_jsonl(path: str | Path, required_keys: Sequence[str] = ()) -> Iterator[
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise DataError(f"{where}: invalid JSON: {exc.msg} (column {exc.colno})") from None
+                raise bad(lineno, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
             if not isinstance(row, dict):
-                raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
+                raise bad(lineno, f"expected a JSON object, got {type(row).__name__}")
             for key in required_keys:
                 if key not in row:
-                    raise DataError(
-                        f'{where}: missing key "{key}" (has: {", ".join(sorted(row)) or "nothing"})'
-                    )
+                    raise bad(lineno, f'missing key "{key}" (has: {", ".join(sorted(row)) or "nothing"})')
                 if not isinstance(row[key], str | int | float) or isinstance(row[key], bool):
-                    raise DataError(
-                        f'{where}: key "{key}" must be a string or number, got {type(row[key]).__name__}'
-                    )
+                    raise bad(lineno, f'key "{key}" must be a string or number, got {type(row[key]).__name__}')
             yield where, row
 
 

@@ -42,7 +42,8 @@ def load_math(path: str | Path) -> list[Example]:
 def load_sft(
     path: str | Path, prompt_key: str = "prompt", response_key: str = "response"
 ) -> list[SFTExample]:
-    """Prompt/response JSONL for SFT; both keys required on every line."""
+    """Prompt/response JSONL for SFT; both keys required on every line. A file without a single
+    pair raises DataError too: training on nothing is never what was meant."""
     out = []
     for where, row in iter_jsonl(path, (prompt_key, response_key)):
         out.append(
@@ -50,6 +51,9 @@ def load_sft(
                 prompt=str(row[prompt_key]), response=str(row[response_key]), id=str(row.get("id", where))
             )
         )
+    if not out:
+        reason = f'no {prompt_key}/{response_key} pairs: the file is empty (or only blank lines)'
+        raise DataError(f"{path}: {reason}", path=path, reason=reason)
     return out
 
 

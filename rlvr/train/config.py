@@ -44,6 +44,30 @@ class ModelConfig:
     attn_implementation: str = "auto"
     """Attention kernel for real models: auto (sdpa where available), sdpa, eager, flash_attention_2."""
 
+    def validate(self) -> None:
+        """Names and ranges of the model section, before any model is built."""
+        c = _Checks("model")
+        if self.dtype == "float16":
+            # Not a style choice: AdamW's eps (1e-8) is 0 in float16 (smallest subnormal 6e-8), and so
+            # are second moments of gradients below ~2e-4, so updates divide by zero and go to NaN.
+            c.error("model.dtype='float16' is refused: AdamW's eps and small second moments underflow to 0 "
+                    "in float16 and training goes to NaN; use model.dtype=bfloat16 (same memory) or float32")
+        else:
+            c.one_of("dtype", self.dtype, _DTYPES)
+        c.one_of("master_weights", self.master_weights, ("float32", "same"))
+        c.one_of("attn_implementation", self.attn_implementation, _ATTN_IMPLEMENTATIONS)
+        for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size"):
+            c.at_least(name, getattr(self, name), 1)
+        if self.name == "tiny" and not self.init_from and self.num_heads >= 1 and self.hidden_size % self.num_heads:
+            c.error(f"model.hidden_size={self.hidden_size} must be divisible by model.num_heads={self.num_heads}")
+        if self.init_from:
+            from pathlib import Path
+
+            if not Path(self.init_from).exists():
+                c.error(f"model.init_from={self.init_from}: no such run, checkpoint or model directory")
+        c.device("device", self.device)
+        c.done()
+
 
 @dataclass
 class DataConfig:
@@ -78,6 +102,72 @@ class DataConfig:
     operands: int = 2
     """Arithmetic task only: terms per problem ("3+5+7=" has 3)."""
 
+    def validate(self) -> None:
+        """Task, template and reward names, files and ranges. Whether a synthetic task has as many
+        distinct problems as asked for depends on which splits the command reads:
+        check_problem_counts, called by the trainer configs' validate()."""
+        from rlvr.data import PROMPT_TEMPLATES, TASKS
+
+        c = _Checks("data")
+        task = TASKS.get(self.task)
+        if task is None:
+            c.one_of("task", self.task, sorted(TASKS))
+        template_ok = not self.template or self.template in PROMPT_TEMPLATES or "{question}" in self.template
+        if not template_ok:
+            c.error(f"data.template={self.template!r} is unknown; known: "
+                    f"{', '.join(repr(k) for k in sorted(PROMPT_TEMPLATES))}, or a template text containing {{question}}")
+        if self.reward:
+            from rlvr.rewards import get_reward_fn
+
+            try:
+                get_reward_fn(self.reward)
+            except (KeyError, ValueError, TypeError) as exc:
+                c.error(f"data.reward={self.reward!r}: {_error_text(exc)}")
+        elif task is not None and template_ok:
+            try:
+                task.reward_name(self.template or None)
+            except KeyError as exc:
+                c.error(f"data.template={self.template!r}: {_error_text(exc)}; set data.reward")
+        for name in ("train_path", "eval_path", "sft_path"):
+            c.file(name, getattr(self, name))
+        c.at_least("reward_workers", self.reward_workers, 1)
+        c.at_least("reward_timeout_s", self.reward_timeout_s, 0)
+        c.at_least("num_train", self.num_train, 0)
+        c.at_least("num_eval", self.num_eval, 0)
+        c.at_least("digits", self.digits, 1)
+        c.at_least("operands", self.operands, 2)
+        c.done()
+
+    def check_problem_counts(self, splits: tuple[str, ...] = ("train", "test")) -> None:
+        """Refuse data.num_train / data.num_eval above the number of distinct problems a synthetic
+        task's generator can make of that split ("train" / "test") with these settings: counted, not
+        drawn (drawing took a minute to say the same). A split read from a file is not checked."""
+        from rlvr.data import TASKS
+
+        task = TASKS.get(self.task)
+        if task is None or task.capacity is None:
+            return
+        c = _Checks("data")
+        # The generator knobs rlvr.train.tasks passes for this task (its _difficulty; a test checks
+        # they agree): each is the config key data.<knob>.
+        knobs = {"digits": self.digits, "operands": self.operands} if self.task == "arithmetic" else {}
+        for name, n, split, path_key in (("num_train", self.num_train, "train", "train_path"),
+                                         ("num_eval", self.num_eval, "test", "eval_path")):
+            if split not in splits or getattr(self, path_key):
+                continue
+            try:
+                have = task.capacity(split, **knobs)
+            except ValueError as exc:
+                c.error(f"data (task={self.task!r}): {exc}")
+                break
+            if have is not None and n > have:
+                settings = ", ".join(f"data.{k}={v}" for k, v in knobs.items()) or "its generator's settings"
+                fix = f"raise {' or '.join(f'data.{k}' for k in knobs)}" if knobs else f"give data.{path_key}"
+                c.error(f"data.{name}={n}: task {self.task!r} has only {have} distinct "
+                        f"{'training' if split == 'train' else 'held-out'} problems with {settings}; "
+                        f"lower data.{name} or {fix}")
+        c.done()
+
 
 @dataclass
 class SamplingConfig:
@@ -97,11 +187,21 @@ class SamplingConfig:
     """Stop strings added to the task's own (r1_zero already stops at </answer>) and the end-of-sequence token."""
     keep_stop: bool = True
     """Keep the stop string at the end of the response text (the r1_zero reward needs the closing </answer>)."""
+    min_tokens: int = 0
+    """End-of-sequence and stop strings are ignored before this many response tokens (CS336 uses 4)."""
     thinking_budget: int = -1
     """Qwen3-style thinking budget: at most this many reasoning tokens, then "stop thinking" text is forced
     (kept out of the loss) and the answer sampled; -1 = off, 0 = no thinking."""
     stop_thinking_text: str = ""
     """Text forced when the thinking budget runs out; '' = Qwen3's ("Considering the limited time ... </think>")."""
+
+    def validate(self) -> None:
+        """Ranges of the sampling section (the sampler would refuse them only after the model is built)."""
+        c = _Checks("sampling")
+        c.at_least("n_prompts", self.n_prompts, 1)
+        c.at_least("group_size", self.group_size, 1)
+        _check_sampling(c, self)
+        c.done()
 
 
 @dataclass
@@ -126,6 +226,23 @@ class RolloutConfig:
     """vllm colocated: free the engine's KV cache and weights while the learner runs, wake for generation."""
     dtype: str = ""
     """vllm: engine dtype; '' = bfloat16."""
+
+    def validate(self) -> None:
+        """Engine name and ranges; vllm must be installed when chosen."""
+        c = _Checks("rollout")
+        if c.one_of("backend", self.backend, ("hf", "vllm")) and self.backend == "vllm":
+            import importlib.util
+
+            if importlib.util.find_spec("vllm") is None:
+                c.error("rollout.backend='vllm' needs the vllm package (GPU only): pip install 'rlvr[vllm]'")
+            if self.device:
+                c.device("device", self.device)
+        c.at_least("batch_size", self.batch_size, 0)
+        c.fraction("gpu_memory_utilization", self.gpu_memory_utilization)
+        c.at_least("max_model_len", self.max_model_len, 0)
+        c.at_least("tensor_parallel_size", self.tensor_parallel_size, 1)
+        c.one_of("dtype", self.dtype, ("", "bfloat16", "float16", "float32"))
+        c.done()
 
 
 @dataclass
@@ -210,6 +327,22 @@ class OptimConfig:
     grad_clip: float = 1.0
     """Clip the global gradient norm to this value; 0 = no clipping."""
 
+    def validate(self) -> None:
+        """AdamW ranges and the schedule name (rlvr.train.common.LR_SCHEDULES)."""
+        c = _Checks("optim")
+        c.need("lr", self.lr, self.lr > 0, "> 0")
+        c.at_least("weight_decay", self.weight_decay, 0)
+        c.need("beta1", self.beta1, 0 <= self.beta1 < 1, "in [0, 1)")
+        c.need("beta2", self.beta2, 0 <= self.beta2 < 1, "in [0, 1)")
+        c.need("eps", self.eps, self.eps > 0, "> 0")
+        c.at_least("warmup_steps", self.warmup_steps, 0)
+        c.need("min_lr_ratio", self.min_lr_ratio, 0 <= self.min_lr_ratio <= 1, "in [0, 1]")
+        c.at_least("grad_clip", self.grad_clip, 0)
+        from rlvr.train.common import LR_SCHEDULES  # imports torch: last, and only here
+
+        c.one_of("schedule", self.schedule, sorted(LR_SCHEDULES))
+        c.done()
+
 
 @dataclass
 class RunConfig:
@@ -244,6 +377,21 @@ class RunConfig:
     progress: bool = True
     """Show a live progress bar."""
 
+    def validate(self) -> None:
+        """Ranges of the run section."""
+        c = _Checks("run")
+        c.need("out_dir", self.out_dir, bool(self.out_dir), "a directory path")
+        c.at_least("steps", self.steps, 1)
+        c.at_least("num_threads", self.num_threads, 0)
+        c.at_least("eval_every", self.eval_every, 0)
+        c.at_least("eval_temperature", self.eval_temperature, 0)
+        c.at_least("eval_batch_size", self.eval_batch_size, 1)
+        c.at_least("log_samples_every", self.log_samples_every, 0)
+        c.at_least("num_log_samples", self.num_log_samples, 0)
+        c.at_least("checkpoint_every", self.checkpoint_every, 0)
+        c.at_least("keep_checkpoints", self.keep_checkpoints, 0)
+        c.done()
+
 
 # ---------------------------------------------------------------------------------------- trainers
 
@@ -267,6 +415,11 @@ class TrainConfig:
     run: RunConfig = field(default_factory=RunConfig)
     """Run directory and logging."""
 
+    def validate(self) -> None:
+        """After the sections' own checks: training reads both splits. (The algo section's names and
+        cross-field checks are rlvr.train.pg.validate_train_config.)"""
+        self.data.check_problem_counts(("train", "test"))
+
 
 @dataclass
 class SFTAlgoConfig:
@@ -280,6 +433,17 @@ class SFTAlgoConfig:
     """How token losses are normalized (rlvr.algo.LOSS_AGGREGATIONS): token_mean, seq_mean_token_mean, ..."""
     max_length: int = 256
     """Truncate prompt + response to this many tokens."""
+
+    def validate(self) -> None:
+        """Ranges and the aggregation name (rlvr.algo.LOSS_AGGREGATIONS)."""
+        c = _Checks("algo")
+        c.at_least("batch_size", self.batch_size, 1)
+        c.at_least("micro_batch_size", self.micro_batch_size, 0)
+        c.at_least("max_length", self.max_length, 1)
+        from rlvr.algo import LOSS_AGGREGATIONS  # imports torch: only here
+
+        c.one_of("aggregation", self.aggregation, sorted(LOSS_AGGREGATIONS))
+        c.done()
 
 
 @dataclass
@@ -300,6 +464,10 @@ class SFTConfig:
     """Optimizer."""
     run: RunConfig = field(default_factory=lambda: RunConfig(out_dir="runs/sft", steps=400))
     """Run directory and logging."""
+
+    def validate(self) -> None:
+        """After the sections' own checks: SFT builds the task's training and held-out problems."""
+        self.data.check_problem_counts(("train", "test"))
 
 
 @dataclass
@@ -325,6 +493,14 @@ class EvalSamplingConfig:
     batch_size: int = 256
     """Prompts per generate call."""
 
+    def validate(self) -> None:
+        """Ranges of `rlvr eval`'s decoding."""
+        c = _Checks("sampling")
+        c.at_least("n", self.n, 1)
+        c.at_least("batch_size", self.batch_size, 1)
+        _check_sampling(c, self)
+        c.done()
+
 
 @dataclass
 class EvalRunConfig:
@@ -336,6 +512,11 @@ class EvalRunConfig:
     """torch CPU threads; 0 = RLVR_NUM_THREADS or torch's default."""
     out: str = ""
     """Write metrics (JSON) here, and the scored samples next to it as .samples.jsonl; '' = print only."""
+
+    def validate(self) -> None:
+        c = _Checks("run")
+        c.at_least("num_threads", self.num_threads, 0)
+        c.done()
 
 
 @dataclass
@@ -352,3 +533,102 @@ class EvalConfig:
     """Engine (hf or vllm)."""
     run: EvalRunConfig = field(default_factory=EvalRunConfig)
     """Seed, threads, output file."""
+
+    def validate(self) -> None:
+        """After the sections' own checks: evaluation reads only held-out problems."""
+        self.data.check_problem_counts(("test",))
+
+
+# ------------------------------------------------------------------------------------- validation
+# Each section's validate() runs right after parsing (rlvr.config calls it), so a wrong name or a value
+# out of range fails naming its dotted key before any model or data work (it used to surface as a
+# traceback from deep inside the trainer after 5-8 s). Registries are imported inside the checks, not
+# at the top of this module: `rlvr --help` must not pay for torch.
+
+# Parameter dtypes a policy may train in; float16 is refused on purpose (ModelConfig.validate says why).
+_DTYPES = ("float32", "bfloat16")
+# model.attn_implementation values: rlvr.models.loading.ATTN_IMPLEMENTATIONS (a test checks they agree),
+# spelled out because importing rlvr.models imports torch.
+_ATTN_IMPLEMENTATIONS = ("auto", "sdpa", "eager", "flash_attention_2")
+
+
+class _Checks:
+    """The problems of one section, one line each naming the dotted key; done() raises them together."""
+
+    def __init__(self, section: str):
+        self.section = section
+        self.errors: list[str] = []
+
+    def error(self, message: str) -> None:
+        self.errors.append(message)
+
+    def one_of(self, name: str, value: object, known) -> bool:
+        if value in known:
+            return True
+        self.error(f"{self.section}.{name}={value!r} is unknown; known: {', '.join(repr(k) for k in known)}")
+        return False
+
+    def need(self, name: str, value: object, ok: bool, want: str) -> None:
+        if not ok:
+            self.error(f"{self.section}.{name}={value!r} must be {want}")
+
+    def at_least(self, name: str, value: float, low: float) -> None:
+        self.need(name, value, value >= low, f">= {low}")
+
+    def fraction(self, name: str, value: float) -> None:
+        """A value in (0, 1]: top_p, a memory fraction."""
+        self.need(name, value, 0 < value <= 1, "in (0, 1]")
+
+    def device(self, name: str, device: str) -> None:
+        problem = _device_problem(f"{self.section}.{name}", device)
+        if problem:
+            self.error(problem)
+
+    def file(self, name: str, path: str) -> None:
+        from pathlib import Path
+
+        if path and not Path(path).is_file():
+            what = "is a directory, not a file" if Path(path).is_dir() else "no such file"
+            self.error(f"{self.section}.{name}={path}: {what}")
+
+    def done(self) -> None:
+        if self.errors:
+            from rlvr.config import ConfigError
+
+            raise ConfigError(self.errors)
+
+
+def _device_problem(key: str, device: str) -> str | None:
+    """Why `device` cannot hold a model here, or None. torch is imported only for a non-CPU device."""
+    import re
+
+    if device == "cpu":
+        return None
+    m = re.fullmatch(r"cuda(?::(\d+))?", device)
+    if m is None and device != "mps":
+        return f"{key}={device!r} is unknown; known: 'cpu', 'cuda', 'cuda:N', 'mps'"
+    import torch
+
+    if device == "mps":
+        return None if torch.backends.mps.is_available() else f"{key}='mps': MPS is not available here; use {key}=cpu"
+    if not torch.cuda.is_available():
+        why = "this torch is a CPU-only build" if torch.version.cuda is None else "no CUDA GPU is visible"
+        return f"{key}={device!r}: CUDA is not available ({why}); use {key}=cpu"
+    count = torch.cuda.device_count()
+    if int(m.group(1) or 0) >= count:
+        return f"{key}={device!r}: only {count} CUDA device(s) are visible (cuda:0 .. cuda:{count - 1})"
+    return None
+
+
+def _error_text(exc: BaseException) -> str:
+    """A KeyError's message without the quotes str() adds."""
+    return str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+
+
+def _check_sampling(c: _Checks, s) -> None:
+    """Ranges shared by SamplingConfig and EvalSamplingConfig."""
+    c.at_least("temperature", s.temperature, 0)
+    c.fraction("top_p", s.top_p)
+    c.at_least("max_tokens", s.max_tokens, 1)
+    c.at_least("thinking_budget", s.thinking_budget, -1)
+    c.need("stop", s.stop, all(s.stop), "a list of non-empty strings")

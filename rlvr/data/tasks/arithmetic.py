@@ -14,12 +14,14 @@ with a negative result are redrawn.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import random
 
 from rlvr.data.example import Example
 from rlvr.data.jsonl import DataError
 from rlvr.data.tasks.base import Task
-from rlvr.data.tasks.synthetic import sample_unique
+from rlvr.data.tasks.synthetic import check_capacity, sample_unique, split_capacities, split_share
 
 OPS = ("+", "-", "*", "/")
 
@@ -61,18 +63,13 @@ def generate(
     heldout_fraction: float = 0.1,
 ) -> list[Example]:
     """n distinct problems of `split` ("train" or "test"), deterministic in (seed, split, knobs).
-    A problem's split depends only on its text, so train and test never share a problem."""
-    dig = (digits, digits) if isinstance(digits, int) else tuple(digits)
-    if not 1 <= dig[0] <= dig[1]:
-        raise ValueError(f"digits must be >= 1 (or a (lo, hi) range with lo <= hi), got {digits}")
-    ops = tuple(ops)
-    bad = [o for o in ops if o not in OPS]
-    if bad or not ops:
-        raise ValueError(f"unknown ops {bad or ops}; known: {' '.join(OPS)}")
-    if operands < 2:
-        raise ValueError(f"operands must be >= 2, got {operands}")
-    if "/" in ops and operands != 2:
-        raise ValueError("'/' is only supported with operands=2 (exact integer division)")
+    A problem's split depends only on its text, so train and test never share a problem.
+    Asking for more than `capacity` allows raises ProblemSpaceError at once."""
+    dig, ops = _knobs(digits, ops, operands)
+    available = capacity(split, heldout_fraction, digits=dig, ops=ops, operands=operands,
+                         allow_negative=allow_negative)
+    check_capacity(n, split, available, "arithmetic",
+                   f"digits={digits}, operands={operands}, ops={''.join(ops)}")
 
     def draw(rng: random.Random):
         while True:
@@ -94,6 +91,63 @@ def generate(
         Example(id=f"arithmetic:{q}", question=q, reference=str(v), meta=dict(meta), solution=str(v))
         for q, v in items
     ]
+
+
+def _knobs(digits, ops, operands: int) -> tuple[tuple[int, int], tuple[str, ...]]:
+    """Checked (digits range, ops) of generate/capacity."""
+    dig = (digits, digits) if isinstance(digits, int) else tuple(digits)
+    if len(dig) != 2 or not 1 <= dig[0] <= dig[1]:
+        raise ValueError(f"digits must be >= 1 (or a (lo, hi) range with lo <= hi), got {digits}")
+    ops = tuple(ops)
+    bad = [o for o in ops if o not in OPS]
+    if bad or not ops:
+        raise ValueError(f"unknown ops {bad or ops}; known: {' '.join(OPS)}")
+    if operands < 2:
+        raise ValueError(f"operands must be >= 2, got {operands}")
+    if "/" in ops and operands != 2:
+        raise ValueError("'/' is only supported with operands=2 (exact integer division)")
+    return dig, ops
+
+
+def capacity(
+    split: str = "train",
+    heldout_fraction: float = 0.1,
+    *,
+    digits: int | tuple[int, int] = 2,
+    ops: tuple[str, ...] | str = ("+",),
+    operands: int = 2,
+    allow_negative: bool = False,
+) -> int:
+    """How many distinct problems of `split` generate() can produce with these knobs: exact for
+    spaces up to synthetic.ENUMERATE_LIMIT, else the split's share of the space (an upper bound when
+    "-" problems with a negative result are excluded)."""
+    dig, ops = _knobs(digits, ops, operands)
+    split_share(split, heldout_fraction)  # rejects an unknown split
+    return _capacities(dig, ops, operands, allow_negative, heldout_fraction)[split]
+
+
+@functools.cache
+def _capacities(dig: tuple[int, int], ops: tuple[str, ...], operands: int, allow_negative: bool,
+                heldout_fraction: float) -> dict[str, int]:
+    # Operand values as _operand draws them: 0-9 for one digit, no leading zeros above.
+    values = [v for d in range(dig[0], dig[1] + 1) for v in range(0 if d == 1 else 10 ** (d - 1), 10**d)]
+    nonzero = [v for v in values if v]
+    seqs = [tuple(s) for s in itertools.product(ops, repeat=operands - 1)]
+    # Division draws divisor t1 != 0 and quotient q, so "t1*q/t1=" is distinct per (t1, q).
+    total = sum(len(nonzero) * len(values) if seq == ("/",) else len(values) ** operands for seq in seqs)
+
+    def keys():
+        for seq in seqs:
+            if seq == ("/",):
+                yield from (f"{t1 * q}/{t1}=" for t1 in nonzero for q in values)
+                continue
+            check = "-" in seq and not allow_negative
+            for terms in itertools.product(values, repeat=operands):
+                if check and evaluate(list(terms), list(seq)) < 0:
+                    continue
+                yield "".join(f"{t}{o}" for t, o in zip(terms, [*seq, "="], strict=True))
+
+    return split_capacities(heldout_fraction, total, keys)
 
 
 def parse_row(row: dict, where: str, index: int) -> Example:
@@ -125,4 +179,5 @@ TASK = Task(
     rewards={"r1_zero": "r1_zero", "*": "arithmetic"},
     make_target=make_target,
     generate=generate,
+    capacity=capacity,
 )

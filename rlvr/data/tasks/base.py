@@ -29,6 +29,9 @@ class Task:
     make_target(example, template) -> str: the SFT response for that template (None: the task
         has no canonical response format).
     generate(n, split, seed, **difficulty) -> list[Example]: synthetic tasks only.
+    capacity(split, heldout_fraction=0.1, **difficulty) -> int | None: how many distinct problems of
+        `split` generate() can produce with those knobs (None: too many to count), so a config that
+        asks for more fails at once instead of after a minute of drawing.
     stops: template name -> stop strings (default: r1_zero stops at "</answer>").
     """
 
@@ -40,6 +43,7 @@ class Task:
     rewards: Mapping[str, str] = field(default_factory=dict)
     make_target: Callable[[Example, str], str] | None = None
     generate: Callable[..., list[Example]] | None = None
+    capacity: Callable[..., int | None] | None = None
     # template name -> stop strings that end a response besides EOS (r1_zero: the answer tag,
     # kept in the output so the r1_zero checker sees the closed tag).
     stops: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: {"r1_zero": ("</answer>",)})

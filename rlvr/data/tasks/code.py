@@ -15,13 +15,13 @@ rlvr.rewards.code.task.task_from_meta, so a bad row fails naming file:line and k
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from importlib import resources
 
 from rlvr.data.example import Example
 from rlvr.data.jsonl import DataError
 from rlvr.data.tasks.base import Task
-from rlvr.data.tasks.synthetic import sample_unique, split_of
+from rlvr.data.tasks.synthetic import check_capacity, sample_unique, split_capacities, split_of, split_share
 from rlvr.rewards.code.task import CodeTaskError, task_from_meta
 
 ANSWER_INSTRUCTION = "\nAnswer with the complete program in a ```python code block."
@@ -152,6 +152,33 @@ FAMILIES: dict[str, Callable[[random.Random], tuple]] = {
     "rotate": _rotate,
 }
 
+# Every key a family can draw, for the families with few enough to count (the others draw random
+# words and lists: far more than anyone asks for). Must follow the draws above; a test checks it.
+FAMILY_KEYS: dict[str, Callable[[], Iterable[str]]] = {
+    "affine": lambda: (f"affine:{a}:{b}" for a in range(2, 10) for b in range(-20, 21)),
+    "sum_multiples": lambda: (f"summult:{k}" for k in range(2, 10)),
+}
+
+
+def capacity(split: str = "train", heldout_fraction: float = 0.1, *,
+             families: tuple[str, ...] | None = None) -> int | None:
+    """How many distinct tasks of `split` generate() can produce from `families`; None when a family
+    that draws random words or lists (count_char, rotate) is among them."""
+    names = _families(families)
+    split_share(split, heldout_fraction)  # rejects an unknown split
+    if any(f not in FAMILY_KEYS for f in names):
+        return None
+    keys = [k for f in names for k in FAMILY_KEYS[f]()]
+    return split_capacities(heldout_fraction, len(keys), lambda: keys)[split]
+
+
+def _families(families: tuple[str, ...] | None) -> tuple[str, ...]:
+    names = tuple(families or FAMILIES)
+    unknown = [f for f in names if f not in FAMILIES]
+    if unknown:
+        raise ValueError(f"unknown code task families {unknown}; known: {', '.join(FAMILIES)}")
+    return names
+
 
 def generate(
     n: int,
@@ -163,10 +190,9 @@ def generate(
     time_limit_s: float = 1.0,
 ) -> list[Example]:
     """n distinct synthetic code tasks of `split` (deterministic in seed/split/families)."""
-    names = tuple(families or FAMILIES)
-    unknown = [f for f in names if f not in FAMILIES]
-    if unknown:
-        raise ValueError(f"unknown code task families {unknown}; known: {', '.join(FAMILIES)}")
+    names = _families(families)
+    check_capacity(n, split, capacity(split, heldout_fraction, families=names), "code",
+                   f"families={','.join(names)}")
 
     def draw(rng: random.Random):
         item = FAMILIES[rng.choice(names)](rng)
@@ -208,4 +234,5 @@ TASK = Task(
     rewards={"*": "code"},
     make_target=make_target,
     generate=generate,
+    capacity=capacity,
 )

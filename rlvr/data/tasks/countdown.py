@@ -10,12 +10,15 @@ under the checker's rules.
 
 from __future__ import annotations
 
+import functools
+import itertools
+import math
 import random
 
 from rlvr.data.example import Example
 from rlvr.data.jsonl import DataError
 from rlvr.data.tasks.base import Task
-from rlvr.data.tasks.synthetic import sample_unique
+from rlvr.data.tasks.synthetic import check_capacity, sample_unique, split_capacities, split_share
 
 STYLES = {
     "text": lambda nums, target: (
@@ -59,12 +62,11 @@ def generate(
 ) -> list[Example]:
     """n distinct solvable problems of `split`, deterministic in (seed, split, knobs). The split
     is a hash of the sorted numbers and the target, so train and test never share a problem."""
-    if count < 2:
-        raise ValueError(f"count must be >= 2, got {count}")
-    if max_number < 1 or max_target < 1:
-        raise ValueError("max_number and max_target must be >= 1")
     if style not in STYLES:
         raise ValueError(f"unknown countdown style {style!r}; known: {', '.join(STYLES)}")
+    available = capacity(split, heldout_fraction, count=count, max_number=max_number, max_target=max_target)
+    check_capacity(n, split, available, "countdown",
+                   f"count={count}, max_number={max_number}, max_target={max_target}")
 
     def draw(rng: random.Random):
         while True:
@@ -87,6 +89,72 @@ def generate(
             )
         )
     return out
+
+
+_COUNT_LIMIT = 1_000_000
+
+
+def _check_knobs(count: int, max_number: int, max_target: int) -> None:
+    if count < 2:
+        raise ValueError(f"count must be >= 2, got {count}")
+    if max_number < 1 or max_target < 1:
+        raise ValueError("max_number and max_target must be >= 1")
+
+
+def _combine(a: int, b: int) -> set[int]:
+    """Every value _random_solution can make of the pair a, b (drawn in either order), by its own
+    rules: '-' takes the larger first (equal -> '+'), an inexact '/' turns into '+' or '*'."""
+    out = {a + b, a * b}
+    if a != b:
+        out.add(abs(a - b))
+    if a % b == 0:
+        out.add(a // b)
+    if b % a == 0:
+        out.add(b // a)
+    return out
+
+
+@functools.cache
+def _reachable(pool: tuple[int, ...]) -> frozenset[int]:
+    """Values _random_solution can end with from the sorted multiset `pool` (intermediates stay
+    positive integers, so every pool value is >= 1)."""
+    if len(pool) == 1:
+        return frozenset(pool)
+    out: set[int] = set()
+    for i, j in itertools.combinations(range(len(pool)), 2):
+        rest = [v for k, v in enumerate(pool) if k not in (i, j)]
+        for v in _combine(pool[i], pool[j]):
+            out |= _reachable(tuple(sorted([*rest, v])))
+    return frozenset(out)
+
+
+def capacity(
+    split: str = "train", heldout_fraction: float = 0.1, *, count: int = 3, max_number: int = 20,
+    max_target: int = 100,
+) -> int | None:
+    """How many distinct problems (sorted numbers, target) of `split` generate() can produce: every
+    multiset of `count` numbers in 1..max_number with each target in 1..max_target that it reaches.
+    None when there are too many multisets to enumerate (then nothing is refused up front)."""
+    _check_knobs(count, max_number, max_target)
+    split_share(split, heldout_fraction)  # rejects an unknown split
+    # Enumeration cost ~ multisets x (pairs x 4 ops) per merge level: 0.2 s for the defaults, 0.4 s
+    # for count=4, max_number=10; beyond ~1M such steps (seconds) the space is left uncounted.
+    steps = math.comb(max_number + count - 1, count) * math.prod(4 * math.comb(k, 2) for k in range(2, count + 1))
+    if steps > _COUNT_LIMIT:
+        return None
+    return _capacities(count, max_number, max_target, heldout_fraction)[split]
+
+
+@functools.cache
+def _capacities(count: int, max_number: int, max_target: int, heldout_fraction: float) -> dict[str, int]:
+    problems = [
+        (list(nums), t)
+        for nums in itertools.combinations_with_replacement(range(1, max_number + 1), count)
+        for t in sorted(_reachable(nums))
+        if 1 <= t <= max_target
+    ]
+    # The key is generate()'s: f"{sorted(nums)}->{target}"
+    return split_capacities(heldout_fraction, len(problems), lambda: (f"{nums}->{t}" for nums, t in problems))
 
 
 def parse_row(row: dict, where: str, index: int) -> Example:
@@ -126,4 +194,5 @@ TASK = Task(
     rewards={"*": "countdown"},
     make_target=make_target,
     generate=generate,
+    capacity=capacity,
 )
