@@ -104,7 +104,7 @@ def test_unknown_recipe_and_bad_yaml_line(tmp_path):
 
 def test_unknown_task_fails_naming_data(tmp_path):
     r = _invoke("sft", "data.task=nope", "run.steps=1", f"run.out_dir={tmp_path / 'x'}", "run.progress=false")
-    assert r.exit_code == 2 and "data (task='nope')" in r.output
+    assert r.exit_code == 2 and "data.task='nope'" in r.output
 
 
 def test_help_is_generated_from_field_docs():

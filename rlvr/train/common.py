@@ -6,9 +6,8 @@ Plain functions with plain arguments; the trainers call them with fields of thei
 
 from __future__ import annotations
 
-import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,8 @@ def quiet_transformers() -> None:
 
 
 def policy_from_config(mcfg, seed: int = 0):
-    """build_policy with the fields of a ModelConfig."""
+    """build_policy with the fields of a ModelConfig (fields added later are read with their
+    defaults, so older config objects still work)."""
     return build_policy(
         mcfg.name,
         init_from=mcfg.init_from,
@@ -40,6 +40,8 @@ def policy_from_config(mcfg, seed: int = 0):
         dtype=mcfg.dtype,
         device=mcfg.device,
         seed=seed,
+        gradient_checkpointing=getattr(mcfg, "gradient_checkpointing", False),
+        attn_implementation=getattr(mcfg, "attn_implementation", "auto"),
     )
 
 
@@ -55,17 +57,30 @@ def build_policy(
     dtype: str = "float32",
     device: str = "cpu",
     seed: int = 0,
+    gradient_checkpointing: bool = False,
+    attn_implementation: str = "auto",
 ):
     """(model, tokenizer) in train mode.
 
     init_from: a run directory (its latest checkpoint's model), a checkpoint folder, or a model
     folder; it wins over `name`. name 'tiny' builds a fresh char-level Qwen2-style model whose
-    init is seeded by `seed`; anything else is a local transformers folder.
+    init is seeded by `seed`; anything else is a local transformers folder or a hub id.
+    gradient_checkpointing: recompute activations in backward (rlvr.models.loading.
+    enable_gradient_checkpointing; the config's use_cache is turned off, generation still
+    caches). attn_implementation: auto (sdpa where the model class supports it, else eager),
+    sdpa, eager, flash_attention_2. The same two settings apply to tiny and real models.
     """
     from rlvr.models import build_tiny_model, load_policy
+    from rlvr.models.loading import ATTN_IMPLEMENTATIONS, enable_gradient_checkpointing
 
+    if attn_implementation not in ATTN_IMPLEMENTATIONS:
+        raise ValueError(
+            f"model.attn_implementation={attn_implementation!r}; known: {', '.join(ATTN_IMPLEMENTATIONS)}"
+        )
     if init_from:
-        model, tok = load_policy(resolve_model_dir(init_from), dtype=dtype, device=device)
+        model, tok = load_policy(
+            resolve_model_dir(init_from), dtype=dtype, device=device, attn_implementation=attn_implementation
+        )
     elif name == "tiny":
         model, tok = build_tiny_model(
             hidden_size=hidden_size,
@@ -75,10 +90,13 @@ def build_policy(
             tie_word_embeddings=tie_embeddings,
             seed=seed,
             dtype=dtype,
+            attn_implementation=attn_implementation,
         )
         model.to(device)
     else:
-        model, tok = load_policy(name, dtype=dtype, device=device)
+        model, tok = load_policy(name, dtype=dtype, device=device, attn_implementation=attn_implementation)
+    if gradient_checkpointing:
+        enable_gradient_checkpointing(model)
     model.train()
     return model, tok
 
@@ -120,37 +138,10 @@ def finish_run(run_path: Path, last_metrics: dict[str, Any]) -> dict[str, float]
 # ------------------------------------------------------------------------------------ optimizer
 
 
-def _constant(progress: float, min_ratio: float) -> float:
-    return 1.0
+# The schedules live in a torch-free module so config validation can name them in a second.
+from rlvr.train.schedules import LR_SCHEDULES, lr_multiplier  # noqa: E402,F401 - re-exported
 
-
-def _linear(progress: float, min_ratio: float) -> float:
-    return 1.0 - (1.0 - min_ratio) * progress
-
-
-def _cosine(progress: float, min_ratio: float) -> float:
-    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
-# Learning-rate multiplier after warmup as a function of progress in [0, 1] (0 = end of warmup,
-# 1 = last optimizer step).
-LR_SCHEDULES: dict[str, Callable[[float, float], float]] = {
-    "constant": _constant,
-    "linear": _linear,
-    "cosine": _cosine,
-}
-
-
-def lr_multiplier(step: int, *, warmup_steps: int, total_steps: int, schedule: str, min_lr_ratio: float) -> float:
-    """Multiplier of the peak lr at optimizer step `step` (0-based): linear warmup over
-    warmup_steps (step 0 gets 1/warmup_steps, never 0), then the named schedule until total_steps - 1."""
-    if schedule not in LR_SCHEDULES:
-        raise KeyError(f"unknown lr schedule {schedule!r}; known: {', '.join(sorted(LR_SCHEDULES))}")
-    if warmup_steps > 0 and step < warmup_steps:
-        return (step + 1) / warmup_steps
-    span = max(1, total_steps - 1 - warmup_steps)
-    progress = min(1.0, max(0.0, (step - warmup_steps) / span))
-    return LR_SCHEDULES[schedule](progress, min_lr_ratio)
+MASTER_WEIGHTS = ("float32", "same")
 
 
 def build_optimizer(
@@ -165,11 +156,27 @@ def build_optimizer(
     schedule: str = "constant",
     min_lr_ratio: float = 0.0,
     total_steps: int = 1,
+    master_weights: str = "same",
 ):
-    """AdamW over trainable parameters + a LambdaLR scheduler stepped once per optimizer step."""
+    """AdamW over trainable parameters + a LambdaLR scheduler stepped once per optimizer step.
+
+    master_weights: "float32" = when some trainable parameter is stored below float32 (a
+    bfloat16 model), rlvr.train.precision.MasterWeightAdamW updates float32 master copies and
+    copies their rounding back (small updates are not lost to bf16 rounding); float32 models get
+    torch's AdamW either way. "same" = torch's AdamW in the parameters' own dtype.
+    """
+    from rlvr.train.precision import MasterWeightAdamW, needs_master_weights
+
+    if master_weights not in MASTER_WEIGHTS:
+        raise ValueError(f"model.master_weights={master_weights!r}; known: {', '.join(MASTER_WEIGHTS)}")
     params = [p for p in model.parameters() if p.requires_grad]
-    # foreach=False: identical numerics whatever the parameter grouping; negligible cost at our sizes.
-    opt = torch.optim.AdamW(params, lr=lr, betas=(beta1, beta2), eps=eps, weight_decay=weight_decay, foreach=False)
+    if master_weights == "float32" and needs_master_weights(params):
+        opt = MasterWeightAdamW(params, lr=lr, betas=(beta1, beta2), eps=eps, weight_decay=weight_decay)
+    else:
+        # foreach=False: identical numerics whatever the parameter grouping; negligible cost at our sizes.
+        opt = torch.optim.AdamW(
+            params, lr=lr, betas=(beta1, beta2), eps=eps, weight_decay=weight_decay, foreach=False
+        )
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt,
         lambda s: lr_multiplier(
@@ -179,8 +186,9 @@ def build_optimizer(
     return opt, sched
 
 
-def optimizer_from_config(model, ocfg, total_steps: int):
-    """build_optimizer with the fields of an OptimConfig; total_steps = optimizer steps of the run."""
+def optimizer_from_config(model, ocfg, total_steps: int, master_weights: str = "same"):
+    """build_optimizer with the fields of an OptimConfig; total_steps = optimizer steps of the run;
+    master_weights = ModelConfig.master_weights (float32 | same)."""
     return build_optimizer(
         model,
         lr=ocfg.lr,
@@ -192,17 +200,42 @@ def optimizer_from_config(model, ocfg, total_steps: int):
         schedule=ocfg.schedule,
         min_lr_ratio=ocfg.min_lr_ratio,
         total_steps=total_steps,
+        master_weights=master_weights,
     )
+
+
+def grad_norm_fp32(params: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Global L2 norm of the gradients, accumulated in float32 whatever the gradients' dtype
+    (a bf16 norm has 3 significant digits, and the clip coefficient would inherit that)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    norms = [torch.linalg.vector_norm(g, dtype=torch.float32) for g in grads]
+    return torch.linalg.vector_norm(torch.stack([n.to(norms[0].device) for n in norms]))
 
 
 def clip_and_step(model, optimizer, scheduler, grad_clip: float) -> float:
     """Clip the global grad norm (0 = no clip), step optimizer and scheduler, zero grads.
-    Returns the gradient norm before clipping."""
+    Returns the gradient norm before clipping, computed in float32.
+
+    float32 gradients take torch's clip_grad_norm_ (unchanged numerics); lower-precision ones get
+    a float32 norm and a float32 clip coefficient, applied to each gradient with one rounding."""
     params = [p for p in model.parameters() if p.grad is not None]
-    if grad_clip > 0:
-        norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
+    if params and all(p.grad.dtype == torch.float32 for p in params):
+        if grad_clip > 0:
+            norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
+        else:
+            norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params]))
     else:
-        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params])) if params else torch.zeros(())
+        norm = grad_norm_fp32(params)
+        if grad_clip > 0 and params:
+            # Same formula as clip_grad_norm_: coefficient max_norm / (norm + 1e-6), capped at 1.
+            coef = torch.clamp(grad_clip / (norm + 1e-6), max=1.0)
+            with torch.no_grad():
+                for p in params:
+                    # multiply in float32 and round once (an in-place bf16 mul would first round
+                    # the coefficient to bf16); the temporary is one parameter's size.
+                    p.grad.copy_(p.grad.to(torch.float32).mul_(coef.to(p.grad.device)))
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)

@@ -205,6 +205,36 @@ class SamplingConfig:
 
 
 @dataclass
+class SFTSamplingConfig:
+    """How `rlvr sft` decodes its periodic evaluation (greedy, or run.eval_temperature)."""
+
+    top_p: float = 1.0
+    """Nucleus sampling threshold of sampled evaluation; 1.0 = off."""
+    max_tokens: int = 16
+    """Maximum response length in tokens."""
+    stop: list[str] = field(default_factory=list)
+    """Stop strings added to the task's own (r1_zero already stops at </answer>) and the end-of-sequence token."""
+    keep_stop: bool = True
+    """Keep the stop string at the end of the response text (the r1_zero reward needs the closing </answer>)."""
+    min_tokens: int = 0
+    """End-of-sequence and stop strings are ignored before this many response tokens."""
+    thinking_budget: int = -1
+    """Qwen3-style thinking budget in tokens (-1 = off, 0 = no thinking)."""
+    stop_thinking_text: str = ""
+    """Text forced when the thinking budget runs out; '' = Qwen3's."""
+
+    def validate(self) -> None:
+        """Ranges of the evaluation decoding."""
+        c = _Checks("sampling")
+        c.fraction("top_p", self.top_p)
+        c.at_least("max_tokens", self.max_tokens, 1)
+        c.at_least("min_tokens", self.min_tokens, 0)
+        c.at_least("thinking_budget", self.thinking_budget, -1)
+        c.need("stop", self.stop, all(self.stop), "a list of non-empty strings")
+        c.done()
+
+
+@dataclass
 class RolloutConfig:
     """Which engine samples rollouts, and where it runs."""
 
@@ -338,7 +368,7 @@ class OptimConfig:
         c.at_least("warmup_steps", self.warmup_steps, 0)
         c.need("min_lr_ratio", self.min_lr_ratio, 0 <= self.min_lr_ratio <= 1, "in [0, 1]")
         c.at_least("grad_clip", self.grad_clip, 0)
-        from rlvr.train.common import LR_SCHEDULES  # imports torch: last, and only here
+        from rlvr.train.schedules import LR_SCHEDULES  # torch-free
 
         c.one_of("schedule", self.schedule, sorted(LR_SCHEDULES))
         c.done()
@@ -454,8 +484,8 @@ class SFTConfig:
     """Policy."""
     data: DataConfig = field(default_factory=DataConfig)
     """Examples; the response is the task's worked solution or its reference answer."""
-    sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=1.0))
-    """Sampling for periodic evaluation (max_tokens, stop)."""
+    sampling: SFTSamplingConfig = field(default_factory=SFTSamplingConfig)
+    """Decoding of the periodic evaluation (max_tokens, stop)."""
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     """Engine of the periodic evaluation."""
     algo: SFTAlgoConfig = field(default_factory=SFTAlgoConfig)

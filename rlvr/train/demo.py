@@ -106,6 +106,7 @@ def _configs(cfg: DemoConfig, out: Path):
         RunConfig,
         SamplingConfig,
         SFTAlgoConfig,
+        SFTSamplingConfig,
         SFTConfig,
         TrainConfig,
     )
@@ -119,7 +120,7 @@ def _configs(cfg: DemoConfig, out: Path):
     sft = SFTConfig(
         model=model,
         data=data,
-        sampling=sampling,
+        sampling=SFTSamplingConfig(max_tokens=cfg.max_tokens),
         algo=SFTAlgoConfig(batch_size=cfg.sft_batch_size, aggregation="token_mean"),
         optim=OptimConfig(lr=cfg.sft_lr, warmup_steps=20, schedule="constant"),
         run=RunConfig(out_dir=str(out / "sft"), overwrite=True, steps=cfg.sft_steps, seed=cfg.seed, num_threads=threads,
