@@ -1,4 +1,4 @@
-"""Process-wide runtime settings: CPU thread count and seeding.
+"""Process-wide runtime settings: CPU thread count, seeding, and memory figures.
 
 On small CPU machines the thread count matters a lot (a prototype ran 6x faster with one
 thread per process under load), so it is an explicit setting everywhere: the `RLVR_NUM_THREADS`
@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import os
 import random
+import sys
+
+_GIB = float(1 << 30)
 
 
 def default_num_threads() -> int:
@@ -47,3 +50,100 @@ def seed_everything(seed: int) -> None:
     except ImportError:  # numpy is optional at this layer
         pass
     torch.manual_seed(seed)
+
+
+def _rss_peak_bytes() -> int | None:
+    """Peak resident set size of this process (getrusage ru_maxrss; since the last reset of the
+    kernel's high-water mark, see reset_peak_memory)."""
+    try:
+        import resource
+    except ImportError:  # not on POSIX
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # Linux reports kibibytes, macOS bytes.
+    return int(peak) if sys.platform == "darwin" else int(peak) * 1024
+
+
+def _rss_now_bytes() -> int | None:
+    """Current resident set size (Linux /proc/self/statm: resident pages * page size)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            resident_pages = int(f.read().split()[1])
+        return resident_pages * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _rss_hwm_bytes() -> int | None:
+    """The kernel's resident high-water mark (Linux VmHWM), which reset_peak_memory can reset."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+# Largest RSS peak seen before a reset of the high-water mark: resetting VmHWM also lowers
+# ru_maxrss (the kernel reports max(exited threads' peak, VmHWM)), so the lifetime peak is kept here.
+_lifetime_peak_bytes = 0
+
+
+def _cuda_device(device):
+    """torch.device when `device` is a CUDA device and CUDA is up, else None."""
+    import torch
+
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    if dev.type != "cuda" or not torch.cuda.is_available():
+        return None
+    return dev
+
+
+def memory_stats(device=None) -> dict[str, float]:
+    """Memory figures of this process in GiB (2**30 bytes), for per-step logging.
+
+    mem/rss_peak_gb: peak resident memory over the process's life (getrusage ru_maxrss; never goes
+    down, so it includes model loading). mem/rss_gb: resident memory now. mem/rss_step_peak_gb:
+    peak resident memory since the last reset_peak_memory (Linux VmHWM; with a reset at the start
+    of each step, the step's own peak). On a CUDA `device`: mem/cuda_peak_gb
+    (torch.cuda.max_memory_allocated since the last reset_peak_memory) and mem/cuda_reserved_gb
+    (held by the caching allocator now). A figure the platform cannot give is left out, not 0.
+    """
+    import torch
+
+    out: dict[str, float] = {}
+    peak, now, hwm = _rss_peak_bytes(), _rss_now_bytes(), _rss_hwm_bytes()
+    if peak is not None:
+        # the kernel updates its high-water mark lazily; the current figure may be a little above it
+        out["mem/rss_peak_gb"] = max(peak, now or 0, _lifetime_peak_bytes) / _GIB
+    if now is not None:
+        out["mem/rss_gb"] = now / _GIB
+    if hwm is not None:
+        out["mem/rss_step_peak_gb"] = max(hwm, now or 0) / _GIB
+    dev = _cuda_device(device)
+    if dev is not None:
+        out["mem/cuda_peak_gb"] = torch.cuda.max_memory_allocated(dev) / _GIB
+        out["mem/cuda_reserved_gb"] = torch.cuda.memory_reserved(dev) / _GIB
+    return out
+
+
+def reset_peak_memory(device=None) -> None:
+    """Start new peaks: CUDA (torch.cuda.reset_peak_memory_stats) on a CUDA `device`, and on Linux
+    the kernel's RSS high-water mark (writing 5 to /proc/self/clear_refs, which touches nothing
+    else), so mem/rss_step_peak_gb and mem/cuda_peak_gb are per step. mem/rss_peak_gb stays the
+    lifetime peak. Best effort: where /proc is not writable the RSS peak is simply not reset."""
+    global _lifetime_peak_bytes
+    import torch
+
+    dev = _cuda_device(device)
+    if dev is not None:
+        torch.cuda.reset_peak_memory_stats(dev)
+    if os.path.exists("/proc/self/clear_refs"):
+        _lifetime_peak_bytes = max(_lifetime_peak_bytes, _rss_peak_bytes() or 0, _rss_hwm_bytes() or 0)
+        try:
+            with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+                f.write("5")
+        except OSError:
+            pass

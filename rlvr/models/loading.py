@@ -9,10 +9,94 @@ guarantees that a pad token exists (falling back to EOS, which is safe because o
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 # Tokenizer classes that mean "just the tokenizer.json, no model-specific Python class".
 _PLAIN_TOKENIZER_CLASSES = {"PreTrainedTokenizerFast", "TokenizersBackend"}
+
+# model.attn_implementation values; "auto" = sdpa where the model class supports it, else eager.
+ATTN_IMPLEMENTATIONS = ("auto", "sdpa", "eager", "flash_attention_2")
+
+# A hub repo id: "org/name" (letters, digits, '-', '_', '.'; no leading punctuation). Legacy
+# single-name ids ("gpt2") are still served by the hub, so a bare name is accepted too.
+_HUB_ID = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9._-]*/)?[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def model_source(name_or_path: str | Path) -> str:
+    """"local" for an existing model folder, "hub" for something that can only be a hub id.
+
+    Raises FileNotFoundError with a message naming the mistake instead of letting transformers
+    report it as a sentencepiece or hub repo-id error:
+    - an existing path without config.json: `not a Hugging Face model folder: PATH (no config.json)`;
+    - a path that does not exist and does not look like a hub id (absolute, ./ ../ ~, more than one
+      '/', characters a repo id cannot have): `model.name=PATH: no such folder, and not a hub id
+      (org/name)`.
+    A missing two-part path such as runs/sft is indistinguishable from a hub id and goes to the hub
+    (transformers then says the repo does not exist, or that it is offline).
+    """
+    text = str(name_or_path)
+    path = Path(text).expanduser()
+    if path.exists():
+        if path.is_dir() and (path / "config.json").is_file():
+            return "local"
+        raise FileNotFoundError(f"not a Hugging Face model folder: {text} (no config.json)")
+    local_looking = (
+        isinstance(name_or_path, Path)
+        or text.startswith(("/", "./", "../", "~", "."))
+        or "\\" in text
+        or not _HUB_ID.match(text)
+        or ".." in text
+        or "--" in text
+    )
+    if local_looking:
+        raise FileNotFoundError(f"model.name={text}: no such folder, and not a hub id (org/name)")
+    return "hub"
+
+
+def resolve_attn_implementation(requested: str | None, model_cls=None) -> str | None:
+    """The attn_implementation to give transformers for `requested` (one of ATTN_IMPLEMENTATIONS).
+
+    "auto" (or None) = "sdpa" when `model_cls` says it supports SDPA, else "eager"; without a
+    class (remote code we cannot inspect before loading) None, which lets transformers make the
+    same choice itself. Explicit names are returned as given (transformers reports what a
+    model does not support, e.g. flash_attention_2 without the flash-attn package or a GPU).
+    """
+    if requested in (None, "auto"):
+        if model_cls is None:
+            return None
+        return "sdpa" if getattr(model_cls, "_supports_sdpa", False) else "eager"
+    if requested not in ATTN_IMPLEMENTATIONS:
+        raise ValueError(
+            f"model.attn_implementation={requested!r} is not one of {', '.join(ATTN_IMPLEMENTATIONS)}"
+        )
+    return requested
+
+
+def _causal_lm_class(name_or_path: str | Path, trust_remote_code: bool):
+    """The transformers class AutoModelForCausalLM would build for this folder/id, or None when it
+    cannot be known cheaply (remote code, unknown config)."""
+    try:
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        config = AutoConfig.from_pretrained(str(name_or_path), trust_remote_code=trust_remote_code)
+        return AutoModelForCausalLM._model_mapping[type(config)]
+    except Exception:  # noqa: BLE001 - only a hint for "auto"; loading reports real errors
+        return None
+
+
+def enable_gradient_checkpointing(model) -> None:
+    """Recompute each decoder layer's activations in the backward pass (non-reentrant, so it works
+    with inputs that do not require grad and with no_grad scoring), and switch the config's KV
+    cache off: a training forward must not build a cache. Generation is unaffected: rlvr's
+    generators pass use_cache explicitly and run the model in eval mode, where transformers skips
+    checkpointing."""
+    # transformers 5 renamed gradient -> activation checkpointing; older versions lack the new name.
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.config.use_cache = False
 
 
 def _torch_dtype(dtype):
@@ -56,6 +140,8 @@ def load_tokenizer(name_or_path: str | Path, *, trust_remote_code: bool = False)
     """
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+    if model_source(name_or_path) == "local":  # a clear error for a wrong local path, before transformers guesses
+        name_or_path = Path(str(name_or_path)).expanduser()
     path = Path(name_or_path)
     cfg_file = path / "tokenizer_config.json"
     tok_class = None
@@ -84,33 +170,36 @@ def load_policy(
     gradient_checkpointing: bool = False,
     trust_remote_code: bool = False,
 ):
-    """Load (model, tokenizer) from a local folder (or a hub name when a hub is reachable).
+    """Load (model, tokenizer) from a local folder (or a hub id when a hub is reachable).
 
     dtype: "float32" | "bfloat16" | "float16" | "auto" | a torch.dtype. device: torch device
-    string. attn_implementation: passed to transformers ("eager", "sdpa", "flash_attention_2").
-    gradient_checkpointing: enable non-reentrant checkpointing and turn off the KV cache in the
-    config (the generators pass use_cache explicitly, so generation still uses a cache).
+    string. attn_implementation: one of ATTN_IMPLEMENTATIONS or None (= "auto": sdpa where the
+    model class supports it, else eager; see resolve_attn_implementation).
+    gradient_checkpointing: see enable_gradient_checkpointing.
+    A path that exists but has no config.json, or a local-looking path that does not exist,
+    raises FileNotFoundError naming it (see model_source) before transformers is asked.
     The model is returned in eval mode; trainers call .train() themselves.
     """
     from transformers import AutoModelForCausalLM
 
+    if model_source(name_or_path) == "local":
+        name_or_path = Path(str(name_or_path)).expanduser()
     tokenizer = load_tokenizer(name_or_path, trust_remote_code=trust_remote_code)
     kwargs = {"trust_remote_code": trust_remote_code}
     torch_dtype = _torch_dtype(dtype)
     if torch_dtype is not None:
         kwargs[_dtype_kwarg()] = torch_dtype
-    if attn_implementation is not None:
-        kwargs["attn_implementation"] = attn_implementation
+    if attn_implementation in (None, "auto"):
+        attn = resolve_attn_implementation("auto", _causal_lm_class(name_or_path, trust_remote_code))
+    else:
+        attn = resolve_attn_implementation(attn_implementation)
+    if attn is not None:
+        kwargs["attn_implementation"] = attn
     model = AutoModelForCausalLM.from_pretrained(str(name_or_path), **kwargs)
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
     if gradient_checkpointing:
-        # transformers 5 renamed gradient -> activation checkpointing; older versions lack the new name.
-        if hasattr(model, "activation_checkpointing_enable"):
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-        else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        model.config.use_cache = False
+        enable_gradient_checkpointing(model)
     model.to(device)
     model.eval()
     return model, tokenizer

@@ -98,6 +98,7 @@ def build_tiny_model(
     tie_word_embeddings: bool = False,
     seed: int = 0,
     dtype: str = "float32",
+    attn_implementation: str = "auto",
 ):
     """Build a randomly initialized tiny causal LM and its character tokenizer.
 
@@ -109,8 +110,12 @@ def build_tiny_model(
     tie_word_embeddings defaults to False: with tied weights and the standard 0.02 init the
     residual stream is dominated by the input embedding, so a fresh model greedily repeats its
     last input token forever, which makes generation tests vacuous.
+    attn_implementation: auto (sdpa where the class supports it, else eager), sdpa, eager, ...
+    (rlvr.models.loading.resolve_attn_implementation).
     """
     import torch
+
+    from rlvr.models.loading import resolve_attn_implementation
 
     if arch not in TINY_ARCHS:
         raise ValueError(f"unknown tiny arch {arch!r}; known: {sorted(TINY_ARCHS)}")
@@ -130,6 +135,7 @@ def build_tiny_model(
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         tie_word_embeddings=tie_word_embeddings,
+        attn_implementation=resolve_attn_implementation(attn_implementation, model_cls),
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -141,6 +147,84 @@ def build_tiny_model(
     model.generation_config.bos_token_id = tokenizer.bos_token_id
     model.eval()
     return model, tokenizer
+
+
+# Shapes of real checkpoints, for memory and speed measurements with random weights (the shape,
+# not the weights, decides memory). Values from the models' published config.json files.
+REAL_SHAPES: dict[str, dict] = {
+    "qwen2.5-0.5b": dict(
+        hidden_size=896,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        intermediate_size=4864,
+        vocab_size=151936,
+        max_position_embeddings=32768,
+        rope_theta=1000000.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+    ),
+}
+
+
+def build_bpe_tokenizer(texts: Sequence[str], vocab_size: int = 512, eos_token: str = "<|endoftext|>"):
+    """A byte-level BPE `PreTrainedTokenizerFast` trained on `texts` in-process (no download).
+
+    Byte-level, so every string round-trips; `eos_token` doubles as the pad token (as in Qwen).
+    Ids at or above len(tokenizer) (a model with a larger vocabulary can sample them) decode to
+    nothing. For measurements with a real model's shape, where only sequence lengths matter.
+    """
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[AddedToken(eos_token, special=True, normalized=False)],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(list(texts), trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token=eos_token,
+        pad_token=eos_token,
+        clean_up_tokenization_spaces=False,
+        model_max_length=1 << 30,
+    )
+
+
+def build_shaped_model(shape: str, tokenizer, *, seed: int = 0, dtype: str = "bfloat16", arch: str = "qwen2"):
+    """A randomly initialized causal LM with the shape of a real checkpoint (REAL_SHAPES[shape]),
+    built in `dtype` directly (no float32 copy of the weights is ever made). The vocabulary size
+    stays the real one whatever the tokenizer's size, so embedding, LM head and logits have their
+    real memory cost. Returns the model in eval mode on CPU."""
+    import torch
+
+    if shape not in REAL_SHAPES:
+        raise ValueError(f"unknown shape {shape!r}; known: {sorted(REAL_SHAPES)}")
+    config_cls, model_cls = TINY_ARCHS[arch]()
+    config = config_cls(
+        **REAL_SHAPES[shape],
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        attn_implementation="sdpa",
+    )
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(getattr(torch, dtype))
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = model_cls(config)
+    finally:
+        torch.set_default_dtype(previous)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.eval()
+    return model
 
 
 def _qwen2():
