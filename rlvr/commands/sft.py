@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from rlvr.commands._config_cli import fail, load_run_config, with_keys_help
+from rlvr.commands._config_cli import fail, load_run_config, report, run_trainer, with_keys_help
 from rlvr.train.config import SFTConfig
 
 
@@ -27,25 +27,12 @@ def sft(
         typer.echo(config_help(SFTConfig))
         return
     cfg = load_run_config(SFTConfig, args, resume=resume, threads=threads)
-    from rlvr.train.sft import train_sft, validate_sft_config
-
-    try:
-        validate_sft_config(cfg)
-    except ValueError as exc:
-        fail(str(exc))
     if cfg.data.sft_path:
         _check_sft_file(cfg.data.sft_path)
-    from rlvr.train.tasks import TaskDataError
+    from rlvr.train.sft import train_sft
 
-    try:
-        result = train_sft(cfg, resume=resume is not None)
-    except (TaskDataError, FileExistsError) as exc:
-        fail(str(exc))
-    ev = result.eval
-    if ev:
-        typer.echo(f"held-out: accuracy {ev.get('accuracy', float('nan')):.1%}, "
-                   f"mean length {ev.get('len/mean', float('nan')):.1f}")
-    typer.echo(f"run directory: {result.run_dir} (plots in {result.run_dir / 'plots'})")
+    # train_sft checks the batch arithmetic first (validate_sft_config, once), before any work
+    report(run_trainer(train_sft, cfg, resume=resume is not None))
 
 
 def _check_sft_file(path: str) -> None:

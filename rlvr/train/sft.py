@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from rlvr.algo import LOSS_AGGREGATIONS, loss_normalizers
+from rlvr.config import ConfigError
 from rlvr.models import TrainingBatch, build_training_batch, score_tokens
 from rlvr.train.batching import BatchConfigError, split_indices
 from rlvr.train.common import (
@@ -35,7 +36,7 @@ def validate_sft_config(cfg: SFTConfig) -> tuple[int, int]:
     """Cross-field checks; returns (batch_size, micro_batch_size). Raises ValueError naming the key."""
     a = cfg.algo
     if a.aggregation not in LOSS_AGGREGATIONS:
-        raise ValueError(
+        raise ConfigError(
             f"algo.aggregation={a.aggregation!r} is unknown; known: {', '.join(sorted(LOSS_AGGREGATIONS))}"
         )
     if a.batch_size < 1:
@@ -47,9 +48,9 @@ def validate_sft_config(cfg: SFTConfig) -> tuple[int, int]:
             f"use a divisor of {a.batch_size} such as {a.batch_size // 2 or 1} or {a.batch_size}"
         )
     if cfg.run.steps < 1:
-        raise ValueError(f"run.steps={cfg.run.steps} must be >= 1")
+        raise ConfigError(f"run.steps={cfg.run.steps} must be >= 1")
     if cfg.optim.lr <= 0:
-        raise ValueError(f"optim.lr={cfg.optim.lr} must be > 0")
+        raise ConfigError(f"optim.lr={cfg.optim.lr} must be > 0")
     return a.batch_size, micro
 
 
