@@ -106,8 +106,8 @@ def _configs(cfg: DemoConfig, out: Path):
         RunConfig,
         SamplingConfig,
         SFTAlgoConfig,
-        SFTSamplingConfig,
         SFTConfig,
+        SFTSamplingConfig,
         TrainConfig,
     )
     from rlvr.train.recipes import get_recipe
