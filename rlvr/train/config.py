@@ -226,11 +226,7 @@ class SFTSamplingConfig:
     def validate(self) -> None:
         """Ranges of the evaluation decoding."""
         c = _Checks("sampling")
-        c.fraction("top_p", self.top_p)
-        c.at_least("max_tokens", self.max_tokens, 1)
-        c.at_least("min_tokens", self.min_tokens, 0)
-        c.at_least("thinking_budget", self.thinking_budget, -1)
-        c.need("stop", self.stop, all(self.stop), "a list of non-empty strings")
+        _check_sampling(c, self)
         c.done()
 
 
@@ -656,8 +652,11 @@ def _error_text(exc: BaseException) -> str:
 
 
 def _check_sampling(c: _Checks, s) -> None:
-    """Ranges shared by SamplingConfig and EvalSamplingConfig."""
-    c.at_least("temperature", s.temperature, 0)
+    """Ranges shared by the sampling sections (SFT's has no temperature of its own)."""
+    if hasattr(s, "temperature"):
+        c.at_least("temperature", s.temperature, 0)
+    if hasattr(s, "min_tokens"):
+        c.at_least("min_tokens", s.min_tokens, 0)
     c.fraction("top_p", s.top_p)
     c.at_least("max_tokens", s.max_tokens, 1)
     c.at_least("thinking_budget", s.thinking_budget, -1)
