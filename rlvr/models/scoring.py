@@ -23,6 +23,7 @@ class ScoreOutput:
 
     logprobs: torch.Tensor  # (B, T) float32, log p(labels[b, t] | input_ids[b, :t+1]) in nats
     entropy: torch.Tensor | None = None  # (B, T) float32 entropy of the next-token distribution (nats)
+    hidden: torch.Tensor | None = None  # (B, T, H) last hidden state (with_hidden=True): a value head reads it
 
 
 def _position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -41,6 +42,7 @@ def score_tokens(
     with_entropy: bool = False,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     temperature: float = 1.0,
+    with_hidden: bool = False,
 ) -> ScoreOutput:
     """Score `labels` (B, T) given `input_ids` (B, T) (already shifted: labels[:, t] is the token
     after input_ids[:, t]). attention_mask (B, T) optional (1 = real token); with it, padded
@@ -48,7 +50,9 @@ def score_tokens(
     skipped (exact: a causal model never looks right). Positions where attention_mask is 0 get
     logprob 0 and entropy 0. temperature divides the logits (use the sampling temperature to
     score under the sampled distribution). Gradients flow if called with grad enabled.
-    Returns ScoreOutput(logprobs (B, T) float32, entropy (B, T) float32 | None).
+    with_hidden: also return the last hidden state at each position (the state that predicts
+    labels[:, t]), from the same forward, for a value head on the policy's trunk.
+    Returns ScoreOutput(logprobs (B, T) float32, entropy (B, T) float32 | None, hidden (B, T, H) | None).
     """
     if input_ids.shape != labels.shape or input_ids.dim() != 2:
         raise ValueError(
@@ -63,7 +67,7 @@ def score_tokens(
     if mb <= 0:
         raise ValueError(f"micro_batch_size must be > 0, got {micro_batch_size}")
     device = next(model.parameters()).device
-    lp_parts, ent_parts = [], []
+    lp_parts, ent_parts, hid_parts = [], [], []
     for s in range(0, B, mb):
         ids = input_ids[s : s + mb].to(device)
         lab = labels[s : s + mb].to(device)
@@ -75,12 +79,18 @@ def score_tokens(
             L = int(cols[-1]) + 1 if len(cols) else 1
             am = am[:, :L]
             kwargs = {"attention_mask": am, "position_ids": _position_ids(am)}
-        logits = model(input_ids=ids[:, :L], use_cache=False, **kwargs).logits  # (mb, L, V)
+        if with_hidden:
+            kwargs["output_hidden_states"] = True
+        out = model(input_ids=ids[:, :L], use_cache=False, **kwargs)
+        logits = out.logits  # (mb, L, V)
+        if with_hidden:
+            hid = out.hidden_states[-1]  # (mb, L, H)
+            hid_parts.append(torch.nn.functional.pad(hid, (0, 0, 0, T - L)) if L < T else hid)
         lp, ent = logprobs_and_entropy(
             logits, lab[:, :L], chunk_size=chunk_size, with_entropy=with_entropy, temperature=temperature
         )
         if attention_mask is not None:
-            keep = kwargs["attention_mask"].bool()
+            keep = am.bool()
             lp = torch.where(keep, lp, torch.zeros_like(lp))
             ent = torch.where(keep, ent, torch.zeros_like(ent)) if ent is not None else None
         if L < T:  # pad the skipped all-pad columns back with zeros
@@ -90,4 +100,5 @@ def score_tokens(
         ent_parts.append(ent)
     logprobs = torch.cat(lp_parts, dim=0)
     entropy = torch.cat(ent_parts, dim=0) if with_entropy else None
-    return ScoreOutput(logprobs=logprobs, entropy=entropy)
+    hidden = torch.cat(hid_parts, dim=0) if with_hidden else None
+    return ScoreOutput(logprobs=logprobs, entropy=entropy, hidden=hidden)

@@ -194,12 +194,14 @@ def save_checkpoint(
     trainer_state: Mapping[str, Any] | None = None,
     rng: bool = True,
     keep: int | None = 2,
+    extras: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write checkpoint `step` of `run_dir` (a RunDir or a path) atomically; see the module doc.
 
     model: has `save_pretrained` (HF; saved as safetensors with its config) or `state_dict`.
     trainer_state: JSON-able dict (data position, counters, ...); checked before anything is written.
     keep: keep this many newest checkpoints (None or 0 = keep all); the new one is never removed.
+    extras: more stateful objects (state_dict/load_state_dict), saved as <name>.pt (a PPO critic).
     Returns the checkpoint folder.
     """
     state = dict(trainer_state or {})
@@ -239,6 +241,9 @@ def save_checkpoint(
         if scheduler is not None:
             torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
             files.append("scheduler.pt")
+        for name, obj in (extras or {}).items():
+            torch.save(obj.state_dict(), tmp / f"{name}.pt")
+            files.append(f"{name}.pt")
         if rng:
             js, tensors = _rng_state()
             (tmp / "rng.json").write_text(json.dumps(js), encoding="utf-8")
@@ -311,6 +316,7 @@ def load_checkpoint(
     optimizer: Any = None,
     scheduler: Any = None,
     restore_rng: bool = True,
+    extras: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Load a checkpoint into the given objects and return its trainer_state (with "step" added).
 
@@ -330,6 +336,11 @@ def load_checkpoint(
         if not (ckpt / "scheduler.pt").exists():
             raise FileNotFoundError(f"{ckpt}: no scheduler.pt (saved without a scheduler)")
         scheduler.load_state_dict(torch.load(ckpt / "scheduler.pt", map_location="cpu", weights_only=True))
+    for name, obj in (extras or {}).items():
+        if not (ckpt / f"{name}.pt").exists():
+            raise FileNotFoundError(f"{ckpt}: no {name}.pt (the run was saved without a {name}; resume it with "
+                                    "the config it was started with)")
+        obj.load_state_dict(torch.load(ckpt / f"{name}.pt", map_location="cpu", weights_only=True))
     if restore_rng and (ckpt / "rng.json").exists():
         tensors = torch.load(ckpt / "rng.pt", map_location="cpu", weights_only=True)
         _set_rng_state(json.loads((ckpt / "rng.json").read_text(encoding="utf-8")), tensors)

@@ -308,19 +308,40 @@ class AlgoConfig:
     """Passes over each rollout batch; above 1 the ratio departs from 1 and clipping matters."""
     train_batch_size: int = 0
     """Rollouts per optimizer step; 0 = the whole rollout batch (one optimizer step per epoch)."""
+    num_minibatches: int = 0
+    """Optimizer steps per epoch over the rollout batch (train_batch_size = rollout batch / this); 0 = use
+    train_batch_size. Recipes set this (kimi, ppo) because it does not depend on the batch size."""
     micro_batch_size: int = 0
     """Rollouts per forward/backward; 0 = train_batch_size (no accumulation)."""
     micro_batch_tokens: int = 0
     """Token budget per forward/backward (prompt + response, padded); > 0 replaces micro_batch_size by
     micro-batches of at most this many tokens (long responses get fewer rows)."""
     filter_zero_variance: bool = False
-    """Drop groups whose rewards are all equal from the loss (DAPO dynamic sampling, without resampling)."""
+    """Drop groups whose rewards are all equal from the loss (DAPO dynamic sampling)."""
+    refill_rounds: int = 0
+    """With filter_zero_variance: sample up to this many extra batches of sampling.n_prompts new problems
+    per step to replace the dropped groups until the batch holds n_prompts groups (DAPO); 0 = no refill."""
     length_reward: str = ""
     """Length-shaping term added to rewards before advantages: '' (none), kimi, dapo_overlong."""
     length_reward_coef: float = 0.0
     """Weight of the length term (kimi: multiplies lambda_i; dapo_overlong: multiplies the penalty)."""
     overlong_buffer: int = 4
     """dapo_overlong: soft-penalty window in tokens before sampling.max_tokens."""
+    length_reward_warmup_steps: int = 0
+    """Steps at the start during which the length term is off (Kimi k1.5's warm-up); 0 = on from step 1."""
+    critic: Literal["", "shared", "separate"] = ""
+    """Value model for algo.advantage=gae (PPO): shared (a value head on the policy's trunk, value loss
+    added to the policy's) or separate (a copy of the start policy with a value head, own optimizer)."""
+    gamma: float = 1.0
+    """gae: discount per token."""
+    gae_lambda: float = 0.95
+    """gae: lambda of generalized advantage estimation (1 = Monte Carlo return minus value)."""
+    value_coef: float = 0.5
+    """Weight of the value loss in the summed loss."""
+    value_clip: float = 0.2
+    """Clip range of the value loss around the rollout-time values; 0 = unclipped."""
+    critic_lr: float = 0.0
+    """Learning rate of the value model's optimizer (head, and trunk when separate); 0 = optim.lr."""
     entropy_coef: float = 0.0
     """Weight of an entropy bonus (subtracted from the loss); 0 = none."""
     whiten_advantages: bool = False
@@ -661,3 +682,72 @@ def _check_sampling(c: _Checks, s) -> None:
     c.at_least("max_tokens", s.max_tokens, 1)
     c.at_least("thinking_budget", s.thinking_budget, -1)
     c.need("stop", s.stop, all(s.stop), "a list of non-empty strings")
+
+
+# ------------------------------------------------------------------------------- expert iteration
+
+
+@dataclass
+class EIAlgoConfig:
+    """Expert iteration: which verified samples a round keeps, and the SFT on them (rlvr.train.ei)."""
+
+    max_per_question: int = 0
+    """Keep at most this many verified responses per question (after de-duplication, in sample order); 0 = all."""
+    dedup: bool = True
+    """Keep a verified response once per question when several samples of it have the same text."""
+    epochs: int = 1
+    """SFT passes (E) over each round's kept pairs."""
+    batch_size: int = 32
+    """Kept pairs per optimizer step (the last minibatch of an epoch may be smaller)."""
+    micro_batch_size: int = 0
+    """Kept pairs per forward/backward; 0 = batch_size (no accumulation)."""
+    aggregation: str = "token_mean"
+    """How the response tokens' NLL becomes one number (rlvr.algo.LOSS_AGGREGATIONS), as in `rlvr sft`."""
+    exact_entropy: bool = False
+    """Metric `entropy` from a no-grad forward over every sample (exact); false = the sampled tokens' mean
+    negative sampler logprob (free, an unbiased estimate of the same)."""
+
+    def validate(self) -> None:
+        """Ranges and the aggregation name (rlvr.algo.LOSS_AGGREGATIONS)."""
+        c = _Checks("algo")
+        c.at_least("max_per_question", self.max_per_question, 0)
+        c.at_least("epochs", self.epochs, 1)
+        c.at_least("batch_size", self.batch_size, 1)
+        c.at_least("micro_batch_size", self.micro_batch_size, 0)
+        if self.micro_batch_size > self.batch_size >= 1:
+            c.error(f"algo.micro_batch_size={self.micro_batch_size} must be <= algo.batch_size={self.batch_size}")
+        from rlvr.algo import LOSS_AGGREGATIONS  # imports torch: only here
+
+        c.one_of("aggregation", self.aggregation, sorted(LOSS_AGGREGATIONS))
+        c.done()
+
+
+@dataclass
+class EIConfig:
+    """Expert iteration: sample answers, keep the verified ones, fine-tune on them, repeat: `rlvr ei`."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """Policy."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """Questions and references (the references are read only by the checker)."""
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    """Sampling of each round: sampling.n_prompts questions x sampling.group_size answers."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Rollout engine."""
+    algo: EIAlgoConfig = field(default_factory=EIAlgoConfig)
+    """Which verified answers are kept, and the SFT on them."""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    """Optimizer; the learning-rate schedule (warmup, decay) counts rounds, not optimizer steps."""
+    run: RunConfig = field(default_factory=lambda: RunConfig(out_dir="runs/ei", steps=20))
+    """Run directory and logging; run.steps counts rounds."""
+
+    def validate(self) -> None:
+        """After the sections' own checks: expert iteration reads both splits, and G > 1 identical
+        greedy samples would only repeat one answer."""
+        self.data.check_problem_counts(("train", "test"))
+        s = self.sampling
+        if s.temperature == 0 and s.group_size > 1:
+            from rlvr.config import ConfigError
+
+            raise ConfigError(f"sampling.temperature=0 with sampling.group_size={s.group_size}: greedy samples of a "
+                              "question are all the same answer; sample (temperature > 0) or use group_size=1")

@@ -1,11 +1,15 @@
 """The policy-gradient objective, resolved once from the `algo` config section.
 
-`Objective(algo, group_size, max_tokens)` holds every variable part of the loss, so the training
-loop has no `if algo.x` in it:
+`Objective(algo, group_size, max_tokens, plan)` holds every variable part of the loss, so the
+training loop has no `if algo.x` in it:
 
-    shaped, adv, keep, zero_var = objective.advantages(rewards, lengths)   # length shaping, estimator
-    adv_t = objective.token_advantages(adv[kept], mask, old_logp, ref_logp) # KL-in-reward, whitening
-    loss = accumulate_gradients(model, batch, adv_t, old_logp, ref_logp, objective.algo, ...)
+    shaped, adv, keep, zero_var = objective.advantages(rewards, lengths, step)  # length shaping, estimator
+    targets = objective.targets(adv[kept], mask, old_logp, ref_logp, old_values)  # GAE, KL-in-reward, whitening
+    loss = accumulate_gradients(model, batch, targets.advantages, old_logp, ref_logp, objective.parts, ...)
+
+The per-token loss is assembled from parts resolved once (`LossParts.from_algo`): the policy term
+(a POLICY_LOSSES function with its clip/tau bound), the aggregation, an optional KL term, an
+optional entropy bonus and an optional value term (PPO's critic, rlvr.train.critic).
 
 It declares what it needs: `needs_old_logprobs(plan)` (a separate no-grad forward before the
 first update, which on-policy with one optimizer step equals logp.detach() of the training
@@ -14,6 +18,7 @@ forward, so it is skipped there) and `needs_reference` (kl_coef > 0).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -23,12 +28,14 @@ from rlvr.algo import (
     LOSS_AGGREGATIONS,
     compute_advantages,
     dapo_overlong_penalty,
+    gae,
     kimi_length_reward,
     kl_estimate,
     kl_shaped_rewards,
     loss_normalizers,
     masked_mean,
     policy_loss,
+    value_loss,
     whiten,
 )
 from rlvr.models import TrainingBatch, score_tokens
@@ -82,16 +89,24 @@ class StepStats:
 
 
 def shape_and_advantage(
-    rewards: list[Reward], lengths: torch.Tensor, algo, group_size: int, max_tokens: int
+    rewards: list[Reward], lengths: torch.Tensor, algo, group_size: int, max_tokens: int, step: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
-    """(shaped rewards (N,), advantages (N,), keep (N,) bool, share of zero-variance groups)."""
+    """(shaped rewards (N,), advantages (N,), keep (N,) bool, share of zero-variance groups).
+
+    The length term is off while step <= algo.length_reward_warmup_steps (step None: on). With
+    algo.advantage=gae the "advantage" returned is the shaped outcome reward itself: the critic turns
+    it into per-token advantages later (Objective.targets), with the values of the rollout batch."""
     total = torch.tensor([r.total for r in rewards], dtype=torch.float32)  # (N,)
     correct = torch.tensor([r.status is Status.CORRECT for r in rewards])
     term = LENGTH_REWARDS[algo.length_reward](
         lengths, correct, group_size=group_size, max_tokens=max_tokens, buffer=algo.overlong_buffer
     )
-    shaped = total + algo.length_reward_coef * term.float()
-    adv = compute_advantages(algo.advantage, shaped, group_size, eps=algo.adv_eps, std=algo.adv_std)
+    warming = step is not None and step <= getattr(algo, "length_reward_warmup_steps", 0)
+    shaped = total + (0.0 if warming else algo.length_reward_coef) * term.float()
+    if algo.advantage == "gae":
+        adv = shaped.clone()
+    else:
+        adv = compute_advantages(algo.advantage, shaped, group_size, eps=algo.adv_eps, std=algo.adv_std)
     groups = total.view(-1, group_size)
     zero_var = groups.max(dim=1).values == groups.min(dim=1).values  # (n_prompts,)
     keep = torch.ones_like(total, dtype=torch.bool)
@@ -143,6 +158,37 @@ def token_advantages(
 # ------------------------------------------------------------------------------ loss, gradients
 
 
+@dataclass(frozen=True)
+class LossParts:
+    """The per-token loss, resolved once from the `algo` section (`LossParts.from_algo`).
+
+    policy(logp, old_logp, adv, mask) -> (per-token loss, stats): a POLICY_LOSSES function with its
+    clip ranges / tau bound; aggregate(per_token, mask, norm): a LOSS_AGGREGATIONS function; kl:
+    (estimator, coef, in_loss) or None; entropy_coef; value: (coef, clip or None) of PPO's value
+    loss, or None."""
+
+    policy: Callable
+    aggregate: Callable
+    kl: tuple[str, float, bool] | None = None
+    entropy_coef: float = 0.0
+    value: tuple[float, float | None] | None = None
+
+    @classmethod
+    def from_algo(cls, algo) -> LossParts:
+        if isinstance(algo, LossParts):
+            return algo
+        policy = functools.partial(
+            policy_loss, algo.loss, clip_low=algo.clip_low, clip_high=algo.clip_high,
+            dual_clip=algo.dual_clip or None, tau=algo.kimi_tau,
+        )
+        kl = (algo.kl_estimator, algo.kl_coef, algo.kl_in != "reward") if algo.kl_coef > 0 else None
+        value = None
+        if getattr(algo, "critic", ""):
+            value = (algo.value_coef, algo.value_clip or None)
+        return cls(policy=policy, aggregate=LOSS_AGGREGATIONS[algo.aggregation], kl=kl,
+                   entropy_coef=algo.entropy_coef, value=value)
+
+
 def micro_batch_loss(
     model,
     batch: TrainingBatch,
@@ -153,48 +199,64 @@ def micro_batch_loss(
     algo,
     *,
     temperature: float = 1.0,
+    critic=None,
+    old_values: torch.Tensor | None = None,
+    returns: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Loss of one micro-batch, already divided by the minibatch's global normalizers, so that
     summing backward() over the micro-batches of a minibatch gives the minibatch gradient.
 
     batch: (b, T) tensors; advantages (b,) or (b, T) per token; old_logp, ref_logp (b, T) or None (old None = on-policy:
-    logp.detach() is used). Returns (loss scalar, detached stats).
+    logp.detach() is used). algo: LossParts or an AlgoConfig (resolved here). critic (with
+    old_values, returns (b, T)): adds value_coef * the clipped value loss, token-mean over the
+    minibatch. Returns (loss scalar, detached stats).
     """
+    parts = LossParts.from_algo(algo)
     device = next(model.parameters()).device
     batch = batch.to(device)
     advantages = advantages.to(device)
+    shared_values = critic is not None and critic.shared
     out = score_tokens(model, batch.input_ids, batch.labels, batch.attention_mask, with_entropy=True,
-                       temperature=temperature)
+                       temperature=temperature, with_hidden=shared_values)
     logp, entropy = out.logprobs.float(), out.entropy.float()  # (b, T) each; fp32 loss math under bf16
     mask = batch.response_mask
     old = logp.detach() if old_logp is None else old_logp.to(device)
-    per_token, meta = policy_loss(
-        algo.loss, logp, old, advantages, mask, clip_low=algo.clip_low, clip_high=algo.clip_high,
-        dual_clip=algo.dual_clip or None, tau=algo.kimi_tau,
-    )
+    per_token, meta = parts.policy(logp, old, advantages, mask)
     stats = {k: v.detach() for k, v in meta.items()}
     if batch.sampler_logprobs is not None:
         # |sampler - trainer| logprob of the sampled tokens, against the policy that sampled them
         diff = (old.detach() - batch.sampler_logprobs.to(device)).abs()
         stats["logprob_diff"] = masked_mean(diff, mask)
         stats["logprob_diff_max"] = (diff * mask).max() if mask.any() else diff.new_zeros(())
-    if algo.kl_coef > 0:
+    if parts.kl is not None:
+        estimator, coef, in_loss = parts.kl
         if ref_logp is None:
             raise ValueError("algo.kl_coef > 0 needs reference logprobs")
         ref_logp = ref_logp.to(device)
-        if algo.kl_in == "reward":
+        if in_loss:
+            kl = kl_estimate(estimator, logp, ref_logp)  # (b, T)
+            per_token = per_token + coef * kl
+        else:
             # the penalty is already in the advantages (token_advantages); only the metric here,
             # with the same meaning as in the loss mode: KL of the current policy to the reference
-            kl = kl_estimate(algo.kl_estimator, logp.detach(), ref_logp)  # (b, T)
-        else:
-            kl = kl_estimate(algo.kl_estimator, logp, ref_logp)  # (b, T)
-            per_token = per_token + algo.kl_coef * kl
+            kl = kl_estimate(estimator, logp.detach(), ref_logp)  # (b, T)
         stats["kl"] = masked_mean(kl.detach(), mask)
-    if algo.entropy_coef > 0:
-        per_token = per_token - algo.entropy_coef * entropy
+    if parts.entropy_coef > 0:
+        per_token = per_token - parts.entropy_coef * entropy
     stats["entropy"] = masked_mean(entropy.detach(), mask)
     stats["row_entropy"] = masked_mean(entropy.detach(), mask, dim=-1)  # (b,) mean entropy per response
-    loss = LOSS_AGGREGATIONS[algo.aggregation](per_token, mask, norm)
+    loss = parts.aggregate(per_token, mask, norm)
+    if critic is not None:
+        if parts.value is None or old_values is None or returns is None:
+            raise ValueError("a critic needs algo.critic set and the batch's old values and returns")
+        coef, clip = parts.value
+        values = critic.forward(batch, out.hidden).to(device)  # (b, T) with grad
+        v_tok, v_meta = value_loss(values, old_values.to(device), returns.to(device), mask, clip_range=clip)
+        v_loss = LOSS_AGGREGATIONS["token_mean"](v_tok, mask, norm)
+        loss = loss + coef * v_loss
+        stats["value_loss"] = masked_mean(v_tok.detach(), mask)
+        stats["value_clip_frac"] = v_meta["value_clip_frac"].detach()
+        stats["values"] = masked_mean(values.detach(), mask)
     return loss, stats
 
 
@@ -213,6 +275,9 @@ def accumulate_gradients(
     stats: StepStats | None = None,
     row_entropy: dict[int, float] | None = None,
     row_ids: Sequence[int] | None = None,
+    critic=None,
+    old_values: torch.Tensor | None = None,
+    returns: torch.Tensor | None = None,
 ) -> float:
     """Backward over one minibatch (b rows) in micro-batches; returns the minibatch loss.
 
@@ -220,11 +285,17 @@ def accumulate_gradients(
     many (padded) tokens. The aggregation normalizers come from the whole minibatch's mask, so the
     accumulated gradient does not depend on how it is split. Gradients are added to .grad (the
     caller zeroes them). row_entropy, if given, receives the mean token entropy of each row, keyed
-    by row_ids[row] (default: the row's index in `batch`).
+    by row_ids[row] (default: the row's index in `batch`). algo: LossParts or an AlgoConfig.
+    critic, old_values, returns (b, T): PPO's value term (see micro_batch_loss).
     """
+    parts = LossParts.from_algo(algo)
     norm = loss_normalizers(batch.response_mask, constant=float(norm_length) if norm_length else None)
     total = 0.0
     seq_lens = batch.attention_mask.sum(-1).tolist()
+
+    def cut(t: torch.Tensor | None, idx, width):
+        return None if t is None else t[idx, :width]
+
     for chunk in micro_batches(seq_lens, max_rows=micro_batch_size, max_tokens=micro_batch_tokens):
         idx = torch.arange(chunk.start, chunk.stop)
         mb = batch.rows(idx)
@@ -233,9 +304,8 @@ def accumulate_gradients(
         mb = _narrow(mb, width)
         loss, meta = micro_batch_loss(
             model, mb, advantages[idx] if advantages.dim() == 1 else advantages[idx, :width],
-            None if old_logp is None else old_logp[idx, :width],
-            None if ref_logp is None else ref_logp[idx, :width],
-            norm, algo, temperature=temperature,
+            cut(old_logp, idx, width), cut(ref_logp, idx, width), norm, parts, temperature=temperature,
+            critic=critic, old_values=cut(old_values, idx, width), returns=cut(returns, idx, width),
         )
         loss.backward()
         total += float(loss.detach())
@@ -285,6 +355,36 @@ def batch_logprobs(model, batch: TrainingBatch, micro_batch_size: int, temperatu
 
 
 @dataclass
+class Targets:
+    """What the loss regresses on, for the rows that are trained: advantages (B,) or (B, T); with a
+    critic also the value targets returns (B, T) and the rollout-time values old_values (B, T)."""
+
+    advantages: torch.Tensor
+    returns: torch.Tensor | None = None
+    old_values: torch.Tensor | None = None
+
+
+def gae_targets(outcome: torch.Tensor, mask: torch.Tensor, values: torch.Tensor, algo,
+                old_logp: torch.Tensor | None = None, ref_logp: torch.Tensor | None = None) -> Targets:
+    """PPO's per-token targets. Rewards per token: the outcome (B,) on each response's last token,
+    and with algo.kl_in=reward and kl_coef > 0 a penalty -kl_coef * KL(old || ref) on every token;
+    advantages by GAE (algo.gamma, algo.gae_lambda) against the rollout-time values (B, T); returns
+    = advantages + values (before whitening); advantages whitened over valid tokens when
+    algo.whiten_advantages."""
+    if algo.kl_in == "reward" and algo.kl_coef > 0:
+        if old_logp is None or ref_logp is None:
+            raise ValueError("algo.kl_in='reward' needs old and reference logprobs")
+        kl = kl_estimate(algo.kl_estimator, old_logp.detach().to(mask.device), ref_logp.detach().to(mask.device))
+    else:
+        kl = torch.zeros(mask.shape)
+    rewards = kl_shaped_rewards(outcome, kl, algo.kl_coef, mask)  # (B, T), outcome on the last token
+    adv, returns = gae(rewards, values, mask, gamma=algo.gamma, lam=algo.gae_lambda)
+    if algo.whiten_advantages:
+        adv = whiten(adv, mask)
+    return Targets(advantages=adv, returns=returns, old_values=values)
+
+
+@dataclass
 class Objective:
     """Everything variable in the loss, resolved from the `algo` section once, before the loop."""
 
@@ -310,9 +410,26 @@ class Objective:
         a = self.algo
         return not (self.plan.on_policy and a.reuse_logprobs_on_policy and a.kl_in != "reward")
 
-    def advantages(self, rewards: list[Reward], lengths: torch.Tensor):
+    @functools.cached_property
+    def parts(self) -> LossParts:
+        return LossParts.from_algo(self.algo)
+
+    @property
+    def needs_critic(self) -> bool:
+        return self.algo.advantage == "gae"
+
+    def advantages(self, rewards: list[Reward], lengths: torch.Tensor, step: int | None = None):
         """(shaped rewards (N,), advantages (N,), keep (N,) bool, share of zero-variance groups)."""
-        return shape_and_advantage(rewards, lengths, self.algo, self.group_size, self.max_tokens)
+        return shape_and_advantage(rewards, lengths, self.algo, self.group_size, self.max_tokens, step)
+
+    def targets(self, adv, mask, old_logp=None, ref_logp=None, old_values=None) -> Targets:
+        """Per-row advantages (B,) -> the loss's targets: GAE with the critic's values when
+        algo.advantage=gae, else token_advantages (KL in the reward, whitening)."""
+        if self.needs_critic:
+            if old_values is None:
+                raise ValueError("algo.advantage='gae' needs the critic's values of the batch")
+            return gae_targets(adv, mask, old_values, self.algo, old_logp, ref_logp)
+        return Targets(advantages=self.token_advantages(adv, mask, old_logp, ref_logp))
 
     def token_advantages(self, adv, mask, old_logp=None, ref_logp=None) -> torch.Tensor:
         # looked up on the module at call time, so tests can spy on it

@@ -67,6 +67,8 @@ def validate_train_config(cfg: TrainConfig) -> BatchPlan:
         ("algo.length_reward", a.length_reward, LENGTH_REWARDS),
     ]
     for key, value, reg in registries:
+        if key == "algo.advantage" and value == "gae":
+            continue  # PPO: the critic's values make the advantages (rlvr.train.critic)
         if value not in reg:
             raise ConfigError(f"{key}={value!r} is unknown; known: {', '.join(repr(k) for k in sorted(reg))}")
     if a.adv_std not in ("population", "sample"):
@@ -95,6 +97,24 @@ def validate_train_config(cfg: TrainConfig) -> BatchPlan:
             "algo.loss='kimi' needs one advantage per response (A_i = r_i - tau log Z); algo.kl_in=reward "
             "and algo.whiten_advantages make per-token advantages, so use them with another algo.loss"
         )
+    if (a.advantage == "gae") != bool(a.critic):
+        raise ConfigError(
+            "algo.advantage='gae' needs a value model: set algo.critic=shared or separate"
+            if a.advantage == "gae" else
+            f"algo.critic={a.critic!r} is only used by algo.advantage='gae' (PPO); set algo.advantage=gae "
+            "or leave algo.critic empty")
+    if a.advantage == "gae" and a.loss == "kimi":
+        raise ConfigError("algo.loss='kimi' needs one advantage per response; GAE gives one per token")
+    if not 0 < a.gamma <= 1 or not 0 <= a.gae_lambda <= 1:
+        raise ConfigError(f"algo.gamma={a.gamma} must be in (0, 1] and algo.gae_lambda={a.gae_lambda} in [0, 1]")
+    if a.value_coef < 0 or a.value_clip < 0 or a.critic_lr < 0:
+        raise ConfigError("algo.value_coef, algo.value_clip and algo.critic_lr must be >= 0")
+    if a.refill_rounds < 0 or a.length_reward_warmup_steps < 0 or a.num_minibatches < 0:
+        raise ConfigError("algo.refill_rounds, algo.length_reward_warmup_steps and algo.num_minibatches "
+                          "must be >= 0")
+    if a.refill_rounds and not a.filter_zero_variance:
+        raise ConfigError(f"algo.refill_rounds={a.refill_rounds} refills the groups that "
+                          "algo.filter_zero_variance drops; set algo.filter_zero_variance=true too")
     if a.ref_refresh_every < 0:
         raise ConfigError(f"algo.ref_refresh_every={a.ref_refresh_every} must be >= 0")
     if a.length_reward == "dapo_overlong" and not 0 < a.overlong_buffer <= s.max_tokens:
@@ -107,7 +127,18 @@ def validate_train_config(cfg: TrainConfig) -> BatchPlan:
         raise ConfigError(f"run.steps={cfg.run.steps} must be >= 1")
     if cfg.optim.lr <= 0:
         raise ConfigError(f"optim.lr={cfg.optim.lr} must be > 0")
-    return plan_batches(s.n_prompts, s.group_size, a.train_batch_size, a.micro_batch_size, a.epochs_per_rollout_batch)
+    train_batch = a.train_batch_size
+    if a.num_minibatches:
+        rollout = s.n_prompts * s.group_size
+        if a.train_batch_size:
+            raise ConfigError(f"algo.num_minibatches={a.num_minibatches} and algo.train_batch_size="
+                              f"{a.train_batch_size} both set the minibatch size; set only one (0 = unset)")
+        if rollout % a.num_minibatches:
+            raise ConfigError(
+                f"algo.num_minibatches={a.num_minibatches} does not divide the rollout batch "
+                f"sampling.n_prompts*sampling.group_size={s.n_prompts}*{s.group_size}={rollout}")
+        train_batch = rollout // a.num_minibatches
+    return plan_batches(s.n_prompts, s.group_size, train_batch, a.micro_batch_size, a.epochs_per_rollout_batch)
 
 
 # ------------------------------------------------------------------------------------- records
@@ -132,6 +163,8 @@ class Learned:
     stats: StepStats = field(default_factory=StepStats)  # token-weighted loss statistics
     row_entropy: dict[int, float] = field(default_factory=dict)  # rollout index -> mean token entropy
     trained_tokens: int = 0  # real (unpadded) tokens through the training forward, all epochs
+    critic_grad_norms: list[float] = field(default_factory=list)  # PPO: one per optimizer step
+    extra: dict[str, float] = field(default_factory=dict)  # more step metrics (critic/explained_var, ...)
 
 
 class Timer:
@@ -174,6 +207,7 @@ def train(
     from rlvr.runs.progress import Progress
     from rlvr.runtime import memory_stats, reset_peak_memory, seed_everything, set_num_threads
     from rlvr.train import session
+    from rlvr.train.critic import Critic
     from rlvr.train.reference import ReferencePolicy
     from rlvr.train.tasks import TaskDataError, eval_policy, load_task_data
 
@@ -191,6 +225,9 @@ def train(
         raise TaskDataError(f"data: task {task.name!r} has no training examples")
     objective = Objective(a, s.group_size, s.max_tokens, plan)
     reference = ReferencePolicy(model, enabled=objective.needs_reference, refresh_every=a.ref_refresh_every)
+    critic = (Critic(model, mode=a.critic, lr=a.critic_lr or cfg.optim.lr, grad_clip=cfg.optim.grad_clip)
+              if objective.needs_critic else None)
+    extras = {"critic": critic} if critic is not None else None
     optimizer, scheduler = optimizer_from_config(
         model, cfg.optim, total_steps=r.steps * plan.optimizer_steps_per_rollout_batch,
         master_weights=cfg.model.master_weights)
@@ -198,7 +235,7 @@ def train(
                                 seed=r.seed, default_batch_size=plan.rollout_batch)
     sampler = with_thinking_budget(generator, s.thinking_budget, s.stop_thinking_text)
     run, start_step, state = session.open_run(cfg, resume=resume, model=model, optimizer=optimizer,
-                                              scheduler=scheduler, verbose=r.progress)
+                                              scheduler=scheduler, verbose=r.progress, extras=extras)
     if start_step:  # the checkpoint's weights replaced those the generator was built with
         generator.update_weights(model.named_parameters(), version=start_step)
     reference.start(run.path, start_step)
@@ -210,23 +247,17 @@ def train(
         for step in range(start_step + 1, r.steps + 1):
             timer = Timer()
             reset_peak_memory(cfg.model.device)
-            examples = take(task.train, data_pos, s.n_prompts, cfg.data.seed)
-            data_pos += s.n_prompts
-            with timer("generate"):
-                spec = task.sampling_spec(s, seed=step_seed(r.seed, step))
-                rollouts = sampler.generate([task.prompt(ex) for ex in examples], spec)
-                generator.sleep()  # colocated vLLM hands its memory to the learner
-            ro_examples = [examples[ro.group] for ro in rollouts]
-            with timer("score"):
-                rewards = score_rollouts(rollouts, ro_examples, task.reward_fn, workers=cfg.data.reward_workers,
-                                         timeout_s=cfg.data.reward_timeout_s, isolate=cfg.data.reward_isolate)
-                lengths = torch.tensor([len(ro.response_ids) for ro in rollouts], dtype=torch.float32)
-                shaped, adv, keep, zero_var = objective.advantages(rewards, lengths)
+            sampled = sample_groups(sampler, task, cfg, objective, step, data_pos, timer)
+            generator.sleep()  # colocated vLLM hands its memory to the learner
+            data_pos = sampled.data_pos
+            rollouts, ro_examples, rewards = sampled.rollouts, sampled.examples, sampled.rewards
+            lengths, shaped, adv, keep, zero_var = (sampled.lengths, sampled.shaped, sampled.adv, sampled.keep,
+                                                    sampled.zero_var)
             with timer("train"):
                 kept = torch.nonzero(keep).squeeze(1)
                 batch = rollouts_to_batch([rollouts[i] for i in kept.tolist()], tokenizer.pad_token_id) if len(kept) else None
                 learned = learn(model, optimizer, scheduler, batch, adv[kept], kept, objective, reference,
-                                cfg, step)
+                                cfg, step, critic=critic)
             session.check_finite(step, loss=_mean(learned.losses), grad_norm=_mean(learned.grad_norms))
             if not learned.losses and not filtered_note:
                 filtered_note = True
@@ -237,6 +268,7 @@ def train(
                 reference.after_step(step, model, run.path, last_ckpt)
 
             metrics = step_metrics(rewards, rollouts, shaped, zero_var, keep, learned, step)
+            metrics.update(sampled.metrics(s.group_size) if a.filter_zero_variance else {})
             metrics["lr"] = scheduler.get_last_lr()[0]
             metrics["tokens_per_s"] = float(lengths.sum()) / max(time.perf_counter() - timer.t0, 1e-9)
             if (r.eval_every and step % r.eval_every == 0) or step == r.steps:
@@ -253,7 +285,7 @@ def train(
             if step == r.steps or (r.checkpoint_every and step % r.checkpoint_every == 0):
                 ckpt_mod.save_checkpoint(run, step, model=model, tokenizer=tokenizer, optimizer=optimizer,
                                          scheduler=scheduler, trainer_state={"data_pos": data_pos},
-                                         keep=r.keep_checkpoints)
+                                         keep=r.keep_checkpoints, extras=extras)
                 last_ckpt = step
                 session.maybe_die_after_checkpoint(step, run)
     finally:
@@ -263,10 +295,11 @@ def train(
 
 
 def learn(model, optimizer, scheduler, batch, adv: torch.Tensor, kept: torch.Tensor, objective: Objective,
-          reference, cfg: TrainConfig, step: int) -> Learned:
+          reference, cfg: TrainConfig, step: int, critic=None) -> Learned:
     """The learner's update on the kept rollouts (batch: their TrainingBatch, adv (B,)): old and
-    reference logprobs once (no grad), then epochs x minibatches (one optimizer step each) x
-    micro-batches (one backward each). Nothing happens when every row was filtered out."""
+    reference logprobs (and with a critic the values) once, no grad; the loss's targets; then
+    epochs x minibatches (one optimizer step each, and one critic step) x micro-batches (one
+    backward each). Nothing happens when every row was filtered out."""
     out = Learned()
     n = kept.numel()
     if n == 0:
@@ -276,7 +309,11 @@ def learn(model, optimizer, scheduler, batch, adv: torch.Tensor, kept: torch.Ten
     old_logp = (batch_logprobs(model, batch, plan.micro_batch, s.temperature, a.micro_batch_tokens)
                 if objective.needs_old_logprobs else None)
     ref_logp = reference.logprobs(batch, plan.micro_batch, s.temperature, a.micro_batch_tokens)
-    token_adv = objective.token_advantages(adv, batch.response_mask, old_logp, ref_logp)  # (B,) or (B, T)
+    old_values = critic.values(model, batch, plan.micro_batch, a.micro_batch_tokens) if critic is not None else None
+    targets = objective.targets(adv, batch.response_mask, old_logp, ref_logp, old_values)
+    token_adv = targets.advantages  # (B,) or (B, T)
+    if targets.returns is not None:
+        out.extra.update(_value_stats(targets.returns, old_values, batch.response_mask))
     out.trained_tokens = plan.epochs * int(batch.attention_mask.sum())
     for epoch in range(plan.epochs):
         shuffle = plan.epochs > 1 or plan.train_batch < n
@@ -289,11 +326,105 @@ def learn(model, optimizer, scheduler, batch, adv: torch.Tensor, kept: torch.Ten
                 None if old_logp is None else old_logp[idx], None if ref_logp is None else ref_logp[idx], a,
                 micro_batch_size=plan.micro_batch, micro_batch_tokens=a.micro_batch_tokens,
                 norm_length=objective.norm_length, temperature=s.temperature, stats=out.stats,
-                row_entropy=out.row_entropy, row_ids=kept[idx].tolist()))
+                row_entropy=out.row_entropy, row_ids=kept[idx].tolist(), critic=critic,
+                old_values=_rows(targets.old_values, idx), returns=_rows(targets.returns, idx)))
             if not all(map(_finite, out.losses)):
                 break  # the caller stops the run; do not step an optimizer on NaN gradients
             out.grad_norms.append(clip_and_step(model, optimizer, scheduler, cfg.optim.grad_clip))
+            if critic is not None:
+                out.critic_grad_norms.append(critic.step())
     return out
+
+
+def _rows(t: torch.Tensor | None, idx: torch.Tensor) -> torch.Tensor | None:
+    return None if t is None else t[idx]
+
+
+def _value_stats(returns: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """Mean return and value over valid tokens, and the explained variance 1 - Var(R - V) / Var(R)
+    of the rollout-time values (1 = perfect critic, 0 = no better than a constant)."""
+    m = mask.bool()
+    r, v = returns[m].double(), values[m].double()
+    if r.numel() == 0:
+        return {}
+    var = float(r.var(unbiased=False))
+    out = {"critic/returns": float(r.mean()), "critic/values_old": float(v.mean())}
+    if var > 0:
+        out["critic/explained_var"] = 1.0 - float((r - v).var(unbiased=False)) / var
+    return out
+
+
+@dataclass
+class Sampled:
+    """One step's rollouts, possibly from several sampling rounds (DAPO refill)."""
+
+    rollouts: list
+    examples: list  # one per rollout
+    rewards: list[Reward]
+    lengths: torch.Tensor  # (N,)
+    shaped: torch.Tensor  # (N,)
+    adv: torch.Tensor  # (N,)
+    keep: torch.Tensor  # (N,) bool
+    zero_var: float  # share of sampled groups with equal rewards
+    data_pos: int  # position in the training stream after this step
+    rounds: int = 1
+
+    def metrics(self, group_size: int) -> dict[str, float]:
+        groups = len(self.rollouts) // group_size
+        return {
+            "dynamic/rounds": self.rounds,
+            "dynamic/groups_sampled": groups,
+            "dynamic/groups_dropped": int(round(self.zero_var * groups)),
+            "dynamic/groups_kept": int(self.keep.sum()) // group_size,
+            "dynamic/extra_samples": len(self.rollouts) - len(self.rollouts) // self.rounds,
+        }
+
+
+def sample_groups(sampler, task, cfg: TrainConfig, objective: Objective, step: int, data_pos: int,
+                  timer: Timer) -> Sampled:
+    """Sample sampling.n_prompts problems x group_size, score them, compute advantages. With
+    algo.filter_zero_variance and algo.refill_rounds = k, groups whose rewards are all equal are
+    dropped and up to k more rounds of n_prompts new problems are sampled until n_prompts groups
+    with a reward spread are in hand (DAPO's dynamic sampling); the batch then holds exactly
+    n_prompts groups, or fewer when the budget ran out. Advantages are group-local, so groups of
+    different rounds are computed together."""
+    s, r, a = cfg.sampling, cfg.run, cfg.algo
+    rollouts, examples, rewards = [], [], []
+    rounds = 0
+    for rnd in range(1 + (a.refill_rounds if a.filter_zero_variance else 0)):
+        batch = take(task.train, data_pos, s.n_prompts, cfg.data.seed)
+        data_pos += s.n_prompts
+        rounds += 1
+        with timer("generate"):
+            # round 0 keeps the seed of a run without refill; later rounds get seeds of their own
+            seed = step_seed(r.seed, step) if rnd == 0 else step_seed(r.seed + 7_777_777 * rnd, step)
+            ros = sampler.generate([task.prompt(ex) for ex in batch], task.sampling_spec(s, seed=seed))
+        ro_examples = [batch[ro.group] for ro in ros]
+        with timer("score"):
+            rws = score_rollouts(ros, ro_examples, task.reward_fn, workers=cfg.data.reward_workers,
+                                 timeout_s=cfg.data.reward_timeout_s, isolate=cfg.data.reward_isolate)
+        rollouts += ros
+        examples += ro_examples
+        rewards += rws
+        if _spread_groups(rewards, s.group_size) >= s.n_prompts:
+            break
+    with timer("score"):
+        lengths = torch.tensor([len(ro.response_ids) for ro in rollouts], dtype=torch.float32)
+        shaped, adv, keep, zero_var = objective.advantages(rewards, lengths, step)
+        if rounds > 1 or a.refill_rounds:
+            # at most n_prompts groups with a spread: the first ones sampled
+            keep_groups = keep.view(-1, s.group_size)[:, 0]
+            over = torch.nonzero(keep_groups).squeeze(1)[s.n_prompts:]
+            keep_groups[over] = False
+            keep = keep_groups.repeat_interleave(s.group_size)
+    return Sampled(rollouts=rollouts, examples=examples, rewards=rewards, lengths=lengths, shaped=shaped,
+                   adv=adv, keep=keep, zero_var=zero_var, data_pos=data_pos, rounds=rounds)
+
+
+def _spread_groups(rewards: list[Reward], group_size: int) -> int:
+    """Groups (consecutive runs of group_size rewards) whose task rewards are not all equal."""
+    totals = [r.total for r in rewards]
+    return sum(len(set(totals[i:i + group_size])) > 1 for i in range(0, len(totals), group_size))
 
 
 def _finite(x: float) -> bool:
@@ -370,6 +501,13 @@ def step_metrics(rewards, rollouts, shaped, zero_var, keep, learned: Learned, st
     m["ratio/mean"] = means.get("ratio_mean")
     m["ratio/min"] = stats.mins.get("ratio_min")
     m["ratio/max"] = stats.maxs.get("ratio_max")
+    # PPO's critic (algo.critic): value loss and clip share over the minibatch updates, the values it
+    # predicts during the updates, its gradient norm, and the returns / explained variance of the batch
+    m["critic/value_loss"] = means.get("value_loss")
+    m["critic/value_clip_frac"] = means.get("value_clip_frac")
+    m["critic/values"] = means.get("values")
+    m["critic/grad_norm"] = _mean(learned.critic_grad_norms)
+    m.update(learned.extra)
     # sampler vs trainer logprobs of the sampled tokens (before any update of this step): ~0 when the
     # generator holds the learner's weights; large after a failed weight push or a dtype mismatch
     m["rollout/logprob_diff_mean"] = means.get("logprob_diff")

@@ -23,10 +23,15 @@ RECIPE_KEYS = (
     "algo.aggregation",
     "algo.kl_coef",
     "algo.kl_estimator",
+    "algo.kl_in",
     "algo.epochs_per_rollout_batch",
+    "algo.num_minibatches",
     "algo.filter_zero_variance",
+    "algo.refill_rounds",
     "algo.length_reward",
     "algo.length_reward_coef",
+    "algo.critic",
+    "algo.whiten_advantages",
 )
 
 _BASE: dict[str, Any] = {
@@ -35,10 +40,15 @@ _BASE: dict[str, Any] = {
     "algo.clip_high": 0.2,
     "algo.kl_coef": 0.0,
     "algo.kl_estimator": "k3",
+    "algo.kl_in": "loss",
     "algo.epochs_per_rollout_batch": 1,
+    "algo.num_minibatches": 0,
     "algo.filter_zero_variance": False,
+    "algo.refill_rounds": 0,
     "algo.length_reward": "",
     "algo.length_reward_coef": 0.0,
+    "algo.critic": "",
+    "algo.whiten_advantages": False,
 }
 
 
@@ -80,14 +90,15 @@ RECIPES: dict[str, dict[str, Any]] = {
         algo__advantage="rloo", algo__loss="reinforce_with_baseline", algo__aggregation="seq_mean_token_sum"
     ),
     # Yu et al. 2025 (DAPO): clip-higher (0.2 / 0.28), token-level loss, no KL, dynamic sampling
-    # (here: groups with zero reward variance are dropped from the loss, not resampled), soft
-    # overlong punishment over the last algo.overlong_buffer tokens.
+    # (groups with zero reward variance are dropped and replaced by newly sampled ones, up to 4
+    # extra sampling rounds a step), soft overlong punishment over the last algo.overlong_buffer tokens.
     "dapo": _recipe(
         algo__advantage="grpo",
         algo__loss="grpo_clip",
         algo__clip_high=0.28,
         algo__aggregation="token_mean",
         algo__filter_zero_variance=True,
+        algo__refill_rounds=4,
         algo__length_reward="dapo_overlong",
         algo__length_reward_coef=1.0,
     ),
@@ -101,14 +112,33 @@ RECIPES: dict[str, dict[str, Any]] = {
         algo__aggregation="seq_mean_token_mean",
     ),
     # Kimi k1.5 (sec. 2.3): squared-error surrogate of the KL-regularized objective with the group
-    # mean as tau*log Z, plus the length reward. The length weight 0.1 is our choice (the report
-    # gives none) and Kimi's warm-up without the length term is not modelled.
+    # mean as tau*log Z, plus the length reward. The rollout batch is consumed in 4 minibatch updates,
+    # so from the second one on pi_old is the rollout policy and tau acts (with one update the ratio
+    # is 1 and the loss is REINFORCE with a baseline). The length weight 0.1 is our choice (the report
+    # gives none); Kimi's warm-up without the length term is algo.length_reward_warmup_steps.
     "kimi": _recipe(
         algo__advantage="group_mean",
         algo__loss="kimi",
         algo__aggregation="seq_mean_token_mean",
+        algo__num_minibatches=4,
         algo__length_reward="kimi",
         algo__length_reward_coef=0.1,
+    ),
+    # PPO for language models (Ouyang et al. 2022; the documents' PPO section): a value model (a copy
+    # of the start policy with a scalar head), GAE with gamma 1 / lambda 0.95 against its values, the
+    # outcome on the last token and a per-token k1 KL penalty to the reference in the reward, whitened
+    # advantages, clipped surrogate and clipped value loss, 2 epochs x 2 minibatches per rollout batch.
+    "ppo": _recipe(
+        algo__advantage="gae",
+        algo__critic="separate",
+        algo__loss="grpo_clip",
+        algo__aggregation="token_mean",
+        algo__kl_coef=0.01,
+        algo__kl_estimator="k1",
+        algo__kl_in="reward",
+        algo__whiten_advantages=True,
+        algo__epochs_per_rollout_batch=2,
+        algo__num_minibatches=2,
     ),
 }
 
@@ -126,6 +156,8 @@ ELSEWHERE: dict[str, str] = {
     "the batch); OpenRLHF: dynamic_filtering",
     "gspo": "TRL: importance_sampling_level=sequence; verl: policy_loss=gspo; OpenRLHF: none",
     "kimi": "TRL: none; verl: none; OpenRLHF: none",
+    "ppo": "TRL: PPOTrainer (separate value model, KL in the reward); verl: adv_estimator=gae with a critic "
+    "worker; OpenRLHF: PPO with a critic (default)",
 }
 
 

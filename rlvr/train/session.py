@@ -35,7 +35,7 @@ def checkpoint_step(run_dir: str | Path) -> int | None:
     return None if ckpt is None else int(ckpt.name.split("_")[-1])
 
 
-def open_run(cfg, *, resume: bool, model, optimizer, scheduler, verbose: bool = True):
+def open_run(cfg, *, resume: bool, model, optimizer, scheduler, verbose: bool = True, extras=None):
     """(RunDir, start_step, trainer_state). Resume: load the newest checkpoint into model,
     optimizer and scheduler (RNG included), cut the logs back to it, and record the config as now
     resolved (e.g. a raised run.steps) in config.yaml. New run: create the directory; one that
@@ -46,7 +46,8 @@ def open_run(cfg, *, resume: bool, model, optimizer, scheduler, verbose: bool = 
 
     r = cfg.run
     if resume:
-        state = ckpt_mod.load_checkpoint(r.out_dir, model=model, optimizer=optimizer, scheduler=scheduler)
+        state = ckpt_mod.load_checkpoint(r.out_dir, model=model, optimizer=optimizer, scheduler=scheduler,
+                                         extras=extras)
         start = int(state["step"])
         run = RunDir.resume(r.out_dir, start)
         run.write_config(cfg)
