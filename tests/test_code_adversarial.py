@@ -6,7 +6,12 @@ uid, no sandbox temp dir, none of the files the candidates tried to create. The 
 thread pool (each candidate is its own sandboxed process group), so the suite takes seconds.
 
 Several cases also run with the audit hook OFF (`audit=False`) to show that the kernel
-confinement (uid, Landlock, seccomp, netns, rlimits) holds on its own: the hook only flags.
+confinement (uid, Landlock, seccomp, namespaces, cgroup or rlimits) holds on its own: the hook
+only flags.
+
+A module-level fixture snapshots the machine before the first test and checks it after the
+last: no new SysV IPC object (shm, sem, msg), no box directory with the sandbox's prefix, no
+child process of this test process, no process of this run's sandbox uids.
 """
 
 from __future__ import annotations
@@ -51,6 +56,40 @@ ASSERT_TASK = task_from_meta({"entry_point": "add", "tests": {"asserts": ["asser
                                                                           "assert add(5, 7) == 12"]},
                               "time_limit_s": 1.0})
 
+# Per-test time limits: three tests, the middle one sleeps 1.5x the limit, the others are instant.
+# Pooled per process (the old behaviour) the slow one passed: the process had 3 x limit.
+SLOW_MID_CALLS = task_from_meta({"entry_point": "f", "tests": {"calls": [{"args": [0], "expected": 0},
+                                                                          {"args": [1], "expected": 1},
+                                                                          {"args": [2], "expected": 2}]},
+                                 "time_limit_s": 0.5})
+SLOW_MID_ASSERTS = task_from_meta({"entry_point": "f", "tests": {"asserts": ["assert f(0) == 0", "assert f(1) == 1",
+                                                                            "assert f(2) == 2"]},
+                                   "time_limit_s": 0.5})
+SLOW_MID_CODE = "import time\ndef f(x):\n    if x == 1:\n        time.sleep(0.75)\n    return x\n"
+# The same, for a candidate that turns the in-process alarm off: the grader's per-answer
+# deadline (limit + 0.25 s) still ends the slow call (and, the process being gone, the ones
+# after it); in assert tests the check process's own alarm ends the test.
+SLOW_MID_NO_ALARM = ("import signal, time\ndef f(x):\n    signal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+                     "    if x == 1:\n        time.sleep({})\n    return x\n")
+# ... and one that swallows the alarm's exception and returns late: the harness times the call.
+SLOW_MID_CATCH = ("import time\ndef f(x):\n    t = time.monotonic()\n    while x == 1 and time.monotonic() - t < 0.6:\n"
+                  "        try:\n            time.sleep(0.6 - (time.monotonic() - t))\n        except BaseException:\n"
+                  "            pass\n    return x\n")
+SLOW_IO_TASK = task_from_meta({"tests": {"io": [{"stdin": "0\n", "stdout": "0\n"}, {"stdin": "1\n", "stdout": "1\n"},
+                                                {"stdin": "2\n", "stdout": "2\n"}]}, "time_limit_s": 0.5})
+SLOW_IO_CODE = "import time\nx = int(input())\nif x == 1:\n    time.sleep(0.75)\nprint(x)\n"
+FLOOD_TASK = task_from_meta({"tests": {"io": [{"stdin": "", "stdout": "3\n"}]}, "time_limit_s": 5.0})
+# SysV IPC through raw syscalls (the hook would flag ctypes): in the box's own IPC namespace
+# they succeed, and every object vanishes with the box (checked by the module fixture).
+SYSV_IPC_CODE = ("import ctypes\nlibc = ctypes.CDLL(None)\n"
+                 "ids = [libc.shmget(0, 4096, 0o1666), libc.semget(0, 1, 0o1666), libc.msgget(0, 0o1666)]\n"
+                 "print(3 if min(ids) >= 0 else -1)\n")
+# Forks as many sleeping children as it can and prints 3 only if it got more than the box's
+# process limit (8): a pass would mean the pids limit (cgroup, or RLIMIT_NPROC) did not hold.
+MANY_PROCS_CODE = ("import os, time\nn = 0\nfor _ in range(64):\n    try:\n        pid = os.fork()\n"
+                   "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(30)\n        os._exit(0)\n"
+                   "    n += 1\nprint(3 if n > 8 else -1)\n")
+
 GOOD_SCRIPT = "a, b = map(int, input().split())\nprint(a + b)\n"
 GOOD_FUNC = "def add(a, b):\n    return a + b\n"
 
@@ -69,7 +108,8 @@ CASES = [
      "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
      {"status": TestStatus.TIMEOUT, "audit": False}),
     ("thread_bomb", IO_TASK,
-     "import threading, time\nts = [threading.Thread(target=time.sleep, args=(100,)) for _ in range(10000)]\n"
+     "import threading, time\n"
+     "ts = [threading.Thread(target=time.sleep, args=(100,), daemon=True) for _ in range(10000)]\n"
      "for t in ts:\n    t.start()\n", {"status": TestStatus.ERROR}),
     ("memory_bomb", MEM_TASK, "x = bytearray(8 * 1024 ** 3)\nprint(3)\n", {"status": TestStatus.ERROR}),
     ("memory_creep", MEM_TASK, "a = []\nwhile True:\n    a.append(' ' * 10 ** 7)\n", {"status": TestStatus.ERROR}),
@@ -192,7 +232,113 @@ CASES = [
      "import os\ntry:\n    os.execv('/bin/sh', ['sh', '-c', 'echo 3'])\nexcept OSError:\n    print(-1)\n",
      {"status": TestStatus.FAILED, "audit": False}),
     ("recursion", IO_TASK, "def f(n):\n    return f(n + 1)\nf(0)\n", {"status": TestStatus.ERROR}),
+    # Right output, then a non-daemon thread that never ends: as a script it would never exit.
+    ("lingering_thread", IO1_TASK,
+     "import threading, time\nprint(3)\nthreading.Thread(target=time.sleep, args=(1000,)).start()\n",
+     {"status": TestStatus.TIMEOUT}),
+    ("lingering_thread_no_hook", IO1_TASK,
+     "import threading, time\nprint(3, flush=True)\nthreading.Thread(target=time.sleep, args=(1000,)).start()\n",
+     {"status": TestStatus.TIMEOUT, "audit": False}),
+    # ... whereas a daemon thread does not keep a script alive, and a non-daemon thread that
+    # finishes is waited for (its output counts, as when run as a script).
+    ("lingering_daemon_thread", IO1_TASK,
+     "import threading, time\nthreading.Thread(target=time.sleep, args=(1000,), daemon=True).start()\nprint(3)\n",
+     {"passed": 1}),
+    ("thread_prints_answer_late", IO1_TASK,
+     "import threading, time\ndef late():\n    time.sleep(0.1)\n    print(3)\n"
+     "threading.Thread(target=late).start()\n", {"passed": 1}),
+    ("sysv_ipc_no_hook", IO1_TASK, SYSV_IPC_CODE, {"passed": None, "audit": False}),
+    ("per_test_limit_calls", SLOW_MID_CALLS, SLOW_MID_CODE,
+     {"statuses": [TestStatus.PASSED, TestStatus.TIMEOUT, TestStatus.PASSED]}),
+    ("per_test_limit_asserts", SLOW_MID_ASSERTS, SLOW_MID_CODE,
+     {"statuses": [TestStatus.PASSED, TestStatus.TIMEOUT, TestStatus.PASSED]}),
+    ("per_test_limit_io", SLOW_IO_TASK, SLOW_IO_CODE,
+     {"statuses": [TestStatus.PASSED, TestStatus.TIMEOUT, TestStatus.PASSED]}),
+    ("per_test_limit_calls_alarm_off", SLOW_MID_CALLS, SLOW_MID_NO_ALARM.format(3.0),
+     {"statuses": [TestStatus.PASSED, TestStatus.TIMEOUT, TestStatus.TIMEOUT], "audit": False}),
+    # (None: the third test's verdict depends on scheduling, not on the limit being enforced)
+    ("per_test_limit_calls_alarm_caught", SLOW_MID_CALLS, SLOW_MID_CATCH,
+     {"statuses": [TestStatus.PASSED, TestStatus.TIMEOUT, None], "passed": None, "audit": False}),
+    ("per_test_limit_asserts_alarm_off", SLOW_MID_ASSERTS, SLOW_MID_NO_ALARM.format(0.75),
+     {"statuses": [TestStatus.PASSED, TestStatus.TIMEOUT, None], "passed": None, "audit": False}),
+    ("many_processes_no_hook", IO1_TASK, MANY_PROCS_CODE, {"status": TestStatus.FAILED, "audit": False}),
+    ("stderr_flood_200mb", FLOOD_TASK,
+     "import os\nchunk = b'x' * (1 << 20)\nfor _ in range(200):\n    os.write(2, chunk)\nprint(3)\n", {"passed": 1}),
 ]
+
+
+def _ipc_objects() -> set[tuple[str, str, int]]:
+    """(kind, id, creator uid) of every SysV IPC object of the host's IPC namespace."""
+    objs = set()
+    for kind in ("shm", "sem", "msg"):
+        try:
+            header, *rows = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()
+        except OSError:
+            continue
+        cols = header.split()
+        for row in rows:
+            fields = dict(zip(cols, row.split(), strict=False))
+            objs.add((kind, fields[cols[1]], int(fields["cuid"])))
+    return objs
+
+
+def _ours(uid: int) -> bool:
+    """Created by this run: a uid of this run's private slot range (as root), or ours (not root)."""
+    if isolation().root:
+        return RUN["uid_base"] <= uid < RUN["uid_base"] + UID_SLOTS
+    return uid == os.getuid()
+
+
+def _children() -> set[int]:
+    """Processes whose parent is this test process (a box's harness not waited for)."""
+    out = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid():
+                out.add(int(entry))
+    return out
+
+
+def _box_dirs() -> set[str]:
+    """Box directories (sandbox prefix rlvr-sbx-<uid>-) of this run's uids in the temp dirs."""
+    out = set()
+    for d in {Path("/tmp"), Path(tempfile.gettempdir())} | ({RUN["tmp"]} if "tmp" in RUN else set()):
+        for p in d.glob("rlvr-sbx-*"):
+            try:
+                uid = int(p.name.split("-")[2])
+            except (IndexError, ValueError):
+                continue
+            if _ours(uid):
+                out.add(str(p))
+    return out
+
+
+def _machine_state() -> dict:
+    return {"ipc": {o for o in _ipc_objects() if _ours(o[2])}, "children": _children(), "boxes": _box_dirs(),
+            "cgroups": set(sandbox.live_box_cgroups())}
+
+
+def _assert_machine_clean(before: dict) -> None:
+    after = {}
+    for _ in range(40):  # the kernel frees a dead box's namespaces asynchronously: allow ~1 s
+        after = _machine_state()
+        if all(not (after[k] - before[k]) for k in after):
+            return
+        time.sleep(0.025)
+    assert {k: after[k] - before[k] for k in after if after[k] - before[k]} == {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def machine_clean_after_module():
+    """Before/after snapshot of what a box could leave behind (checked at the end of the module)."""
+    before = _machine_state()
+    RUN["before"] = before
+    yield
+    _assert_machine_clean(before)
 
 
 def _run_case(case):
@@ -242,9 +388,12 @@ def test_adversary_contained(outcomes, case):
     # tests run one after another. This is a liveness check, not a speed goal: the slack (10 s)
     # covers scheduling on a loaded 2-core machine; a hang would exceed it by far.
     assert dt < n * (task.time_limit_s + 1.0) + 10.0, dt
-    want_passed = exp.get("passed", 0)
+    want_passed = exp.get("passed", sum(s is TestStatus.PASSED for s in exp.get("statuses", ())))
     if want_passed is not None:
         assert report.n_passed == want_passed, [t.status for t in report.tests]
+    if "statuses" in exp:
+        got = [t.status if want is not None else None for t, want in zip(report.tests, exp["statuses"], strict=True)]
+        assert got == exp["statuses"], [(t.status, t.detail) for t in report.tests]
     if "status" in exp:
         assert all(t.status is exp["status"] for t in report.tests), [(t.status, t.detail) for t in report.tests]
     names = {f.name for f in report.flags}
@@ -261,6 +410,7 @@ def test_benign_neighbours_unaffected_and_unflagged(outcomes, name):
 
 
 def test_machine_left_clean(outcomes):
+    _assert_machine_clean(RUN["before"])
     for p in PWNED:
         assert not p.exists(), p
     leftovers = list(RUN["tmp"].iterdir())
@@ -284,7 +434,7 @@ def test_machine_left_clean(outcomes):
 def test_isolation_report_is_strong_as_root(outcomes):
     report, _ = outcomes["benign_io"]
     if isolation().root:
-        for part in ("netns", "tmpfs", "landlock", "seccomp"):
+        for part in ("netns", "pidns", "ipcns", "tmpfs", "landlock", "seccomp"):
             assert part in report.isolation, report.isolation
 
 

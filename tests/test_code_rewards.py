@@ -302,6 +302,7 @@ def test_real_unprivileged_grader():
     assert out["uid"] == 65534 and out["strong"] is False  # reported as weaker isolation
     assert out["good"] == 1
     assert "landlock" in out["iso"] and "seccomp" in out["iso"]
+    assert "ipcns" in out["iso"] or "netns(userns)" not in out["iso"], out["iso"]  # IPC ns with the user ns
     assert out["leak"] == "error"  # Landlock denies the repo file
     assert out["kill"] == "error"  # same uid, yet the grader survived (pid ns, seccomp, Landlock scope)
     assert out["net"] == "error"  # network namespace (user ns) + seccomp

@@ -5,8 +5,11 @@ both sides share one definition of how values cross the process boundary.
 
 Stages (see docs/code_rewards.md for what each one guarantees):
 
+stage 0 (before anything else)
+    join the box's cgroup (v2) when the grader made one: memory, pids and CPU are then limited
+    for the box as a whole, and every process the box ever starts is in it.
 stage 1 (root only; runs as root, before any untrusted byte is read)
-    unshare a network + mount namespace, bind the Python installation read-only onto a
+    unshare a network + mount + PID + IPC namespace, bind the Python installation read-only onto a
     world-readable mount point (the interpreter may live under a 0700 directory such as /root),
     mount a size-capped tmpfs on the work directory, drop to the slot's unprivileged uid/gid with
     no supplementary groups, then exec stage 2 from the bound interpreter.
@@ -21,6 +24,11 @@ stage 2 (unprivileged)
               code whose `candidate`/entry point is a proxy that calls the serve process.
 
 The rlimits are set by stage 1 (or, when not root, by stage 2 itself before anything else).
+
+Per-test time limits (limits["test_s"]): script mode writes a "start" marker just before the
+candidate runs (the grader's deadline for the test counts from it); serve mode arms an alarm for
+each call and measures the call itself (the grader also kills a serve process whose next answer
+is late); check mode arms an alarm for each test.
 """
 
 import os
@@ -103,6 +111,7 @@ CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 CLONE_NEWPID = 0x20000000
+CLONE_NEWIPC = 0x08000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 1, 4, 38, 22
 
@@ -249,6 +258,30 @@ def install_landlock(read_paths, rw_paths, dev_paths):
     return f"landlock-abi{abi}"
 
 
+def join_cgroup(path):
+    """Move this process (and so everything it will ever start) into the box's cgroup. Runs
+    first, before any untrusted byte is read; the cgroup's files are the grader's, the
+    candidate cannot write them (root-owned as root; Landlock keeps /sys out of reach)."""
+    try:
+        fd = os.open(path + "/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(fd, str(os.getpid()).encode())
+        finally:
+            os.close(fd)
+    except OSError as e:
+        return "cgroup: join failed errno " + str(e.errno)
+    return "cgroup"
+
+
+def unshare_ipc(libc):
+    """Own IPC namespace: SysV shared memory, semaphores and message queues and POSIX message
+    queues created in the box live only as long as the box (a hook-free interpreter could
+    otherwise leave a segment behind on the host). Kernel-enforced; not the audit hook's job."""
+    if libc.unshare(CLONE_NEWIPC) == 0:
+        return "ipcns"
+    return "no-ipcns"
+
+
 def enter_as_root(cfg):
     """Root only, before any untrusted byte is read: rlimits, network + mount namespace, make the
     interpreter reachable for the unprivileged uid, tmpfs work dir, drop privileges. The
@@ -280,6 +313,7 @@ def enter_as_root(cfg):
         opts = f"size={cfg['limits']['disk_mb']}m,mode=0700,uid={cfg['uid']},gid={cfg['uid']}"
         if libc.mount(b"tmpfs", cfg["work"].encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts.encode()) == 0:
             notes.append("tmpfs")
+    notes.append(unshare_ipc(libc))
     os.chdir(cfg["work"])
     os.setgroups([])
     os.setgid(cfg["uid"])
@@ -294,10 +328,15 @@ def confine(cfg, notes):
     if not cfg.get("root"):
         set_rlimits(cfg["limits"])
         ctypes, libc = _libc()
+        userns = True
         if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWPID) == 0:
             notes += ["netns(userns)", "pidns"]
         elif libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
             notes.append("netns(userns)")
+        else:
+            userns = False
+        # CAP_SYS_ADMIN in the new user namespace allows the IPC namespace; without one, EPERM.
+        notes.append(unshare_ipc(libc) if userns else "no-ipcns")
     prefix = cfg["prefix"]
     reads = [prefix, "/usr/lib", "/usr/lib64", "/lib", "/lib64", "/etc/ld.so.cache", cfg["code_dir"]]
     notes.append(install_landlock(reads, [cfg["work"]], ["/dev/null", "/dev/zero", "/dev/urandom"]))
@@ -487,6 +526,24 @@ def _tampered(reference):
     return [k for k, v in reference.items() if now[k] is not v]
 
 
+def _interpreter_exit():
+    """What `python main.py` does after the main module: wait for every non-daemon thread
+    (threading._shutdown, looked up in sys.modules exactly as CPython's finalization does), then
+    run the atexit handlers. A thread that never ends keeps the process alive, so the test's
+    time limit ends it: a program that would never exit as a script does not pass here."""
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        try:
+            threading._shutdown()
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
+    import atexit
+
+    atexit._run_exitfuncs()
+
+
 def mode_script(cfg, flag):
     """Run main.py as __main__; stdin/stdout are the test's pipes. Exit status as python would."""
     import traceback
@@ -495,6 +552,7 @@ def mode_script(cfg, flag):
     ffd = cfg["flag_fd"]
     sys.argv = ["main.py"]
     status = 0
+    flag_write(ffd, b"start\n")  # the test's time limit counts from here (grader-side deadline)
     try:
         _exec_candidate(os.path.join(cfg["code_dir"], "main.py"), "__main__")
     except SystemExit as e:
@@ -509,6 +567,12 @@ def mode_script(cfg, flag):
         traceback.print_exception(type(e), e, tb)
         status = 1
     try:
+        _interpreter_exit()
+    except SystemExit:  # sys.exit() in an atexit handler: python ignores it too
+        pass
+    except BaseException:
+        traceback.print_exc()
+    try:
         sys.stdout.flush()
     except Exception:
         status = status or 1
@@ -519,11 +583,50 @@ def mode_script(cfg, flag):
     os._exit(status & 0xFF)
 
 
+class TestTimeout(BaseException):
+    """The per-test (or per-call) time limit ran out. A BaseException, so that `except
+    Exception` in the code under test does not swallow it."""
+
+
+def _alarm(test_s):
+    """-> (arm, disarm) for a per-test alarm of `test_s` seconds (no-ops when test_s is 0). The
+    handler raises TestTimeout only while armed, so a signal that arrives just after disarming
+    is ignored. References are taken now: later monkeypatching of signal/time changes nothing."""
+    import _signal
+
+    setitimer, real = _signal.setitimer, _signal.ITIMER_REAL
+    state = {"armed": False}
+
+    def handler(signum, frame):
+        if state["armed"]:
+            state["armed"] = False
+            raise TestTimeout()
+
+    def arm():
+        if test_s > 0:
+            _signal.signal(_signal.SIGALRM, handler)  # again each time: the candidate may replace it
+            state["armed"] = True
+            setitimer(real, test_s)
+
+    def disarm():
+        state["armed"] = False
+        if test_s > 0:
+            setitimer(real, 0)
+
+    return arm, disarm
+
+
 def mode_serve(cfg, flag):
-    """Import the candidate, then answer one JSON request line per call on req_fd -> resp_fd."""
+    """Import the candidate, then answer one JSON request line per call on req_fd -> resp_fd.
+    Each call runs under the per-test limit: an alarm interrupts it at the limit, and a call that
+    returns late anyway (the candidate caught or disarmed the alarm) is still a timeout."""
     import json
+    import time
     reference = _guarded_objects()
     dumps, loads, write, enc = json.dumps, json.loads, os.write, encode_value
+    monotonic = time.monotonic
+    test_s = float(cfg["limits"].get("test_s") or 0)
+    arm, disarm = _alarm(test_s)
     ffd = cfg["flag_fd"]
     # Move the request/answer channels off 0/1 before the candidate runs: its stdin becomes
     # /dev/null and its stdout goes to stderr, so prints cannot corrupt the answers.
@@ -552,12 +655,16 @@ def mode_serve(cfg, flag):
     if changed:
         flag("harness_tamper", ",".join(changed))
     write(ffd, b"ready\n")
+    if cfg.get("announce_ready"):  # the check process starts its first test's clock on this line
+        write(resp_fd, b'{"ready": true}\n')
     while True:
         line = req.readline(cfg["max_request_bytes"])
         if not line:
             break
+        rid = None
         try:
             request = loads(line)
+            rid = request.get("id")
             args = [decode_value(a) for a in request["args"]]
             kwargs = {k: decode_value(v) for k, v in request.get("kwargs", {}).items()}
         except Exception as e:
@@ -566,13 +673,25 @@ def mode_serve(cfg, flag):
             if error is not None:
                 out = {"ok": False, "error": error}
             else:
+                t0 = monotonic()
                 try:
-                    out = {"ok": True, "value": enc(fn(*args, **kwargs))}
+                    try:
+                        arm()
+                        value = enc(fn(*args, **kwargs))  # encoding a huge value counts too
+                    finally:
+                        disarm()
+                    out = {"ok": True, "value": value}
+                except TestTimeout:
+                    out = {"ok": False, "timeout": True, "error": "time limit exceeded"}
                 except SystemExit as e:
                     out = {"ok": False, "error": f"SystemExit({e.code!r})"}
                 except BaseException as e:
                     out = {"ok": False, "error": f"{type(e).__name__}: {str(e)[:300]}",
                            "type": type(e).__name__}
+                if test_s > 0 and monotonic() - t0 > test_s:  # late, however it got here
+                    out = {"ok": False, "timeout": True, "error": "time limit exceeded"}
+        if rid is not None:
+            out["id"] = rid
         changed = _tampered(reference)
         if changed:
             flag("harness_tamper", ",".join(changed))
@@ -605,18 +724,30 @@ def mode_check(cfg, flag):
     resp = os.fdopen(cfg["resp_fd"], "rb", buffering=1 << 16)
     out = os.fdopen(os.dup(1), "w", buffering=1)
     limit = cfg["max_response_bytes"]
+    arm, disarm = _alarm(float(cfg["limits"].get("test_s") or 0))
+    seq = [0]
+
+    def next_answer():
+        answer = resp.readline(limit)
+        if not answer.endswith(b"\n"):
+            raise CandidateError("no (or oversized) answer from the candidate")
+        return json.loads(answer)
 
     def proxy(*args, **kwargs):
-        line = json.dumps({"args": [encode_value(a) for a in args],
+        seq[0] += 1
+        rid = seq[0]
+        line = json.dumps({"id": rid, "args": [encode_value(a) for a in args],
                            "kwargs": {k: encode_value(v) for k, v in kwargs.items()}}) + "\n"
         try:
             req.write(line.encode())
         except OSError:
             raise CandidateError("candidate process is gone") from None
-        answer = resp.readline(limit)
-        if not answer.endswith(b"\n"):
-            raise CandidateError("no (or oversized) answer from the candidate")
-        answer = json.loads(answer)
+        while True:  # skip the late answer of a call whose test already timed out
+            answer = next_answer()
+            if isinstance(answer, dict) and answer.get("id") == rid:
+                break
+        if answer.get("timeout"):
+            raise TestTimeout()
         if answer.get("ok"):
             return decode_value(answer["value"])
         exc = getattr(builtins, str(answer.get("type", "")), None)
@@ -624,13 +755,26 @@ def mode_check(cfg, flag):
             raise exc(answer.get("error", ""))
         raise CandidateError(answer.get("error", "candidate failed"))
 
+    try:  # wait until the candidate is imported: its import time is not the first test's
+        while True:
+            ready = next_answer()
+            if isinstance(ready, dict) and ready.get("ready") is True:
+                break
+    except (CandidateError, ValueError):
+        pass  # gone or garbled: the calls below report it
     for i, test in enumerate(config["tests"]):
         ns = {"__name__": "__check__", "candidate": proxy, entry: proxy}
         try:
-            exec(compile(config.get("setup", "") + "\n" + test, f"test_{i}", "exec"), ns)
-            if callable(ns.get("check")):
-                ns["check"](proxy)
+            try:
+                arm()
+                exec(compile(config.get("setup", "") + "\n" + test, f"test_{i}", "exec"), ns)
+                if callable(ns.get("check")):
+                    ns["check"](proxy)
+            finally:
+                disarm()
             status, detail = "passed", ""
+        except TestTimeout:
+            status, detail = "timeout", "time limit exceeded"
         except AssertionError as e:
             status, detail = "failed", f"AssertionError: {str(e)[:200]}"
         except CandidateError as e:
@@ -650,7 +794,8 @@ def main():
     import marshal  # builtin: no import cost (json would pull in re, ~30 ms per sandbox)
 
     cfg = marshal.loads(bytes.fromhex(sys.argv[-1]))  # written by the grader, not the candidate
-    notes = enter_as_root(cfg) if cfg["root"] else []
+    notes = [join_cgroup(cfg["cgroup"])] if cfg.get("cgroup") else []
+    notes += enter_as_root(cfg) if cfg["root"] else []
     notes = confine(cfg, notes)
     if "pidns" in notes:
         _, libc = _libc()

@@ -11,6 +11,12 @@ Where the verdict is computed, per test kind (the candidate never sees an expect
           verdicts tagged with a per-run random nonce that the candidate never receives, so
           `sys.exit(0)` before the tests, monkeypatching the harness or printing fake verdicts
           cannot produce a pass.
+
+Time limits are per test, never pooled over the tests a process runs: io tests count from the
+harness's start marker (the grader kills the process at the limit; the STARTUP_S allowance only
+covers interpreter start + confinement); calls and asserts run each call/test under an alarm in
+the harness, and the grader also kills a serve process whose next answer is later than the limit
+(+ ANSWER_SLACK_S). The process wall clock (tests x limit + STARTUP_S) stays as the outer bound.
 """
 
 from __future__ import annotations
@@ -71,13 +77,14 @@ class ExecutionReport:
 
 
 def limits_for(task: CodeTask, n_units: int = 1, base: SandboxLimits | None = None) -> SandboxLimits:
-    """Limits for a process that runs `n_units` tests of `task` in sequence."""
+    """Limits for a process that runs `n_units` tests of `task` in sequence. `wall_s` and
+    `cpu_s` bound the process; `test_s` (the task's limit) bounds each test in it."""
     base = base or SandboxLimits()
     budget = task.time_limit_s * n_units
     return SandboxLimits(wall_s=budget + STARTUP_S, cpu_s=int(budget) + 2, memory_mb=task.memory_limit_mb,
                          file_size_mb=base.file_size_mb, disk_mb=base.disk_mb,
                          max_open_files=base.max_open_files, max_processes=base.max_processes,
-                         output_bytes=base.output_bytes)
+                         output_bytes=base.output_bytes, test_s=task.time_limit_s)
 
 
 def _excerpt(b: bytes) -> str:
@@ -87,7 +94,7 @@ def _excerpt(b: bytes) -> str:
 def _process_status(r: ProcResult) -> tuple[TestStatus, str] | None:
     """Status implied by how the process ended, or None when it exited on its own."""
     if r.killed == "timeout":
-        return TestStatus.TIMEOUT, "wall-clock limit"
+        return TestStatus.TIMEOUT, "time limit (killed)"
     if r.killed == "output":
         return TestStatus.KILLED, "output limit"
     if r.returncode is not None and r.returncode < 0:
@@ -127,7 +134,7 @@ def run_io_tests(code: str, task: CodeTask, report: ExecutionReport, base: Sandb
     for i, case in enumerate(task.io_tests):
         box = Box(code)
         (r,) = _run([{"box": box, "mode": "script", "limits": limits, "stdin": case.stdin.encode(),
-                      "extra": {"audit": audit}}], [box],
+                      "extra": {"audit": audit}, "per_test": "start"}], [box],
                     limits.wall_s)
         _collect_flags(report, r, f"io[{i}]")
         _leftover_flag(report, r, f"io[{i}]")
@@ -146,10 +153,11 @@ def run_io_tests(code: str, task: CodeTask, report: ExecutionReport, base: Sandb
 def _serve_spec(box: Box, limits: SandboxLimits, entry: str, stdin: bytes | None, fds: dict,
                 audit: bool) -> dict:
     # `fds` are passed to the child (and closed here); without them the requests come on stdin
-    # and the answers go to stdout.
-    std = {} if fds else {"req_fd": 0, "resp_fd": 1}
+    # and the answers go to stdout, where the grader times each answer (per_test="answers").
+    # With them (asserts) the check process times each test and waits for a ready line first.
+    std = {"announce_ready": True} if fds else {"req_fd": 0, "resp_fd": 1}
     return {"box": box, "mode": "serve", "limits": limits, "stdin": stdin, "fds": fds,
-            "extra": {"entry_point": entry, "audit": audit, **std}}
+            "extra": {"entry_point": entry, "audit": audit, **std}, "per_test": None if fds else "answers"}
 
 
 def _bypass_flag(report: ExecutionReport, r: ProcResult, where: str) -> None:
@@ -192,6 +200,8 @@ def run_call_tests(code: str, task: CodeTask, report: ExecutionReport, base: San
                 ok = values_equal(got, case.expected)
                 status = TestStatus.PASSED if ok else TestStatus.FAILED
                 detail = "" if ok else f"got {got!r}"[:160]
+            elif answer.get("timeout") is True:
+                status, detail = TestStatus.TIMEOUT, "per-test time limit"
             else:
                 status, detail = TestStatus.ERROR, str(answer.get("error", ""))[:300]
         except (ValueError, TypeError, RecursionError) as e:
@@ -237,7 +247,7 @@ def run_assert_tests(code: str, task: CodeTask, report: ExecutionReport, base: S
     for i in range(n):
         if i in verdicts:
             st, detail = verdicts[i]
-            status = TestStatus(st) if st in ("passed", "failed", "error") else TestStatus.ERROR
+            status = TestStatus(st) if st in ("passed", "failed", "error", "timeout") else TestStatus.ERROR
         else:
             status, detail = check_end or cand_end or (TestStatus.ERROR, "test process gave no verdict")
         report.tests.append(TestResult("assert", i, status, detail, _excerpt(cand.stderr)))
