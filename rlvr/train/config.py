@@ -101,6 +101,22 @@ class DataConfig:
     """Arithmetic task only: digits per operand."""
     operands: int = 2
     """Arithmetic task only: terms per problem ("3+5+7=" has 3)."""
+    filter_band: str = ""
+    """rlvr train: keep only problems whose latest pass-rate estimate is in this band (medium = (0, 1),
+    never-solved, not-always-solved, solved-at-least-once, or an interval such as [0.1, 0.9]); problems
+    not measured yet are kept; '' = no online filter. See docs/filtering.md."""
+    filter_every: int = 0
+    """rlvr train: re-estimate pass rates before step 1 and every N steps (filter_k samples of the next
+    filter_pool problems); 0 = estimates come only from the training groups themselves."""
+    filter_k: int = 8
+    """Samples per problem of a pass-rate refresh."""
+    filter_pool: int = 0
+    """Problems per refresh (the next ones of the training stream); 0 = every training problem."""
+    curriculum: Literal["", "pass_rate"] = ""
+    """rlvr train: pass_rate = draw each step's problems by estimated pass rate (weight 4r(1-r) +
+    curriculum_floor, unmeasured problems count as 0.5) instead of the shuffled stream; '' = stream."""
+    curriculum_floor: float = 0.05
+    """Weight added to every problem in the curriculum, so none becomes unreachable."""
 
     def validate(self) -> None:
         """Task, template and reward names, files and ranges. Whether a synthetic task has as many
@@ -109,6 +125,20 @@ class DataConfig:
         from rlvr.data import PROMPT_TEMPLATES, TASKS
 
         c = _Checks("data")
+        if self.filter_band:
+            from rlvr.data.filters import Band
+
+            try:
+                Band.parse(self.filter_band)
+            except ValueError as exc:
+                c.error(f"data.filter_band={self.filter_band!r}: {_error_text(exc)}")
+        c.at_least("filter_every", self.filter_every, 0)
+        c.at_least("filter_k", self.filter_k, 1)
+        c.at_least("filter_pool", self.filter_pool, 0)
+        c.at_least("curriculum_floor", self.curriculum_floor, 0)
+        if self.filter_every and not (self.filter_band or self.curriculum):
+            c.error(f"data.filter_every={self.filter_every} refreshes pass rates that nothing reads: set "
+                    "data.filter_band or data.curriculum=pass_rate too")
         task = TASKS.get(self.task)
         if task is None:
             c.one_of("task", self.task, sorted(TASKS))
@@ -276,11 +306,13 @@ class AlgoConfig:
     """The policy-gradient objective; every name is a key of a registry in rlvr.algo."""
 
     advantage: str = "grpo"
-    """Advantage estimator (rlvr.algo.ADVANTAGE_ESTIMATORS)."""
+    """Advantage estimator (rlvr.algo.ADVANTAGE_ESTIMATORS), gae (PPO's critic) or process (per-step rewards)."""
     adv_std: str = "population"
     """Std used by dividing estimators (grpo, batch_std): population (1/G, DeepSeekMath) or sample (1/(G-1))."""
     adv_eps: float = 1e-6
     """Stabilizer added to the std before dividing."""
+    process_outcome_coef: float = 0.0
+    """advantage=process: weight of the outcome's GRPO advantage added to every token's step advantage; 0 = steps only."""
     loss: str = "grpo_clip"
     """Per-token policy loss (rlvr.algo.POLICY_LOSSES)."""
     clip_low: float = 0.2

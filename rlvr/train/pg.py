@@ -67,10 +67,13 @@ def validate_train_config(cfg: TrainConfig) -> BatchPlan:
         ("algo.length_reward", a.length_reward, LENGTH_REWARDS),
     ]
     for key, value, reg in registries:
-        if key == "algo.advantage" and value == "gae":
-            continue  # PPO: the critic's values make the advantages (rlvr.train.critic)
+        if key == "algo.advantage" and value in ("gae", "process"):
+            continue  # gae: the critic's values make the advantages (rlvr.train.critic); process: step rewards
         if value not in reg:
             raise ConfigError(f"{key}={value!r} is unknown; known: {', '.join(repr(k) for k in sorted(reg))}")
+    from rlvr.train.process import check_config as check_process_config
+
+    check_process_config(a)  # algo.advantage=process and its keys (rlvr.train.process)
     if a.adv_std not in ("population", "sample"):
         raise ConfigError(f"algo.adv_std={a.adv_std!r}: use 'population' or 'sample'")
     if s.group_size < 2 and a.advantage != "no_baseline":
@@ -208,8 +211,9 @@ def train(
     from rlvr.runtime import memory_stats, reset_peak_memory, seed_everything, set_num_threads
     from rlvr.train import session
     from rlvr.train.critic import Critic
+    from rlvr.train.curriculum import ProblemSource
     from rlvr.train.reference import ReferencePolicy
-    from rlvr.train.tasks import TaskDataError, eval_policy, load_task_data
+    from rlvr.train.tasks import TaskDataError, eval_policy, load_task_data, task_scorer
 
     a, s, r = cfg.algo, cfg.sampling, cfg.run
     plan = validate_train_config(cfg)
@@ -239,6 +243,8 @@ def train(
     if start_step:  # the checkpoint's weights replaced those the generator was built with
         generator.update_weights(model.named_parameters(), version=start_step)
     reference.start(run.path, start_step)
+    source = ProblemSource(task.train, cfg.data, r.seed)  # the stream, or an online band / curriculum
+    source.load_state_dict(state.get("pass_rates"))
     if not task.eval:
         session.say("note: no held-out problems (set data.eval_path): the run is not evaluated", r.progress)
     data_pos, last_ckpt, last, filtered_note = int(state.get("data_pos", 0)), start_step, {}, False
@@ -247,7 +253,13 @@ def train(
         for step in range(start_step + 1, r.steps + 1):
             timer = Timer()
             reset_peak_memory(cfg.model.device)
-            sampled = sample_groups(sampler, task, cfg, objective, step, data_pos, timer)
+            refreshed = {}
+            if source.due(step):
+                with timer("filter"):
+                    refreshed = source.refresh(sampler, task, s, task_scorer(task, cfg.data), data_pos, step)
+                    model.train()
+            sampled = sample_groups(sampler, task, cfg, objective, step, data_pos, timer, source)
+            source.observe(sampled.examples, sampled.rewards, s.group_size, step)
             generator.sleep()  # colocated vLLM hands its memory to the learner
             data_pos = sampled.data_pos
             rollouts, ro_examples, rewards = sampled.rollouts, sampled.examples, sampled.rewards
@@ -257,7 +269,8 @@ def train(
                 kept = torch.nonzero(keep).squeeze(1)
                 batch = rollouts_to_batch([rollouts[i] for i in kept.tolist()], tokenizer.pad_token_id) if len(kept) else None
                 learned = learn(model, optimizer, scheduler, batch, adv[kept], kept, objective, reference,
-                                cfg, step, critic=critic)
+                                cfg, step, critic=critic,
+                                steps=objective.step_marks(rollouts, rewards, kept, tokenizer))
             session.check_finite(step, loss=_mean(learned.losses), grad_norm=_mean(learned.grad_norms))
             if not learned.losses and not filtered_note:
                 filtered_note = True
@@ -269,6 +282,7 @@ def train(
 
             metrics = step_metrics(rewards, rollouts, shaped, zero_var, keep, learned, step)
             metrics.update(sampled.metrics(s.group_size) if a.filter_zero_variance else {})
+            metrics.update(source.last | refreshed)
             metrics["lr"] = scheduler.get_last_lr()[0]
             metrics["tokens_per_s"] = float(lengths.sum()) / max(time.perf_counter() - timer.t0, 1e-9)
             if (r.eval_every and step % r.eval_every == 0) or step == r.steps:
@@ -284,7 +298,8 @@ def train(
                 on_step(step, metrics)
             if step == r.steps or (r.checkpoint_every and step % r.checkpoint_every == 0):
                 ckpt_mod.save_checkpoint(run, step, model=model, tokenizer=tokenizer, optimizer=optimizer,
-                                         scheduler=scheduler, trainer_state={"data_pos": data_pos},
+                                         scheduler=scheduler, trainer_state={"data_pos": data_pos}
+                                         | ({"pass_rates": source.state_dict()} if source.active else {}),
                                          keep=r.keep_checkpoints, extras=extras)
                 last_ckpt = step
                 session.maybe_die_after_checkpoint(step, run)
@@ -295,11 +310,12 @@ def train(
 
 
 def learn(model, optimizer, scheduler, batch, adv: torch.Tensor, kept: torch.Tensor, objective: Objective,
-          reference, cfg: TrainConfig, step: int, critic=None) -> Learned:
+          reference, cfg: TrainConfig, step: int, critic=None, steps=None) -> Learned:
     """The learner's update on the kept rollouts (batch: their TrainingBatch, adv (B,)): old and
     reference logprobs (and with a critic the values) once, no grad; the loss's targets; then
     epochs x minibatches (one optimizer step each, and one critic step) x micro-batches (one
-    backward each). Nothing happens when every row was filtered out."""
+    backward each). steps: with algo.advantage=process the kept rows' rlvr.train.process.StepMarks.
+    Nothing happens when every row was filtered out."""
     out = Learned()
     n = kept.numel()
     if n == 0:
@@ -310,7 +326,7 @@ def learn(model, optimizer, scheduler, batch, adv: torch.Tensor, kept: torch.Ten
                 if objective.needs_old_logprobs else None)
     ref_logp = reference.logprobs(batch, plan.micro_batch, s.temperature, a.micro_batch_tokens)
     old_values = critic.values(model, batch, plan.micro_batch, a.micro_batch_tokens) if critic is not None else None
-    targets = objective.targets(adv, batch.response_mask, old_logp, ref_logp, old_values)
+    targets = objective.targets(adv, batch.response_mask, old_logp, ref_logp, old_values, steps=steps)
     token_adv = targets.advantages  # (B,) or (B, T)
     if targets.returns is not None:
         out.extra.update(_value_stats(targets.returns, old_values, batch.response_mask))
@@ -381,19 +397,23 @@ class Sampled:
 
 
 def sample_groups(sampler, task, cfg: TrainConfig, objective: Objective, step: int, data_pos: int,
-                  timer: Timer) -> Sampled:
+                  timer: Timer, source=None) -> Sampled:
     """Sample sampling.n_prompts problems x group_size, score them, compute advantages. With
     algo.filter_zero_variance and algo.refill_rounds = k, groups whose rewards are all equal are
     dropped and up to k more rounds of n_prompts new problems are sampled until n_prompts groups
     with a reward spread are in hand (DAPO's dynamic sampling); the batch then holds exactly
     n_prompts groups, or fewer when the budget ran out. Advantages are group-local, so groups of
-    different rounds are computed together."""
+    different rounds are computed together. source: a rlvr.train.curriculum.ProblemSource (the
+    online band / curriculum); None = the shuffled stream."""
     s, r, a = cfg.sampling, cfg.run, cfg.algo
     rollouts, examples, rewards = [], [], []
     rounds = 0
     for rnd in range(1 + (a.refill_rounds if a.filter_zero_variance else 0)):
-        batch = take(task.train, data_pos, s.n_prompts, cfg.data.seed)
-        data_pos += s.n_prompts
+        if source is not None:
+            batch, data_pos = source.draw(s.n_prompts, data_pos, step, rnd)
+        else:
+            batch = take(task.train, data_pos, s.n_prompts, cfg.data.seed)
+            data_pos += s.n_prompts
         rounds += 1
         with timer("generate"):
             # round 0 keeps the seed of a run without refill; later rounds get seeds of their own
