@@ -1,112 +1,249 @@
-"""VLLMGenerator's adapter logic on CPU, against a stand-in `vllm` module (the real engine is
-checked by scripts/gpu_check.sh on a GPU machine). The stand-in answers each request with
-HFGenerator, mimicking vLLM's output records (token_ids incl. EOS, per-position logprob dicts,
-stop_reason = the stop string or None)."""
+"""VLLMGenerator's adapter logic on CPU, against a scripted stand-in `vllm` module (the real engine
+is checked by scripts/gpu_check.sh on a GPU machine).
 
+The stand-in computes nothing with a model: each request (prompt token ids, seed) is looked up in
+a table of completions written out below in vLLM's output shape (token_ids with the EOS or the
+token that completed a stop string, one logprob dict per position that also holds a decoy entry,
+finish_reason, stop_reason = stop string / stop token id / None, and a `text` from "vLLM's own
+detokenizer" that the adapter must not use). A request it was not scripted for raises. Every
+expected Rollout field is written by hand, so a wrong mapping (order, grouping, seeds, stop
+handling, logprob pick, finish reasons, weight versions) fails here.
+"""
+
+import os
 import sys
 import types
 from types import SimpleNamespace
 
 import pytest
+import torch
 
-from rlvr.models import build_tiny_model
-from rlvr.rollout import HFGenerator, SamplingSpec
+from rlvr.models.tiny import DEFAULT_ALPHABET, build_char_tokenizer
+from rlvr.rollout import SamplingSpec
+from rlvr.rollout.types import sequence_seed
+
+EOS = 2  # the char tokenizer's <eos>
+UNK = 3  # never sampled here: the decoy entry of every logprob dict
+IM_END = 100  # the one extra special token ("<|im_end|>"), right after the 100 base ids
+VLLM_TEXT = "<vLLM detokenizer output: must not reach Rollout.text>"
 
 
-@pytest.fixture()
-def fake_vllm(monkeypatch):
-    model, tok = build_tiny_model(hidden_size=32, num_layers=2, num_heads=2, seed=0)
-    hf = HFGenerator(model, tok)
-    calls = {"loaded": [], "reset": 0, "llm_kwargs": None, "params": []}
+def ids(text: str) -> list[int]:
+    """The char tokenizer's ids by its documented rule (4 specials, then one id per character)."""
+    return [4 + DEFAULT_ALPHABET.index(c) for c in text]
+
+
+def completion(token_ids, logprobs, finish_reason, stop_reason=None):
+    """One vLLM CompletionOutput: the decoy (a lower-id, much less likely token) comes first in
+    each position's dict, so picking "the first entry" instead of the sampled token fails."""
+    assert len(token_ids) == len(logprobs)
+    return SimpleNamespace(
+        token_ids=tuple(token_ids),
+        text=VLLM_TEXT,
+        logprobs=[{UNK: SimpleNamespace(logprob=-50.0), t: SimpleNamespace(logprob=lp)}
+                  for t, lp in zip(token_ids, logprobs, strict=True)],
+        finish_reason=finish_reason,
+        stop_reason=stop_reason,
+    )
+
+
+def install_fake_vllm(monkeypatch, script, version="0.11.0", in_process_model=True):
+    """A `vllm` module whose LLM answers from `script`: {(prompt ids tuple, seed): [completion, ...]}.
+    Returns the record of what the adapter asked for."""
+    rec = SimpleNamespace(llm_kwargs=None, requests=[], params=[], events=[], loaded=[], rpc=[])
 
     class SamplingParams(SimpleNamespace):
         pass
 
     class LLM:
         def __init__(self, **kwargs):
-            calls["llm_kwargs"] = kwargs
-            runner = SimpleNamespace(
-                model=SimpleNamespace(load_weights=lambda weights: calls["loaded"].extend(weights))
-            )
-            worker = SimpleNamespace(worker=SimpleNamespace(model_runner=runner))
-            self.llm_engine = SimpleNamespace(model_executor=SimpleNamespace(driver_worker=worker))
+            rec.llm_kwargs = kwargs
+            if in_process_model:
+                model = SimpleNamespace(load_weights=self._load)
+                runner = SimpleNamespace(model=model)
+                worker = SimpleNamespace(worker=SimpleNamespace(model_runner=runner))
+                self.llm_engine = SimpleNamespace(model_executor=SimpleNamespace(driver_worker=worker))
+
+        def _load(self, weights):
+            rec.events.append("load_weights")
+            rec.loaded.extend(weights)
+
+        def collective_rpc(self, fn, args=()):
+            rec.events.append("collective_rpc")
+            worker = SimpleNamespace(model_runner=SimpleNamespace(model=SimpleNamespace(load_weights=self._load)))
+            rec.rpc.append(args)
+            return [fn(worker, *args)]
 
         def reset_prefix_cache(self):
-            calls["reset"] += 1
+            rec.events.append("reset_prefix_cache")
+
+        def sleep(self, level):
+            rec.events.append(f"sleep({level})")
+
+        def wake_up(self, tags=None):
+            rec.events.append(f"wake_up({','.join(tags)})")
 
         def generate(self, requests, params, use_tqdm=False):
+            rec.events.append("generate")
             outs = []
             for req, p in zip(requests, params, strict=True):
-                calls["params"].append(p)
-                spec = SamplingSpec(
-                    n=p.n,
-                    temperature=p.temperature,
-                    top_p=p.top_p,
-                    top_k=max(p.top_k, 0),
-                    max_tokens=p.max_tokens,
-                    min_tokens=p.min_tokens,
-                    stop=tuple(p.stop or ()),
-                    include_stop_str_in_output=p.include_stop_str_in_output,
-                    seed=p.seed,
-                )
-                rs = hf.generate(["?"], spec, prompt_ids=[req["prompt_token_ids"]])
-                completions = [
-                    SimpleNamespace(
-                        token_ids=r.response_ids,
-                        text=r.text,
-                        logprobs=[
-                            {t: SimpleNamespace(logprob=lp)}
-                            for t, lp in zip(r.response_ids, r.logprobs, strict=True)
-                        ],
-                        finish_reason=r.finish_reason,
-                        stop_reason=r.stop_reason if r.stop_reason not in (None, "<eos>") else None,
-                    )
-                    for r in rs
-                ]
-                outs.append(SimpleNamespace(outputs=completions))
+                rec.requests.append(req)
+                rec.params.append(p)
+                key = (tuple(req["prompt_token_ids"]), p.seed)
+                if key not in script:
+                    raise KeyError(f"stand-in vLLM got an unscripted request {key}")
+                cs = script[key]
+                assert len(cs) == p.n, (key, p.n)
+                for c in cs:
+                    assert len(c.token_ids) <= p.max_tokens
+                if p.logprobs is None:
+                    cs = [SimpleNamespace(**{**vars(c), "logprobs": None}) for c in cs]
+                outs.append(SimpleNamespace(outputs=cs))
             return outs
 
     vllm = types.ModuleType("vllm")
-    vllm.__version__ = "0.11.0"
+    vllm.__version__ = version
     vllm.LLM, vllm.SamplingParams = LLM, SamplingParams
     inputs = types.ModuleType("vllm.inputs")
     inputs.TokensPrompt = lambda prompt_token_ids: {"prompt_token_ids": prompt_token_ids}
-    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # restored after the test
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)  # restored after the test
     monkeypatch.setitem(sys.modules, "vllm", vllm)
     monkeypatch.setitem(sys.modules, "vllm.inputs", inputs)
+    return rec
+
+
+def make_generator(monkeypatch, script, **kwargs):
+    version = kwargs.pop("version", "0.11.0")
+    in_process_model = kwargs.pop("in_process_model", True)
+    rec = install_fake_vllm(monkeypatch, script, version=version, in_process_model=in_process_model)
     from rlvr.rollout.vllm_generator import VLLMGenerator
 
-    return VLLMGenerator("unused-path", tokenizer=tok), hf, calls
+    tok = build_char_tokenizer(special_tokens=("<|im_end|>",))
+    return VLLMGenerator("some/model-path", tokenizer=tok, **kwargs), rec
 
 
-def test_vllm_adapter_rollouts_match_hf_rollouts(fake_vllm):
-    gen, hf, calls = fake_vllm
-    assert calls["llm_kwargs"]["logprobs_mode"] == "processed_logprobs"
-    prompts = ["12+3=", "7*8="]
-    spec = SamplingSpec(n=2, max_tokens=8, seed=5, stop=("5",), include_stop_str_in_output=True)
-    out = gen.generate(prompts, spec)
-    # one n=1 request per sample, each with its own derived seed
-    assert len(calls["params"]) == 4 and len({p.seed for p in calls["params"]}) == 4
-    assert all(p.top_k == -1 and p.logprobs == 0 for p in calls["params"])
-    assert [(r.group, r.sample_index) for r in out] == [(0, 0), (0, 1), (1, 0), (1, 1)]
-    for r in out:
-        assert r.prompt_ids == gen.tokenizer.encode(r.prompt)
-        assert len(r.logprobs) == len(r.response_ids)
-        if r.finish_reason == "stop" and r.stop_reason == "5":
-            assert r.text.endswith("5") and "5" not in r.text[:-1]
-    greedy = SamplingSpec(temperature=0, max_tokens=8)
-    assert [r.response_ids for r in gen.generate(prompts, greedy)] == [
-        r.response_ids for r in hf.generate(prompts, greedy)
+P0, P1 = "1+1=", "9*9="
+
+
+def seeded_script(seed):
+    """Two samples per prompt, each its own n=1 request with seed sequence_seed(seed, i, j)."""
+    s = lambda i, j: sequence_seed(seed, i, j)
+    return {
+        # prompt 0, sample 0: "2" then EOS (vLLM: finish "stop", stop_reason None)
+        (tuple(ids(P0)), s(0, 0)): [completion(ids("2") + [EOS], [-0.25, -0.5], "stop")],
+        # prompt 0, sample 1: "3#" then "#" completes the stop string "##"; vLLM keeps the token
+        (tuple(ids(P0)), s(0, 1)): [completion(ids("3##"), [-1.0, -0.125, -0.75], "stop", "##")],
+        # prompt 1, sample 0: max_tokens=6 reached
+        (tuple(ids(P1)), s(1, 0)): [completion(ids("81 and"), [-0.5] * 6, "length")],
+        # prompt 1, sample 1: a stop token id other than EOS (e.g. <|im_end|> from generation_config)
+        (tuple(ids(P1)), s(1, 1)): [completion(ids("81") + [IM_END], [-0.25, -0.25, -2.0], "stop", IM_END)],
+    }
+
+
+def test_llm_constructor_arguments(monkeypatch):
+    gen, rec = make_generator(monkeypatch, {}, dtype="float16", seed=3, max_model_len=64)
+    kw = rec.llm_kwargs
+    assert kw["model"] == "some/model-path" and kw["dtype"] == "float16" and kw["seed"] == 3
+    assert kw["max_model_len"] == 64 and kw["logprobs_mode"] == "processed_logprobs"
+    assert gen.logprobs_mode == "processed_logprobs"
+    assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"  # in-process engine by default
+    # before 0.10.2 vLLM has no processed logprobs: the argument is not passed
+    old, rec = make_generator(monkeypatch, {}, version="0.10.1")
+    assert "logprobs_mode" not in rec.llm_kwargs and old.logprobs_mode == "raw_logprobs"
+
+
+def test_seeded_rollouts_are_mapped_field_by_field(monkeypatch):
+    gen, rec = make_generator(monkeypatch, seeded_script(5))
+    spec = SamplingSpec(n=2, temperature=0.7, top_p=0.9, max_tokens=6, min_tokens=1, stop=("##",), seed=5)
+    out = gen.generate([P0, P1], spec)
+
+    # the requests: prompt token ids, one n=1 request per (prompt, sample) in prompt-major order
+    assert [r["prompt_token_ids"] for r in rec.requests] == [ids(P0), ids(P0), ids(P1), ids(P1)]
+    assert [p.seed for p in rec.params] == [sequence_seed(5, i, j) for i in (0, 1) for j in (0, 1)]
+    for p in rec.params:
+        assert (p.n, p.temperature, p.top_p, p.top_k, p.max_tokens, p.min_tokens) == (1, 0.7, 0.9, -1, 6, 1)
+        assert p.stop == ["##"] and p.include_stop_str_in_output is False
+        assert p.logprobs == 0 and p.skip_special_tokens is True
+
+    got = [(r.group, r.sample_index, r.prompt, r.prompt_ids, r.response_ids, r.text, r.logprobs,
+            r.finish_reason, r.stop_reason, r.weight_version) for r in out]
+    assert got == [
+        (0, 0, P0, ids(P0), ids("2") + [EOS], "2", [-0.25, -0.5], "stop", "<eos>", 0),
+        (0, 1, P0, ids(P0), ids("3##"), "3", [-1.0, -0.125, -0.75], "stop", "##", 0),
+        (1, 0, P1, ids(P1), ids("81 and"), "81 and", [-0.5] * 6, "length", None, 0),
+        (1, 1, P1, ids(P1), ids("81") + [IM_END], "81", [-0.25, -0.25, -2.0], "stop", "<eos>", 0),
+    ]
+    assert all(r.loss_mask is None for r in out)
+
+
+def test_unseeded_request_keeps_the_stop_string_and_explicit_prompt_ids(monkeypatch):
+    explicit = [1] + ids(P0)  # caller-supplied ids (here with a BOS) win over tokenizing the prompt
+    script = {
+        (tuple(explicit), None): [
+            completion(ids("2##"), [-0.5, -0.25, -0.25], "stop", "##"),
+            completion(ids("11"), [-3.0, -3.0], "length"),
+            completion(ids("2") + [EOS], [-0.125, -0.0625], "stop"),
+        ]
+    }
+    gen, rec = make_generator(monkeypatch, script)
+    spec = SamplingSpec(n=3, top_k=5, max_tokens=3, stop=("##",), include_stop_str_in_output=True)
+    out = gen.generate([P0], spec, prompt_ids=[explicit])
+    (p,) = rec.params  # no seed: one request that asks vLLM for all n samples
+    assert (p.n, p.seed, p.top_k, p.include_stop_str_in_output) == (3, None, 5, True)
+    got = [(r.sample_index, r.prompt_ids, r.text, r.logprobs, r.finish_reason, r.stop_reason) for r in out]
+    assert got == [
+        (0, explicit, "2##", [-0.5, -0.25, -0.25], "stop", "##"),
+        (1, explicit, "11", [-3.0, -3.0], "length", None),
+        (2, explicit, "2", [-0.125, -0.0625], "stop", "<eos>"),
     ]
 
 
-def test_vllm_adapter_update_weights_in_process(fake_vllm):
-    gen, hf, calls = fake_vllm
-    gen.update_weights(hf.model.named_parameters(), version=7)
-    names = [n for n, _ in calls["loaded"]]
-    assert names == [n for n, _ in hf.model.named_parameters()]
-    assert calls["reset"] == 1 and gen.weight_version == 7
-    assert gen.generate(["1="], SamplingSpec(max_tokens=2, seed=0))[0].weight_version == 7
+def test_no_logprobs_requested_gives_none(monkeypatch):
+    gen, rec = make_generator(monkeypatch, seeded_script(9))
+    out = gen.generate([P0, P1], SamplingSpec(n=2, max_tokens=6, stop=["##"], seed=9, logprobs=False))
+    assert all(p.logprobs is None for p in rec.params)
+    assert [r.logprobs for r in out] == [None] * 4
+    assert [r.text for r in out] == ["2", "3", "81 and", "81"]
+    # no stop strings: vLLM gets None, not an empty list
+    gen2, rec2 = make_generator(monkeypatch, {(tuple(ids(P0)), None): [completion([EOS], [-1.0], "stop")]})
+    assert gen2.generate([P0], SamplingSpec(max_tokens=2))[0].text == ""
+    assert rec2.params[0].stop is None
+
+
+def test_weights_load_in_process_then_the_prefix_cache_resets(monkeypatch):
+    gen, rec = make_generator(monkeypatch, seeded_script(0))
+    before = gen.generate([P0], SamplingSpec(n=2, max_tokens=6, stop=("##",), seed=0))
+    assert [r.weight_version for r in before] == [0, 0]
+    w = torch.ones(2, 2, requires_grad=True)
+    gen.update_weights([("model.a.weight", w), ("lm_head.weight", w * 2)], version=7)
+    assert rec.events == ["generate", "load_weights", "reset_prefix_cache"]
+    assert [n for n, _ in rec.loaded] == ["model.a.weight", "lm_head.weight"]
+    assert all(not t.requires_grad for _, t in rec.loaded)  # detached
+    assert gen.weight_version == 7
+    after = gen.generate([P0, P1], SamplingSpec(n=2, max_tokens=6, stop=("##",), seed=0))
+    assert [r.weight_version for r in after] == [7, 7, 7, 7]
+
+
+def test_weights_go_through_collective_rpc_without_an_in_process_model(monkeypatch):
+    gen, rec = make_generator(monkeypatch, {}, in_process_model=False)
+    gen.update_weights([("x", torch.ones(1))], version=2)
+    assert rec.events == ["collective_rpc", "load_weights", "reset_prefix_cache"]
+    assert [n for n, _ in rec.loaded] == ["x"] and gen.weight_version == 2
+
+
+def test_sleep_wakes_weights_for_an_update_and_the_kv_cache_for_generate(monkeypatch):
+    gen, rec = make_generator(monkeypatch, seeded_script(1), enable_sleep_mode=True)
+    gen.sleep(level=2)
+    gen.sleep(level=2)  # already asleep: no second call
+    gen.update_weights([("x", torch.ones(1))], version=1)
+    gen.generate([P0], SamplingSpec(n=2, max_tokens=6, stop=("##",), seed=1))
+    gen.generate([P0], SamplingSpec(n=2, max_tokens=6, stop=("##",), seed=1))  # awake: no wake_up
+    assert rec.events == ["sleep(2)", "wake_up(weights)", "load_weights", "reset_prefix_cache",
+                          "wake_up(kv_cache)", "generate", "generate"]
+    # without sleep mode, sleep() is a no-op
+    plain, rec2 = make_generator(monkeypatch, {})
+    plain.sleep()
+    assert rec2.events == []
 
 
 def test_vllm_module_imports_without_vllm():

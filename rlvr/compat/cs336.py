@@ -8,14 +8,21 @@ plain functions of ``rlvr.algo`` and ``rlvr.models``. Conventions that matter:
   i.e. the SAMPLE standard deviation (1/(G-1)), plus ``advantage_eps``; the DeepSeekMath formula
   and rlvr's default ``grpo`` estimator use the population std (1/G). For [1, 0, 0, 0] the sample
   version gives [1.5, -0.5, -0.5, -0.5], the population one [1.732, -0.577, ...].
-- ``masked_mean`` returns 0 (not NaN) for an empty mask: a departure from the assignment's plain
-  sum / count, which only differs where the assignment would produce NaN.
+- ``masked_mean`` is the assignment's plain ``sum(tensor * mask) / sum(mask)``: an empty slice
+  gives NaN (0/0), exactly as the assignment's reference (its ``masked_mean`` snapshot along dim 0
+  holds NaNs there). ``rlvr.algo.masked_mean`` is the safe one (0 for an empty slice, masked-out
+  entries selected away rather than multiplied), and is what rlvr's own trainer uses.
 - ``sft_microbatch_train_step``: loss = -(sum over response tokens of log p) / normalize_constant,
   averaged over the micro-batch's sequences, divided by gradient_accumulation_steps.
 - ``grpo_microbatch_train_step``: per-token loss, mean over each sequence's response tokens, mean
-  over sequences, divided by gradient_accumulation_steps (the assignment's masked_mean form). This
-  is only split-invariant when every micro-batch has the same number of sequences; rlvr's trainer
-  uses ``rlvr.algo.aggregation`` with global normalizers instead.
+  over sequences, divided by gradient_accumulation_steps (the assignment's masked_mean form, so a
+  sequence with no response token makes the loss NaN, as in the assignment). This is only
+  split-invariant when every micro-batch has the same number of sequences; rlvr's trainer uses
+  ``rlvr.algo.aggregation`` with global normalizers instead.
+
+The assignment's public snapshot tests (tests/_snapshots of stanford-cs336/assignment5-alignment)
+run against these functions in tests/test_compat_cs336.py, with the snapshots vendored under
+tests/data/cs336/.
 """
 
 from __future__ import annotations
@@ -27,7 +34,6 @@ import torch
 from rlvr.algo.advantages import group_mean, grpo
 from rlvr.algo.logprobs import entropy_from_logits
 from rlvr.algo.losses import grpo_clip, reinforce
-from rlvr.algo.masked import masked_mean as _masked_mean
 from rlvr.algo.masked import masked_normalize as _masked_normalize
 from rlvr.algo.registry import lookup
 
@@ -143,8 +149,16 @@ def compute_policy_gradient_loss(
 
 
 def masked_mean(tensor: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
-    """Mean over mask == 1 along dim (all if None); 0 where the mask is empty."""
-    return _masked_mean(tensor, mask, dim)
+    """The assignment's masked mean: sum(tensor * mask) / sum(mask) along dim (all if None).
+
+    An empty slice gives NaN (0 / 0), and a non-finite value under mask == 0 still propagates
+    (it is multiplied by 0), both as in the assignment's reference. For the safe version (0 on an
+    empty slice) use ``rlvr.algo.masked_mean``.
+    """
+    masked = tensor * mask
+    if dim is None:
+        return masked.sum() / mask.sum()
+    return masked.sum(dim=dim) / mask.sum(dim=dim)
 
 
 def masked_normalize(
@@ -188,7 +202,7 @@ def grpo_microbatch_train_step(
     per_tok, meta = compute_policy_gradient_loss(
         policy_log_probs, loss_type, raw_rewards, advantages, old_log_probs, cliprange
     )
-    loss = _masked_mean(per_tok, response_mask, dim=-1).mean() / gradient_accumulation_steps
+    loss = masked_mean(per_tok, response_mask, dim=-1).mean() / gradient_accumulation_steps
     loss.backward()
     return loss.detach(), meta
 
