@@ -26,6 +26,10 @@ CASES = [
     (answer_block, "<think>a</think> <answer>\n72\n</answer>", "72"),
     (answer_block, "<answer>1</answer> then <answer>2</answer>", "2"),
     (answer_block, "<answer>1</answer> then <answer>2", "1"),
+    # a stray extra closing tag after a complete block does not void it
+    (answer_block, "<answer>5</answer></answer>", "5"),
+    (answer_block, "<answer>5</answer> so </answer>", "5"),
+    (answer_block, "<answer>1</answer> <answer>5</answer>\n</answer>", "5"),
     (answer_block, "<answer>5</answer> because reasons", "5"),
     (answer_block, "<answer></answer>", None),
     (answer_block, "<answer>   </answer>", None),
@@ -44,7 +48,10 @@ CASES = [
     (last_boxed, "\\fbox{3} then \\boxed{4}", "4"),
     (last_boxed, "\\boxed 5", "5"),
     (last_boxed, "$\\boxed 5$", "5"),
-    (last_boxed, "\\boxed{2} and a broken \\boxed{3", "2"),
+    # an unclosed last box is no answer: no falling back to an earlier (maybe revised) box
+    (last_boxed, "\\boxed{2} and a broken \\boxed{3", None),
+    (last_boxed, "\\boxed{2} then \\boxed{\\frac{1}{2}", None),
+    (last_boxed, "\\boxed{2} then \\boxed 5", "5"),
     (last_boxed, "\\boxed{", None),
     (last_boxed, "\\boxed{}", None),
     (last_boxed, "no box here", None),
@@ -57,6 +64,15 @@ CASES = [
     (gsm8k_hash, "####", None),
     (gsm8k_hash, "no hashes", None),
     (gsm8k_hash, "#### -3", "-3"),
+    (gsm8k_hash, "#### .5", ".5"),
+    (gsm8k_hash, "#### \\$1,250.00", "\\$1,250.00"),
+    (gsm8k_hash, "#### 18 dollars", "18 dollars"),
+    (gsm8k_hash, "#### 12%", "12%"),
+    # text after #### that is not a number is no answer
+    (gsm8k_hash, "#### I think it is five", None),
+    (gsm8k_hash, "#### x = 5", None),
+    (gsm8k_hash, "#### 5 and then some more words", None),
+    (gsm8k_hash, "#### 5\n#### unsure", None),
     # --- "the answer is"
     (answer_is, "So the answer is 42.", "42"),
     (answer_is, "The answer is $\\frac{1}{2}$.", "$\\frac{1}{2}$"),
@@ -76,6 +92,11 @@ CASES = [
     (last_number, "x2 and y3", None),
     (last_number, "version 2.0.", "2.0"),
     (last_number, "12 then 0", "0"),
+    # leading-dot decimals are numbers
+    (last_number, "the probability is .5", ".5"),
+    (last_number, "it drops by -.25 each day", "-.25"),
+    (last_number, "from 3 to .75.", ".75"),
+    (last_number, "x.5 and v1.5", None),
     # --- multiple choice letter
     (choice_letter, "The answer is (B).", "B"),
     (choice_letter, "Answer: C", "C"),

@@ -47,6 +47,22 @@ def test_r1_zero_cases():
     assert r1("t </think> <answer>0.5</answer>", SimpleExample("$\\boxed{\\frac12}$")).total == 1.0
 
 
+def test_extraction_edges_through_the_rewards():
+    # a stray extra </answer> after a complete block does not void it
+    assert parts(r1("t </think> <answer>72</answer></answer>", EX)) == (1.0, 1.0, 1.0)
+    # an unclosed last box does not fall back to an earlier box: no answer
+    r = get_reward_fn("math")("so \\boxed{72}, no wait, \\boxed{71", EX)
+    assert r.total == 0.0 and r.status is Status.UNPARSABLE
+    r = get_reward_fn("question_only")("\\boxed{72} hmm \\boxed{7", EX)
+    assert r.total == 0.0 and r.status is Status.UNPARSABLE
+    # text after #### that is not a number is no answer (and no last-number fallback)
+    r = get_reward_fn("gsm8k")("it is 72\n#### seventy-two", EX)
+    assert r.total == 0.0 and r.status is Status.UNPARSABLE
+    # leading-dot decimals are numbers: the last-number fallback finds .5
+    r = get_reward_fn("gsm8k")("the chance is .5", SimpleExample("#### 0.5"))
+    assert r.total == 1.0 and r.answer == ".5"
+
+
 _FRAGMENTS = st.lists(
     st.sampled_from(["</think>", " ", "<answer>", "</answer>", "72", "\n", "x", "<think>", "</think> <answer>"]),
     max_size=8,

@@ -13,7 +13,7 @@ import pytest
 from rlvr.rewards import grader as G
 from rlvr.rewards import mathparse as mp
 from rlvr.rewards.grader import grade_answer, normalize
-from rlvr.rewards.tolerance import decimal_matches, significant_digits
+from rlvr.rewards.tolerance import LENIENT, STRICT, decimal_matches, significant_digits
 from rlvr.rewards.types import Status
 
 PAIRS_FILE = Path(__file__).resolve().parents[1] / "rlvr" / "rewards" / "labeled" / "equivalence_pairs.jsonl"
@@ -41,7 +41,7 @@ def test_labeled_set_size_and_coverage():
 
 @pytest.mark.parametrize("pair", PAIRS, ids=[f"{p['category']}-{i}" for i, p in enumerate(PAIRS)])
 def test_labeled_pair(pair):
-    v = grade_answer(pair["pred"], pair["gold"], timeout_s=10.0)
+    v = grade_answer(pair["pred"], pair["gold"], timeout_s=10.0, tolerance=pair.get("tolerance"))
     assert v.status in (Status.CORRECT, Status.INCORRECT), v
     assert (v.status is Status.CORRECT) == pair["equal"], v
 
@@ -57,17 +57,70 @@ def test_significant_digits():
     assert significant_digits(Fraction(602 * 10**21), Fraction(10**21)) == 3
 
 
-def test_decimal_rounding_rule():
+def test_decimal_rounding_rule_lenient():
     third = Fraction(1, 3)
     # |0.333 - 1/3| = 1/3000 = 0.000333.. <= 0.0005 (half a step of 0.001) -> accepted
-    assert decimal_matches(Fraction(333, 1000), Fraction(1, 1000), third)
+    assert decimal_matches(Fraction(333, 1000), Fraction(1, 1000), third, LENIENT)
     # |0.334 - 1/3| = 2/3000 = 0.000667 > 0.0005 -> rejected
-    assert not decimal_matches(Fraction(334, 1000), Fraction(1, 1000), third)
+    assert not decimal_matches(Fraction(334, 1000), Fraction(1, 1000), third, LENIENT)
     # 0.33 has 2 significant digits < 3 -> rejected even though it is the correct rounding
-    assert not decimal_matches(Fraction(33, 100), Fraction(1, 100), third)
+    assert not decimal_matches(Fraction(33, 100), Fraction(1, 100), third, LENIENT)
     # 2/3: 0.667 - 0.6666.. = 0.000333 <= 0.0005 yes; 0.6666.. - 0.666 = 0.000667 > 0.0005 no
-    assert decimal_matches(Fraction(667, 1000), Fraction(1, 1000), Fraction(2, 3))
-    assert not decimal_matches(Fraction(666, 1000), Fraction(1, 1000), Fraction(2, 3))
+    assert decimal_matches(Fraction(667, 1000), Fraction(1, 1000), Fraction(2, 3), LENIENT)
+    assert not decimal_matches(Fraction(666, 1000), Fraction(1, 1000), Fraction(2, 3), LENIENT)
+
+
+def test_decimal_rule_strict_is_the_default():
+    third = Fraction(1, 3)
+    # 0.333: relative error (1/3000)/(1/3) = 1e-3 > 1e-6, and only 3 significant digits -> no
+    assert not decimal_matches(Fraction(333, 1000), Fraction(1, 1000), third)
+    assert not decimal_matches(Fraction(333, 1000), Fraction(1, 1000), third, STRICT)
+    # 0.33333: relative error 1e-5 > 1e-6 and 5 digits < 6 -> no
+    assert not decimal_matches(Fraction(33333, 10**5), Fraction(1, 10**5), third)
+    # 0.333333: relative error exactly 1e-6 -> yes
+    assert decimal_matches(Fraction(333333, 10**6), Fraction(1, 10**6), third)
+    # 1.41421 vs sqrt(2) = 1.4142135..: relative error 2.5e-6 > 1e-6, but a correct rounding
+    # to 6 significant digits (|diff| 3.6e-6 <= half a step 5e-6) -> yes
+    sqrt2 = Fraction("1.41421356237309504880")
+    assert decimal_matches(Fraction("1.41421"), Fraction(1, 10**5), sqrt2)
+    # 1.41422: 6 digits but not the correct rounding (|diff| 6.4e-6 > 5e-6), relative 4.5e-6 -> no
+    assert not decimal_matches(Fraction("1.41422"), Fraction(1, 10**5), sqrt2)
+    # through the grader, the three named in the issue are rejected by default, accepted leniently
+    for pred, gold in [("3.14", "\\pi"), ("0.333", "1/3"), ("2.718", "e")]:
+        assert grade_answer(pred, gold).status is Status.INCORRECT, pred
+        assert grade_answer(pred, gold, tolerance="lenient").status is Status.CORRECT, pred
+        with G.verifier_tolerance("lenient"):
+            assert grade_answer(pred, gold).status is Status.CORRECT, pred
+        assert grade_answer(pred, gold).status is Status.INCORRECT, pred  # context restored
+    for pred, gold in [("3.14159", "\\pi"), ("0.333333", "1/3"), ("2.71828", "e")]:
+        assert grade_answer(pred, gold).status is Status.CORRECT, pred
+    # a gold decimal is taken at its own precision under either tolerance
+    assert grade_answer("\\frac{2}{3}", "0.6667").status is Status.CORRECT
+    assert grade_answer("\\frac{2}{3}", "0.6666").status is Status.INCORRECT
+    # an unknown tolerance is a verdict, not an exception
+    v = grade_answer("1", "1.0", tolerance="loose")
+    assert v.status is Status.ERROR and "unknown tolerance" in v.info
+    with pytest.raises(ValueError, match="unknown tolerance"):
+        with G.verifier_tolerance("loose"):
+            pass
+
+
+def test_tolerance_reaches_reward_functions_and_isolated_workers():
+    from rlvr.rewards import get_reward_fn, score_batch
+    from rlvr.rewards.functions import WithTolerance, with_tolerance
+    from rlvr.rewards.types import SimpleExample
+
+    ex = SimpleExample("\\pi")
+    resp = "r </think> <answer>3.14</answer>"
+    assert get_reward_fn("r1_zero")(resp, ex).total == 0.0
+    lenient = with_tolerance("r1_zero", "lenient")
+    assert isinstance(lenient, WithTolerance) and lenient(resp, ex).total == 1.0
+    assert with_tolerance("r1_zero", None) is get_reward_fn("r1_zero")
+    with pytest.raises(ValueError):
+        with_tolerance("r1_zero", "loose")
+    # picklable: it runs inside isolate-mode worker processes with its tolerance
+    got = score_batch(lenient, [resp, "r </think> <answer>3.15</answer>"], [ex, ex], isolate=True, timeout_s=60)
+    assert [r.total for r in got] == [1.0, 0.0]
 
 
 def test_two_decimals_compare_exactly_and_tiny_values_do_not_collapse():

@@ -134,7 +134,7 @@ def test_hostile_responses_through_reward_functions(fresh_pool):
 
 def _hostile_responses():
     ex = SimpleExample("1")
-    for text in HOSTILE[:20] + [HOSTILE[-3]]:
+    for text in HOSTILE[:20] + ["\\prod_{k=1}^{10^{6}} (x+k)"] + HOSTILE[-5:]:
         for name in ("r1_zero", "gsm8k"):
             fn = get_reward_fn(name)
             response = f"<think>x</think> <answer>\\boxed{{{text}}}</answer>"
@@ -147,6 +147,32 @@ def _hostile_responses():
     r = get_reward_fn("gsm8k")("7" * 1_000_000 + " #### " + "(" * 3000, ex)
     assert r.status is not Status.CORRECT
     assert time.perf_counter() - t0 < DEADLINE + 1.0
+
+
+HUGE_NUMBERS = [
+    "1" + ",000" * 100_000,  # 300,001 digits with thousands separators
+    "1" + " 000" * 100_000,
+    "\\$1" + ",000" * 2_000,  # 6,001 digits: over Python's 4,300-digit int() limit
+    "9" * 5_000,
+    "-" + "9" * 300_000 + ".5",
+]
+
+
+def test_huge_digit_numbers_are_verdicts_not_exceptions():
+    # The plain-number fast path used to call int() on these and raise ValueError
+    # ("Exceeds the limit (4300 digits) for integer string conversion").
+    assert all(h in HOSTILE for h in HUGE_NUMBERS if len(h) > 100_000)
+    for huge in HUGE_NUMBERS:
+        v = grade_answer(huge, "1")
+        assert v.status is Status.INCORRECT and "guard" in v.info, v
+        v = grade_answer("1", huge)  # on the gold side: the gold is rejected, reported as error
+        assert v.status is Status.ERROR and "gold answer rejected" in v.info, v
+        assert grade_answer(huge, huge).status is Status.ERROR
+    ex = SimpleExample("1")
+    for name in ("gsm8k", "r1_zero", "math", "final"):
+        for resp in (f"#### {HUGE_NUMBERS[0]}", f"</think> <answer>{HUGE_NUMBERS[2]}</answer>", HUGE_NUMBERS[3]):
+            r = get_reward_fn(name)(resp, ex)
+            assert r.total == 0.0 and r.status is not Status.ERROR, (name, r.info)
 
 
 def test_timeout_is_reported_not_scored_zero_silently(fresh_pool):

@@ -9,8 +9,9 @@ r1_zero format policy (see docs/verifier.md):
   * the format is satisfied when the response contains the exact separator `</think> <answer>`
     (one space, as the r1_zero prompt spells it) and a later `</answer>`. This is the CS336
     assignment's `r1_zero_reward_fn` rule, so format rates are comparable with that reference.
-  * the answer is the text between the LAST `<answer>` and the first `</answer>` after it,
-    stripped of surrounding whitespace ("last answer block wins").
+  * the answer is the text between the LAST `<answer>` that has a `</answer>` after it and the
+    first `</answer>` after it, stripped of surrounding whitespace ("last answer block wins"); a
+    stray extra `</answer>` after a complete block does not void it.
   * text after that `</answer>` is ignored. Departure from CS336, which keeps trailing text as
     part of the answer (it only deletes the closing tag): a model that writes
     `<answer>5</answer> because ...` is graded on `5`, not on `5 because ...`.
@@ -69,7 +70,10 @@ def parse_r1_zero(response: str) -> R1Parse:
     if close >= 0:
         open_ = text.rfind(ANSWER_OPEN, 0, close)
         if open_ >= 0:
-            answer = _ok(text[open_ + len(ANSWER_OPEN) : close])
+            # the block ends at the first </answer> after its opening tag: a stray extra
+            # "</answer>" later ("<answer>5</answer></answer>") is not part of the answer
+            first_close = text.find(ANSWER_CLOSE, open_ + len(ANSWER_OPEN))
+            answer = _ok(text[open_ + len(ANSWER_OPEN) : first_close])
     return R1Parse(format_ok=format_ok, answer=answer, reasoning=reasoning)
 
 
@@ -100,10 +104,11 @@ def _matching_brace(text: str, open_idx: int) -> int:
 
 
 def last_boxed(response: str) -> str | None:
-    """Content of the last balanced `\\boxed{...}` or `\\fbox{...}` (nested braces allowed).
+    """Content of the last `\\boxed{...}` or `\\fbox{...}` (nested braces allowed).
 
-    `\\boxed 5` (no braces) yields `5`. An unbalanced last box falls back to the previous one
-    (at most a few tries, so the scan stays linear in practice). None when there is none."""
+    `\\boxed 5` (no braces) yields `5`. An unclosed last box (`\\boxed{3` at the end of a
+    truncated response) yields None: it does not fall back to an earlier box, which the model
+    may have revised. None when there is no box."""
     text = _cap(response)
     end = len(text)
     for _ in range(_MAX_BOXED_TRIES):
@@ -118,8 +123,7 @@ def last_boxed(response: str) -> str | None:
             j += 1
         if j < len(text) and text[j] == "{":
             close = _matching_brace(text, j)
-            if close >= 0:
-                return _ok(text[j + 1 : close])
+            return _ok(text[j + 1 : close]) if close >= 0 else None
         elif j > start and j < len(text):
             # `\boxed 5`: the token up to whitespace or `$`.
             m = re.match(r"[^\s$]+", text[j : j + MAX_ANSWER_CHARS])
@@ -129,15 +133,28 @@ def last_boxed(response: str) -> str | None:
     return None
 
 
+# After `####`: a number (currency sign, sign, thousands separators, decimals with or without a
+# leading digit, a fraction, percent), optionally followed by up to three unit words.
+_HASH_NUMBER = re.compile(
+    r"^(?:\\?\$\s*+)?+[-+\u2212]?+(?:\d{1,3}(?:,\d{3})++(?:\.\d++)?+|\d++(?:\.\d++)?+|\.\d++)"
+    r"(?:\s*+/\s*+\d++)?+(?:\s*+%)?+(?:\s++[A-Za-z]{1,20}){0,3}\s*+\.?+$"
+)
+
+
 def gsm8k_hash(response: str) -> str | None:
-    """Text after the last `####` up to the end of that line (GSM8K reference format)."""
+    """Text after the last `####` up to the end of that line (GSM8K reference format), when it
+    is a number (optionally with a currency sign, percent or unit words); text that is not a
+    number ("#### I think it is five") yields None."""
     text = _cap(response)
     idx = text.rfind("####")
     if idx < 0:
         return None
     rest = text[idx + 4 :]
     nl = rest.find("\n")
-    return _ok(rest if nl < 0 else rest[:nl])
+    got = _ok(rest if nl < 0 else rest[:nl])
+    if got is None or _HASH_NUMBER.match(got) is None:
+        return None
+    return got
 
 
 _ANSWER_IS = re.compile(r"answer\s*+(?:is|:)\s*+:?+", re.IGNORECASE)
@@ -166,7 +183,11 @@ def answer_is(response: str) -> str | None:
 # A number token: optional sign, digits with optional thousands separators (`,` or a space
 # followed by exactly three digits), optional decimals, optional exponent. No nested quantifiers
 # over the same characters, so the regex engine stays linear.
-_NUMBER = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?(?:/\d+)?(?![\w])")
+# Atomic: a number glued to a unit ("1,000.99m", "5cm") is read whole, never cut back to a
+# shorter prefix ("1,000") to satisfy a boundary.
+_NUMBER = re.compile(
+    r"(?<![\w.])(?>-?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|(?<!\d)\.\d+)(?:[eE][-+]?\d+)?(?:/\d+)?)(?!\d|[.,]\d)"
+)
 
 
 def last_number(response: str) -> str | None:

@@ -25,7 +25,7 @@ from rlvr.rewards.extract import (
     parse_r1_zero,
     reference_answer,
 )
-from rlvr.rewards.grader import grade_answer
+from rlvr.rewards.grader import grade_answer, verifier_tolerance
 from rlvr.rewards.language import language_share
 from rlvr.rewards.types import ExampleLike, Reward, RewardFn, Status
 
@@ -234,6 +234,34 @@ class ComposedReward:
                 status = bad
                 break
         return Reward(total, parts, status, "; ".join(infos)[:500])
+
+
+@dataclass(frozen=True)
+class WithTolerance:
+    """A reward function whose answers are graded under a named decimal tolerance:
+    "strict" (the default: about six significant digits) or "lenient" (a correct rounding with
+    3+ significant digits; see rlvr.rewards.tolerance). Picklable when `fn` is (a registered
+    reward is), so it works in `score_batch(..., isolate=True)` workers too."""
+
+    fn: RewardFn
+    tolerance: str
+
+    def __call__(self, response: str, example: ExampleLike) -> Reward:
+        with verifier_tolerance(self.tolerance):
+            return self.fn(response, example)
+
+
+def with_tolerance(fn: RewardFn | str, tolerance: str | None) -> RewardFn:
+    """`fn` (a RewardFn or a registered name) graded under `tolerance` ("strict" | "lenient");
+    None returns it unchanged (the process default applies). ValueError for an unknown name."""
+    from rlvr.rewards import get_reward_fn
+    from rlvr.rewards.tolerance import check_tolerance
+
+    if isinstance(fn, str):
+        fn = get_reward_fn(fn)
+    if tolerance is None:
+        return fn
+    return WithTolerance(fn, check_tolerance(tolerance))
 
 
 def compose(weights: Mapping[str, float]) -> RewardFn:

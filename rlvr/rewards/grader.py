@@ -32,7 +32,13 @@ from fractions import Fraction
 
 from rlvr.rewards import mathparse as mp
 from rlvr.rewards import pool as _pool
-from rlvr.rewards.tolerance import decimal_matches
+from rlvr.rewards.tolerance import (
+    STRICT,
+    TOLERANCES,
+    check_tolerance,
+    decimal_matches,
+    gold_decimal_matches,
+)
 from rlvr.rewards.types import Status
 
 
@@ -62,6 +68,24 @@ def verifier_timeout(seconds: float):
         _timeout_var.reset(token)
 
 
+# Decimal tolerance (rlvr.rewards.tolerance): "strict" (default; about six significant digits)
+# or "lenient" (a correct rounding with 3+ significant digits). RLVR_VERIFIER_TOLERANCE sets the
+# process default; worker processes inherit the environment.
+DEFAULT_TOLERANCE = check_tolerance(os.environ.get("RLVR_VERIFIER_TOLERANCE") or STRICT)
+_tolerance_var: contextvars.ContextVar[str] = contextvars.ContextVar("rlvr_verifier_tolerance", default=DEFAULT_TOLERANCE)
+
+
+@contextlib.contextmanager
+def verifier_tolerance(tolerance: str):
+    """Decimal tolerance ("strict" | "lenient") for answers graded in this context (threads:
+    copy the context). ValueError for an unknown name."""
+    token = _tolerance_var.set(check_tolerance(tolerance))
+    try:
+        yield
+    finally:
+        _tolerance_var.reset(token)
+
+
 class VerifierStats:
     """Thread-safe counters of what the grader did: per status, per tier, cache hits."""
 
@@ -81,7 +105,7 @@ class VerifierStats:
 STATS = VerifierStats()
 CACHE_SIZE = 100_000
 CACHE_MAX_KEY_CHARS = 256  # longer answers are not cached (bounds the cache to tens of MB)
-_cache: OrderedDict[tuple[str, str], Verdict] = OrderedDict()
+_cache: OrderedDict[tuple[str, str, str], Verdict] = OrderedDict()
 _cache_lock = threading.Lock()
 _cache_enabled = True
 
@@ -147,8 +171,16 @@ def guard(text: str) -> str | None:
 # 2. Normalization
 
 _WRAPPERS = re.compile(
-    r"\\(?:text|textbf|textit|textrm|mathrm|mathbf|mathit|mbox|operatorname|boldsymbol|mathsf)\s*\{([^{}]*)\}"
+    r"\\(?:text|textbf|textit|textrm|textnormal|mathrm|mathbf|mathit|mbox|operatorname|boldsymbol|mathsf)\s*\{([^{}]*)\}"
 )
+_REALS = re.compile(r"\\(?:mathbb|Bbb|mathbf)\s*\{?\s*R\s*\}?(?![A-Za-z^_])|\\R(?![A-Za-z])|\u211d")
+_SINGLE_DIGIT_EXP = re.compile(r"\^\{\s*(\d)\s*\}")
+_OVER = re.compile(r"\\over(?![A-Za-z])")
+_DOUBLE_ESCAPED = re.compile(
+    r"(?<!\\)\\\\(frac|dfrac|tfrac|sqrt|left|right|pi|infty|cdot|times|le|ge|leq|geq|lt|gt|neq|ne|pm|cup|cap|in|"
+    r"text|mathrm|mathbf|boxed|sin|cos|tan|log|ln|begin|end|alpha|beta|gamma|theta)(?![A-Za-z])"
+)
+_COMMA_BANG = re.compile(r"(?<=\d),\\!\s*(?=\d{3}(?!\d))")
 _LEFT_RIGHT = re.compile(r"\\(?:left|right|big|Big|bigg|Bigg|bigl|bigr|Bigl|Bigr)(?![A-Za-z])\s*")
 _SPACES = re.compile(r"(?<!\\)\\[,;:> ]|\\q?quad(?![A-Za-z])|~|\\enspace|\\thinspace")
 _DEGREE = re.compile(r"\^\s*+\{?+\s*+\\circ\s*+\}?+|°|\\degree(?![A-Za-z])")
@@ -200,6 +232,10 @@ def normalize(text: str) -> str:
     """Canonical surface form of an answer (see module docstring). Pure string work, O(len)."""
     s = text.strip()
     s = _UNICODE_RE.sub(lambda m: _UNICODE[m.group(0)], s)
+    if "\\\\" in s:
+        # doubly escaped commands from JSON/Python sources: \\frac -> \frac (a TeX line break
+        # followed by a command name is never meant)
+        s = _DOUBLE_ESCAPED.sub(r"\\\1", s)
     # math delimiters around the whole answer
     for a, b in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
         if len(s) >= len(a) + len(b) and s.startswith(a) and s.endswith(b):
@@ -207,7 +243,12 @@ def normalize(text: str) -> str:
     for box in ("\\boxed{", "\\fbox{"):
         if s.startswith(box) and s.endswith("}") and _wraps_whole(s[len(box) - 1 :]):
             s = s[len(box) : -1].strip()
+    s = _COMMA_BANG.sub(",", s)  # 10,\\!000: a thousands separator (MATH style)
     s = s.replace("\\displaystyle", "").replace("\\!", "").replace("{,}", ",")
+    if "\\over" in s:
+        s = _tex_over(s)
+    s = _REALS.sub(r"(-\\infty, \\infty)", s)
+    s = _SINGLE_DIGIT_EXP.sub(r"^\1", s)
     s = _DEGREE.sub(" °", s)
     for _ in range(3):  # \text{\textbf{x}} -> x, bounded
         new = _WRAPPERS.sub(lambda m: " " + m.group(1) + " ", s)
@@ -229,6 +270,42 @@ def normalize(text: str) -> str:
     return s
 
 
+def _tex_over(s: str) -> str:
+    """TeX's infix fraction: `{a \\over b}` -> `\\frac{a}{b}` (the innermost braces around each
+    `\\over`; a bare `a \\over b` is the whole answer). At most 8 rewrites, O(len) each."""
+    for _ in range(8):
+        m = _OVER.search(s)
+        if m is None:
+            return s
+        i, depth = m.start() - 1, 0
+        while i >= 0:  # the unescaped "{" that encloses \over
+            c = s[i]
+            if c == "}" and (i == 0 or s[i - 1] != "\\"):
+                depth += 1
+            elif c == "{" and (i == 0 or s[i - 1] != "\\"):
+                if depth == 0:
+                    break
+                depth -= 1
+            i -= 1
+        j, depth = m.end(), 0
+        while j < len(s):
+            c = s[j]
+            if c == "{" and s[j - 1] != "\\":
+                depth += 1
+            elif c == "}" and s[j - 1] != "\\":
+                if depth == 0:
+                    break
+                depth -= 1
+            j += 1
+        if (i < 0) != (j >= len(s)):
+            return s  # unbalanced: leave it to the parser (which then fails)
+        num, den = s[i + 1 : m.start()].strip(), s[m.end() : j].strip()
+        if i < 0:
+            return f"\\frac{{{num}}}{{{den}}}"
+        s = f"{s[:i]}\\frac{{{num}}}{{{den}}}{s[j + 1:]}"
+    return s
+
+
 # ---------------------------------------------------------------------------------------------
 # 3. Structure
 
@@ -243,7 +320,20 @@ class _Seq:
 
 @dataclass(frozen=True)
 class _Matrix:
-    rows: tuple  # tuple of tuples of cell strings
+    rows: tuple  # tuple of tuples of cell strings (a scalar factor already multiplied in)
+    src: str = ""  # the answer as written (for the symbolic tier)
+
+
+@dataclass(frozen=True)
+class _Chain:
+    parts: tuple  # "a < x <= b": ("a", "x", "b")
+    ops: tuple  # ("<", "<=")
+
+
+@dataclass(frozen=True)
+class _In:
+    name: str  # x in "x \\in S"
+    value: object  # S, parsed
 
 
 @dataclass(frozen=True)
@@ -282,6 +372,20 @@ def _split_top(s: str, sep: str) -> list[str]:
     return parts
 
 
+def _set_wraps_whole(s: str) -> bool:
+    """Does the `\\{` at s[0] close exactly at the final `\\}` (not `\\{1\\} \\cup \\{2\\}`)?"""
+    depth, i = 0, 0
+    while i < len(s) - 1:
+        if s[i] == "\\" and s[i + 1] in "{}":
+            depth += 1 if s[i + 1] == "{" else -1
+            if depth == 0:
+                return i == len(s) - 2
+            i += 2
+            continue
+        i += 1
+    return False
+
+
 def _wraps_whole(s: str) -> bool:
     """Does the bracket opening at s[0] close exactly at s[-1] (any bracket types)?"""
     depth = 0
@@ -295,29 +399,46 @@ def _wraps_whole(s: str) -> bool:
     return False
 
 
-_MATRIX = re.compile(r"^\\begin\{([pbvBV]?matrix|array)\}(?:\{[^{}]*\})?(.*)\\end\{\1\}$", re.DOTALL)
+_MATRIX = re.compile(
+    r"^(?P<scale>.*?)\\begin\{(?P<env>[pbvBV]?matrix|array)\}(?:\{[^{}]*\})?(?P<body>.*)\\end\{(?P=env)\}$", re.DOTALL
+)
+_MATRIX_FACTOR_TAIL = re.compile(r"\s*(?:\\cdot|\\times|\*)\s*$")
+_IN = re.compile(r"^(?P<name>[A-Za-z](?:_\{?\w+\}?)?|\\[A-Za-z]+)\s*\\in(?![A-Za-z])\s*(?P<rest>.+)$", re.DOTALL)
+_INEQ = ("<=", ">=", "<", ">")
 _REL_OPS = ("<=", ">=", "!=", "=", "<", ">")
 _LABEL = re.compile(r"^[A-Za-z](?:_\{?\w+\}?)?$|^\\[A-Za-z]+$")
-_WORD_SPLIT = re.compile(r"\s+(?:or|and)\s+|\\text\{\s*(?:or|and)\s*\}")
+_WORD_SPLIT = re.compile(r"\s+(?:or|and)\s+|\\text\{\s*(?:or|and)\s*\}|(?<=[)\]])\s*or\s*(?=[(\[])")
 
 
 def structure(s: str, depth: int = 0):
     """Parse a normalized answer into str (scalar) / _Seq / _Matrix / _Rel / _Label."""
     if depth > 4:
         return s
-    m = _MATRIX.match(s)
-    if m:
-        body = m.group(2).strip()
+    m = _MATRIX.match(s) if "\\begin" in s else None
+    if m and "\\begin" not in m.group("body"):
+        body = m.group("body").strip()
         rows = tuple(tuple(c.strip() for c in r.split("&")) for r in body.split("\\\\") if r.strip())
-        return _Matrix(rows)
-    if s.startswith("\\{") and s.endswith("\\}"):
+        scale = _MATRIX_FACTOR_TAIL.sub("", m.group("scale")).strip()
+        if not scale:
+            return _Matrix(rows, s)
+        if "\\end" in scale or "&" in scale:
+            return s
+        # a scalar times a matrix: 2\\begin{pmatrix}1\\\\2\\end{pmatrix} == (2, 4) entrywise
+        scale = "-1" if scale == "-" else scale
+        return _Matrix(tuple(tuple(f"({scale})({c})" for c in row) for row in rows), s)
+    if s[:1] in "([" and s[-1:] in ")]" and _wraps_whole(s) and s[1:-1].strip().startswith("\\begin"):
+        return structure(s[1:-1].strip(), depth + 1)  # (\\begin{pmatrix}...\\end{pmatrix})
+    m = _IN.match(s) if "\\in" in s else None
+    if m:
+        return _In(m.group("name"), structure(m.group("rest").strip(), depth + 1))
+    if s.startswith("\\{") and s.endswith("\\}") and _set_wraps_whole(s):
         inner = s[2:-2]
         items = [x.strip() for x in _split_top(inner, ",")] if inner.strip() else []
         return _Seq(tuple(structure(x, depth + 1) for x in items), ordered=False, open="{", close="}")
     parts = _split_top(s, "\\cup")
     if len(parts) > 1:
         return _Seq(tuple(structure(p.strip(), depth + 1) for p in parts), ordered=False, open="U", close="U")
-    parts = [p for p in _WORD_SPLIT.split(s) if p.strip()] if (" or " in s or " and " in s or "\\text" in s) else [s]
+    parts = [p for p in _WORD_SPLIT.split(s) if p.strip()] if ("or" in s or "and" in s or "\\text" in s) else [s]
     if len(parts) > 1:
         return _Seq(tuple(structure(p.strip(), depth + 1) for p in parts), ordered=False)
     pm = _split_top(s, "\\pm")
@@ -329,11 +450,20 @@ def structure(s: str, depth: int = 0):
     if len(s) >= 2 and s[0] in "([" and s[-1] in ")]" and _wraps_whole(s):
         inner = s[1:-1]
         items = _split_top(inner, ",")
+        if len(items) == 1:
+            items = _split_top(inner, ";")  # (0; -2; 6)
         if len(items) > 1:
             return _Seq(tuple(structure(x.strip(), depth + 1) for x in items), ordered=True, open=s[0], close=s[-1])
+    if len(s) >= 2 and s[0] == "{" and s[-1] == "}" and _wraps_whole(s) and len(_split_top(s[1:-1], ",")) > 1:
+        s = s[1:-1].strip()  # {1, 3}: TeX braces only group; it reads as the list 1, 3
     items = _split_top(s, ",")
-    if len(items) > 1:
+    if len(items) == 1:
+        items = _split_top(s, ";")  # -12; -11; -10
+    if len(items) > 1 and all(x.strip() for x in items):
         return _Seq(tuple(structure(x.strip(), depth + 1) for x in items), ordered=False)
+    chain = _inequality_chain(s)
+    if chain is not None:
+        return chain
     for op in _REL_OPS:
         pieces = _split_top(s, op)
         if len(pieces) >= 2:
@@ -345,10 +475,61 @@ def structure(s: str, depth: int = 0):
             if op == "=" and len(pieces) > 2:
                 # a chain "x = 3 + 2 = 5": the last side is the answer
                 lhs = pieces[0].strip()
-            if op == "=" and _LABEL.match(lhs):
+            if op == "=" and _is_label(lhs):
                 return _Label(lhs, structure(rhs, depth + 1))
             return _Rel(lhs, op, rhs)
+    ratio = _split_top(s, ":") if ":" in s else [s]
+    if len(ratio) > 1 and all(x.strip() for x in ratio):
+        # a ratio 7:32 compares term by term (not as a quotient: 12:00 is not 1:00 or 24:00)
+        return _Seq(tuple(structure(x.strip(), depth + 1) for x in ratio), ordered=True, open=":", close=":")
     return s
+
+
+_SUBSCRIPT = re.compile(r"_\{[^{}]*\}|_\w")
+_NAME_FORBIDDEN = re.compile(r"[\d+\-*/^=<>!]")
+
+
+def _is_label(lhs: str) -> bool:
+    """Is `lhs` in `lhs = value` a name for the answer rather than one side of an equation?
+    `x`, `\\theta`, `a_{n}`, `(p, q)`, `f(x)`, `|AB|`, `A:B`, `\\frac{NO}{BO}`: letters, with no
+    digits (outside subscripts) and no arithmetic. `2x + z` or `a^2 + b` are equations."""
+    if _LABEL.match(lhs):
+        return True
+    if len(lhs) > 40:
+        return False
+    bare = _SUBSCRIPT.sub("", lhs)
+    return bool(re.search(r"[A-Za-z]", bare)) and not _NAME_FORBIDDEN.search(bare.replace("\\frac", ""))
+
+
+def _inequality_chain(s: str) -> _Chain | None:
+    """`a < x <= b` (two or more inequality signs at top level, no `=` alone) or None."""
+    if s.count("<") + s.count(">") < 2:
+        return None
+    parts, ops, depth, start, i, n = [], [], 0, 0, 0, len(s)
+    while i < n:
+        c = s[i]
+        if c == "\\" and i + 1 < n and s[i + 1] in "{}":
+            depth += 1 if s[i + 1] == "{" else -1
+            i += 2
+            continue
+        if c in _OPEN:
+            depth += 1
+        elif c in _CLOSE:
+            depth -= 1
+        elif depth == 0 and c in "<>=!":
+            op = s[i : i + 2] if s[i : i + 2] in ("<=", ">=", "!=") else c
+            if op not in _INEQ:
+                return None
+            parts.append(s[start:i].strip())
+            ops.append(op)
+            i += len(op)
+            start = i
+            continue
+        i += 1
+    parts.append(s[start:].strip())
+    if len(ops) < 2 or not all(parts):
+        return None
+    return _Chain(tuple(parts), tuple(ops))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -403,12 +584,12 @@ _NUM_THEN_UNIT = re.compile(
     # unit words are separated by mandatory whitespace, so a run of letters has one parse (no
     # exponential backtracking on "5 aaaa...a!")
     r"^(?P<num>[-+]?(?:\d+(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?(?:\s*/\s*\d+)?)\s*"
-    r"(?P<unit>[A-Za-z°%$€£¥₹][A-Za-z°%./^\d]*(?:\s+[A-Za-z°%$€£¥₹][A-Za-z°%./^\d]*){0,3})\s*$"
+    r"(?P<unit>[A-Za-z°%$€£¥₹][A-Za-z°%./^\d]*(?:\s+[A-Za-z°%$€£¥₹^][A-Za-z°%./^\d]*){0,3})\s*$"
 )
 _FUNCTION_WORDS = mp.FUNCTIONS | {"pi", "infty", "inf", "oo", "frac", "sqrt", "cdot", "times", "binom"}
 _TEXT_WORD = re.compile(r"[A-Za-z]{3,}")
 _ARTICLES = re.compile(r"^(?:the|a|an)\s+", re.IGNORECASE)
-_LETTER_CHOICE = re.compile(r"^\(?([A-J])\)?[.:]?$")
+_LETTER_CHOICE = re.compile(r"^\(?([A-Ja-j])\)?[.:]?$")
 
 
 @dataclass(frozen=True)
@@ -466,7 +647,11 @@ def quantity(s: str) -> _Quantity:
         words = s.rsplit(None, 3)
         for k in range(min(3, len(words) - 1), 0, -1):
             tail = words[-k:]
-            if all(w.isalpha() and (w.lower() in _UNITS or w.lower() in _CURRENCY_WORDS or len(w) >= 3) for w in tail):
+            if tail[0][:1].isalpha() and all(
+                (w.isalpha() and (w.lower() in _UNITS or w.lower() in _CURRENCY_WORDS or len(w) >= 3))
+                or (len(w) == 2 and w[0] == "^" and w[1].isdigit())  # cm ^2
+                for w in tail
+            ):
                 canon = _canonical_unit(" ".join(tail))
                 core = " ".join(words[:-k])
                 # only after something that looks like math ("the triangle" is text, not a unit)
@@ -496,14 +681,15 @@ def _canonical_text(s: str) -> str:
 
 
 def _exact_verdict(a: Fraction, qa, b: Fraction, qb) -> bool:
+    """Prediction a (decimal step qa or None) against gold b (step qb or None)."""
     if a == b:
         return True
     if qa is not None and qb is not None:
         return False  # two finite decimals compare exactly
     if qa is not None:
-        return decimal_matches(a, qa, b)
+        return decimal_matches(a, qa, b, _tolerance_var.get())
     if qb is not None:
-        return decimal_matches(b, qb, a)
+        return gold_decimal_matches(b, qb, a)
     return False
 
 
@@ -549,7 +735,10 @@ def _symbolic(target: str, args: tuple, tier: str = "symbolic") -> Verdict:
         except Exception as exc:  # noqa: BLE001
             return Verdict(Status.ERROR, f"{type(exc).__name__}: {exc}"[:300], tier)
         return Verdict(Status.CORRECT if ok else Status.INCORRECT, why, tier)
-    res = _pool.get_pool().call(target, args, timeout)
+    try:
+        res = _pool.get_pool().call(target, args, timeout)
+    except Exception as exc:  # noqa: BLE001 - no worker could be started: a verdict, not a raise
+        return Verdict(Status.ERROR, f"verifier worker: {type(exc).__name__}: {exc}"[:300], tier)
     if res.status == "ok":
         ok, why = res.value
         return Verdict(Status.CORRECT if ok else Status.INCORRECT, why, tier)
@@ -564,8 +753,10 @@ def _scalar(pred: str, gold: str) -> Verdict:
     if pred == gold or pred.replace(" ", "") == gold.replace(" ", ""):
         return Verdict(Status.CORRECT, "identical after normalization", "exact")
     lp, lg = _LETTER_CHOICE.match(pred), _LETTER_CHOICE.match(gold)
-    if lp and lg:
-        return Verdict(Status.CORRECT if lp.group(1) == lg.group(1) else Status.INCORRECT, "choice letter", "text")
+    if lp and lg and (lp.group(1).isupper() or lg.group(1).isupper()):
+        # choice letters in either case (`b` == `B`); two lower-case letters are symbols
+        same = lp.group(1).upper() == lg.group(1).upper()
+        return Verdict(Status.CORRECT if same else Status.INCORRECT, "choice letter", "text")
     qp, qg = quantity(pred), quantity(gold)
     if qp.unit and qg.unit and qp.unit != qg.unit:
         return Verdict(Status.INCORRECT, f"different units ({qp.unit} vs {qg.unit})", "unit")
@@ -601,7 +792,7 @@ def _scalar(pred: str, gold: str) -> Verdict:
             # unless its variables cancel, which we then leave to the symbolic tier
             if not _may_cancel(np_ if fp else ng):
                 return Verdict(Status.INCORRECT, "variables on one side only", "exact")
-    return _symbolic("rlvr.rewards.symbolic:equal", (qp.core, qg.core))
+    return _symbolic("rlvr.rewards.symbolic:equal", (qp.core, qg.core, _tolerance_var.get()))
 
 
 def _may_cancel(node) -> bool:
@@ -641,6 +832,21 @@ def _combine(verdicts: list[Verdict], what: str) -> Verdict:
 
 
 def _compare(p, g) -> Verdict:
+    # subsets of the real line: unions, inequalities, "x \\in S" (before anything else)
+    if _setish(p) or _setish(g):
+        v = _compare_sets(p, g)
+        if v is not None:
+            return v
+    if isinstance(p, _Chain) or isinstance(g, _Chain):
+        return _compare_chain(p, g)
+    if isinstance(p, _In) and isinstance(g, _In):
+        if p.name.replace(" ", "") != g.name.replace(" ", ""):
+            return Verdict(Status.INCORRECT, f"different variables ({p.name} vs {g.name})", "structure")
+        return _compare(p.value, g.value)
+    if isinstance(p, _In):
+        return _compare(p.value, g)
+    if isinstance(g, _In):
+        return _compare(p, g.value)
     # unwrap single-element bare lists and labels against non-labels
     if isinstance(p, _Label) and not isinstance(g, _Label | _Rel):
         return _compare(p.value, g)
@@ -660,6 +866,11 @@ def _compare(p, g) -> Verdict:
         return Verdict(Status.INCORRECT, "relation against non-relation", "structure")
     if isinstance(p, _Matrix) or isinstance(g, _Matrix):
         if not (isinstance(p, _Matrix) and isinstance(g, _Matrix)):
+            other = g if isinstance(p, _Matrix) else p
+            if isinstance(other, str) and "\\begin" in other:
+                # a matrix expression (a sum, a product of matrices): the symbolic tier evaluates it
+                ps, gs = (p.src if isinstance(p, _Matrix) else p), (g.src if isinstance(g, _Matrix) else g)
+                return _symbolic("rlvr.rewards.symbolic:equal", (ps, gs, _tolerance_var.get()))
             return Verdict(Status.INCORRECT, "matrix against non-matrix", "structure")
         if len(p.rows) != len(g.rows) or any(len(a) != len(b) for a, b in zip(p.rows, g.rows, strict=True)):
             return Verdict(Status.INCORRECT, "matrix shape", "structure")
@@ -704,6 +915,223 @@ def _compare_seq(p: _Seq, g: _Seq) -> Verdict:
     return Verdict(Status.CORRECT, "unordered elements", "structure")
 
 
+def _compare_chain(p, g) -> Verdict:
+    """Two inequality chains that are not subsets of the line (`0 < x < y`): the same chain, read
+    either way round, with equal parts."""
+    if not (isinstance(p, _Chain) and isinstance(g, _Chain)):
+        return Verdict(Status.INCORRECT, "inequality chain against something else", "structure")
+    if len(p.parts) != len(g.parts):
+        return Verdict(Status.INCORRECT, "inequality chains of different length", "structure")
+    for parts, ops in ((g.parts, g.ops), (g.parts[::-1], tuple(_MIRROR[o] for o in g.ops[::-1]))):
+        if ops == p.ops:
+            v = _combine([_scalar(a, b) for a, b in zip(p.parts, parts, strict=True)], "inequality chain")
+            if v.status is not Status.INCORRECT:
+                return v
+    return Verdict(Status.INCORRECT, "different inequality chains", "structure")
+
+
+# ---------------------------------------------------------------------------------------------
+# 3c. Subsets of the real line: "x < 3" == "(-\\infty, 3)", "\\{1\\} \\cup \\{2\\}" == "\\{1, 2\\}"
+
+_VARIABLE = re.compile(r"^(?![ei]$)[A-Za-z](?:_\{?\w+\}?)?$|^[A-Za-z](?:_\{?\w+\}?)?\s*\(\s*[A-Za-z]\s*\)$")
+_POS_INF = float("inf")
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """One interval of the line (lo == hi with both ends closed: a point). Ends are strings as
+    written; `vlo`/`vhi` their exact values (Fraction or +-inf) when known, else None."""
+
+    lo: str
+    hi: str
+    lc: bool  # closed at lo
+    hc: bool
+    vlo: object = None
+    vhi: object = None
+    decimal: bool = False  # an end is a decimal literal (compared under the tolerance policy)
+
+
+def _is_variable(s) -> bool:
+    return isinstance(s, str) and (bool(_VARIABLE.match(s)) or (s.startswith("\\") and s[1:] in mp.GREEK))
+
+
+def _end_value(s: str):
+    """(value, is_decimal, has_symbols): value a Fraction, +-inf, or None when not rational."""
+    t = s.replace(" ", "")
+    if t in ("\\infty", "+\\infty", "\\infty", "∞", "+∞", "oo", "+oo", "inf"):
+        return _POS_INF, False, False
+    if t in ("-\\infty", "-∞", "-oo", "-inf"):
+        return -_POS_INF, False, False
+    try:
+        node = mp.parse(s)
+        mp.check_bounds(node)
+        if mp.free_symbols(node):
+            return None, False, True
+        return mp.to_fraction(node), mp.decimal_quantum(node) is not None, False
+    except (mp.ParseError, mp.Hostile, ZeroDivisionError, ValueError):
+        return None, False, True
+
+
+def _piece(lo: str, hi: str, lc: bool, hc: bool) -> _Piece | None:
+    (vlo, dlo, slo), (vhi, dhi, shi) = _end_value(lo), _end_value(hi)
+    if slo or shi:
+        return None  # an end with variables: not a set of numbers
+    if vlo == _POS_INF or vhi == -_POS_INF:
+        return None
+    if vlo == -_POS_INF:
+        lc = False
+    if vhi == _POS_INF:
+        hc = False
+    if vlo is not None and vhi is not None and (vlo > vhi or (vlo == vhi and not (lc and hc))):
+        return None  # not an interval (a pair, or empty): leave it to the tuple rules
+    return _Piece(lo, hi, lc, hc, vlo, vhi, dlo or dhi)
+
+
+def _point(x: str) -> _Piece | None:
+    return _piece(x, x, True, True)
+
+
+def _relation_set(rel: _Rel):
+    """(variable, pieces) of `x < 3`, `3 >= x`, `x != 3`; None when it is not one variable
+    against a number."""
+    if rel.op not in _INEQ and rel.op != "!=":
+        return None
+    lhs, rhs, op = rel.lhs.strip(), rel.rhs.strip(), rel.op
+    if _is_variable(rhs) and not _is_variable(lhs):
+        lhs, rhs, op = rhs, lhs, _MIRROR[op]
+    if not _is_variable(lhs) or _is_variable(rhs):
+        return None
+    if op == "!=":
+        pieces = [_piece("-\\infty", rhs, False, False), _piece(rhs, "\\infty", False, False)]
+    elif op in ("<", "<="):
+        pieces = [_piece("-\\infty", rhs, False, op == "<=")]
+    else:
+        pieces = [_piece(rhs, "\\infty", op == ">=", False)]
+    return None if None in pieces else (lhs, pieces)
+
+
+def _chain_set(ch: _Chain):
+    if len(ch.parts) != 3 or not _is_variable(ch.parts[1]) or _is_variable(ch.parts[0]) or _is_variable(ch.parts[2]):
+        return None
+    a, var, b = ch.parts
+    o1, o2 = ch.ops
+    if o1 in ("<", "<=") and o2 in ("<", "<="):
+        piece = _piece(a, b, o1 == "<=", o2 == "<=")
+    elif o1 in (">", ">=") and o2 in (">", ">="):
+        piece = _piece(b, a, o2 == ">=", o1 == ">=")
+    else:
+        return None
+    return None if piece is None else (var, [piece])
+
+
+def _setish(node) -> bool:
+    """Does this answer name a subset of the line in a way other than a plain interval/set?"""
+    if isinstance(node, _Seq) and node.open == "U":
+        return True
+    if isinstance(node, _In):
+        return True
+    if isinstance(node, _Chain):
+        return True
+    if isinstance(node, _Rel):
+        return node.op in _INEQ or node.op == "!="
+    if isinstance(node, _Seq) and not node.open and node.items:
+        return all(isinstance(x, _Rel | _Chain) for x in node.items)
+    return False
+
+
+def _as_set(node, depth: int = 0):
+    """(variable or None, [pieces]) for an answer that names a subset of the line, else None."""
+    if depth > 4:
+        return None
+    if isinstance(node, _In):
+        got = _as_set(node.value, depth + 1)
+        return None if got is None or got[0] is not None else (node.name, got[1])
+    if isinstance(node, _Rel):
+        return _relation_set(node)
+    if isinstance(node, _Chain):
+        return _chain_set(node)
+    if not isinstance(node, _Seq):
+        return None
+    if node.open == "{":
+        if not all(isinstance(x, str) for x in node.items):
+            return None
+        pieces = [_point(x) for x in node.items]
+        return None if None in pieces else (None, pieces)
+    if node.ordered and node.open in "([" and node.close in ")]" and len(node.items) == 2:
+        lo, hi = node.items
+        if not (isinstance(lo, str) and isinstance(hi, str)):
+            return None
+        piece = _piece(lo, hi, node.open == "[", node.close == "]")
+        return None if piece is None else (None, [piece])
+    if node.open == "U" or (not node.open and node.items and all(isinstance(x, _Rel | _Chain) for x in node.items)):
+        var, pieces = None, []
+        for item in node.items:
+            got = _as_set(item, depth + 1)
+            if got is None:
+                return None
+            if got[0] is not None:
+                if var is not None and var != got[0]:
+                    return None
+                var = got[0]
+            pieces.extend(got[1])
+        return var, pieces
+    return None
+
+
+def _merged(pieces: list[_Piece]) -> list[tuple]:
+    """Canonical form of a union of pieces with known ends: sorted, overlaps and touching ends
+    merged, as (lo, lo_closed, hi, hi_closed) tuples of exact values."""
+    spans = sorted(((p.vlo, not p.lc, p.vhi, p.hc) for p in pieces), key=lambda t: (t[0], t[1]))
+    out: list[list] = []
+    for lo, lo_open, hi, hc in spans:
+        if out and (lo < out[-1][2] or (lo == out[-1][2] and (out[-1][3] or not lo_open))):
+            if hi > out[-1][2]:
+                out[-1][2], out[-1][3] = hi, hc
+            elif hi == out[-1][2]:
+                out[-1][3] = out[-1][3] or hc
+        else:
+            out.append([lo, lo_open, hi, hc])
+    return [tuple(x) for x in out]
+
+
+def _compare_sets(p, g) -> Verdict | None:
+    """Equal as subsets of the real line? None when either side is not one (then the ordinary
+    rules decide)."""
+    ps, gs = _as_set(p), _as_set(g)
+    if ps is None or gs is None:
+        return None
+    (pv, pp), (gv, gp) = ps, gs
+    if pv is not None and gv is not None and pv.replace(" ", "") != gv.replace(" ", ""):
+        return Verdict(Status.INCORRECT, f"different variables ({pv} vs {gv})", "structure")
+    if len(pp) + len(gp) > 64:
+        return Verdict(Status.INCORRECT, "guard: more than 64 intervals", "guard")
+    exact = all(x.vlo is not None and x.vhi is not None and not x.decimal for x in pp + gp)
+    if exact:
+        same = _merged(pp) == _merged(gp)
+        return Verdict(Status.CORRECT if same else Status.INCORRECT, "same subset of the line" if same else "different subsets of the line", "structure")
+    # ends we cannot order exactly (irrational, decimal): piece by piece, unordered
+    if len(pp) != len(gp):
+        return Verdict(Status.INCORRECT, f"{len(pp)} intervals vs {len(gp)}", "structure")
+    unused = list(range(len(pp)))
+    for b in gp:
+        pending = None
+        for k in unused:
+            a = pp[k]
+            if (a.lc, a.hc) != (b.lc, b.hc):
+                continue
+            v = _combine([_scalar(a.lo, b.lo)] + ([] if (a.lo == a.hi and b.lo == b.hi) else [_scalar(a.hi, b.hi)]), "interval ends")
+            if v.status is Status.CORRECT:
+                unused.remove(k)
+                break
+            if v.status is not Status.INCORRECT:
+                pending = v
+        else:
+            if pending is not None:
+                return pending
+            return Verdict(Status.INCORRECT, "different intervals", "structure")
+    return Verdict(Status.CORRECT, "same intervals", "structure")
+
+
 def _compare_rel(p: _Rel, g: _Rel) -> Verdict:
     if p.op == g.op:
         first = _combine([_scalar(p.lhs, g.lhs), _scalar(p.rhs, g.rhs)], "relation sides")
@@ -744,6 +1172,7 @@ def _grade(pred: str, gold: str) -> Verdict:
     return _compare(structure(p), structure(g))
 
 
+_FAST_MAX_CHARS = 64
 _SIMPLE_INT = re.compile(r"^-?\d{1,30}$")
 # Plain numbers as models write GSM8K answers: optional "$"/"\$", sign, digits with "," or " "
 # thousands separators, optional decimals. Two such numbers compare exactly (the tolerance policy
@@ -761,25 +1190,45 @@ def _plain_number(s: str) -> Fraction | None:
     return -value if m.group(1) else value
 
 
-def grade_answer(pred: str, gold: str, timeout_s: float | None = None) -> Verdict:
-    """Is the predicted answer `pred` the same as the `gold` answer? Never raises.
-
-    `timeout_s` bounds the symbolic tier (default: the `verifier_timeout` context, else
-    RLVR_VERIFIER_TIMEOUT_S, else 3 s). Status CORRECT / INCORRECT / TIMEOUT / ERROR."""
-    if not isinstance(pred, str) or not isinstance(gold, str):
-        return Verdict(Status.ERROR, "answers must be strings", "guard")
-    # fastest path: two plain integers (most GSM8K answers) need no normalization at all
+def _fast_path(pred: str, gold: str) -> Verdict | None:
+    """Two plain numbers (most GSM8K answers) compared exactly, with no normalization at all;
+    None when either side is anything else. Only short strings qualify: a number of hundreds of
+    thousands of digits goes to the guard (Python refuses int() on more than 4,300 digits)."""
+    if len(pred) > _FAST_MAX_CHARS or len(gold) > _FAST_MAX_CHARS:
+        return None
     ps, gs = pred.strip(), gold.strip()
     if _SIMPLE_INT.match(ps) and _SIMPLE_INT.match(gs):
         ok = int(ps) == int(gs)
-        STATS.add("correct" if ok else "incorrect")
         return Verdict(Status.CORRECT if ok else Status.INCORRECT, "integers", "exact")
     a, b = _plain_number(ps), _plain_number(gs)
     if a is not None and b is not None:
         ok = a == b
-        STATS.add("correct" if ok else "incorrect")
         return Verdict(Status.CORRECT if ok else Status.INCORRECT, "plain numbers", "exact")
-    key = (pred, gold)
+    return None
+
+
+def grade_answer(pred: str, gold: str, timeout_s: float | None = None, tolerance: str | None = None) -> Verdict:
+    """Is the predicted answer `pred` the same as the `gold` answer? Never raises.
+
+    `timeout_s` bounds the symbolic tier (default: the `verifier_timeout` context, else
+    RLVR_VERIFIER_TIMEOUT_S, else 3 s). `tolerance` names the decimal rule, "strict" (about six
+    significant digits) or "lenient" (a correct rounding with 3+ significant digits); default:
+    the `verifier_tolerance` context, else RLVR_VERIFIER_TOLERANCE, else "strict".
+    Status CORRECT / INCORRECT / TIMEOUT / ERROR."""
+    if not isinstance(pred, str) or not isinstance(gold, str):
+        return Verdict(Status.ERROR, "answers must be strings", "guard")
+    if tolerance is None:
+        tolerance = _tolerance_var.get()
+    elif tolerance not in TOLERANCES:
+        return Verdict(Status.ERROR, f"unknown tolerance {tolerance!r}; known: {', '.join(TOLERANCES)}", "guard")
+    try:
+        fast = _fast_path(pred, gold)
+    except Exception as exc:  # noqa: BLE001 - the fast path must not raise either
+        fast = Verdict(Status.ERROR, f"{type(exc).__name__}: {exc}"[:300], "error")
+    if fast is not None:
+        STATS.add(fast.status.value)
+        return fast
+    key = (pred, gold, tolerance)
     use_cache = _cache_enabled and len(pred) <= CACHE_MAX_KEY_CHARS and len(gold) <= CACHE_MAX_KEY_CHARS
     if use_cache:
         with _cache_lock:
@@ -791,6 +1240,7 @@ def grade_answer(pred: str, gold: str, timeout_s: float | None = None) -> Verdic
             STATS.add(hit.status.value)
             return hit
     token = _timeout_var.set(float(timeout_s)) if timeout_s is not None else None
+    tol_token = _tolerance_var.set(tolerance)
     try:
         verdict = _grade(pred, gold)
     except RecursionError:
@@ -798,6 +1248,7 @@ def grade_answer(pred: str, gold: str, timeout_s: float | None = None) -> Verdic
     except Exception as exc:  # noqa: BLE001 - a grader bug must not reach the trainer
         verdict = Verdict(Status.ERROR, f"{type(exc).__name__}: {exc}"[:300], "error")
     finally:
+        _tolerance_var.reset(tol_token)
         if token is not None:
             _timeout_var.reset(token)
     STATS.add(verdict.status.value)
@@ -810,6 +1261,6 @@ def grade_answer(pred: str, gold: str, timeout_s: float | None = None) -> Verdic
     return verdict
 
 
-def is_equivalent(pred: str, gold: str, timeout_s: float | None = None) -> bool:
+def is_equivalent(pred: str, gold: str, timeout_s: float | None = None, tolerance: str | None = None) -> bool:
     """Convenience: grade_answer(...).status is CORRECT."""
-    return grade_answer(pred, gold, timeout_s).status is Status.CORRECT
+    return grade_answer(pred, gold, timeout_s, tolerance).status is Status.CORRECT

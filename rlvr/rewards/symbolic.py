@@ -26,7 +26,7 @@ from fractions import Fraction
 import sympy
 
 from rlvr.rewards import mathparse as mp
-from rlvr.rewards.tolerance import decimal_matches
+from rlvr.rewards.tolerance import STRICT, decimal_matches, gold_decimal_matches
 
 # math-verify warns on every call that its own timeout is off; it is off on purpose here.
 logging.getLogger("math_verify").setLevel(logging.ERROR)
@@ -146,15 +146,23 @@ def _sample_points(syms, seed: int, count: int = 8):
         yield {s: sympy.Rational(rng.choice((-1, 1)) * rng.randint(1, 97), rng.randint(1, 89)) for s in syms}
 
 
-def expr_equal(a, b, a_node=None, b_node=None) -> tuple[bool, str]:
-    """Are two sympy expressions equal? (bool, which check decided)."""
+def expr_equal(a, b, a_node=None, b_node=None, tolerance: str = STRICT) -> tuple[bool, str]:
+    """Are two sympy expressions equal (a predicted, b gold)? (bool, which check decided).
+    `tolerance` is the decimal rule for a decimal literal on the predicted side (tolerance.py)."""
     if a == b:
         return True, "structurally equal"
+    # unevaluated matrix sums and products (from the LaTeX fallback): evaluate them
+    a, b = (x.doit().as_explicit() if isinstance(x, sympy.MatrixExpr) else x for x in (a, b))
+    try:
+        if sympy.srepr(a) == sympy.srepr(b):  # equal trees whose == differs (sums over indexed names)
+            return True, "structurally equal"
+    except Exception:  # noqa: BLE001
+        pass
     if isinstance(a, sympy.MatrixBase) or isinstance(b, sympy.MatrixBase):
         if not (isinstance(a, sympy.MatrixBase) and isinstance(b, sympy.MatrixBase)) or a.shape != b.shape:
             return False, "matrix shape"
         for x, y in zip(a, b, strict=True):
-            ok, why = expr_equal(x, y)
+            ok, why = expr_equal(x, y, tolerance=tolerance)
             if not ok:
                 return False, f"matrix entry: {why}"
         return True, "matrix entries equal"
@@ -168,20 +176,25 @@ def expr_equal(a, b, a_node=None, b_node=None) -> tuple[bool, str]:
             a = a.doit()
         if b.has(sympy.Sum, sympy.Product, sympy.Integral, sympy.Limit):
             b = b.doit()
+        if a.has(sympy.zoo, sympy.nan) or b.has(sympy.zoo, sympy.nan):
+            return False, "undefined value (division by zero)"  # 1/0 is not equal to 2/0
         if _infinite(a) or _infinite(b):
-            # oo, -oo, zoo, nan: numeric closeness is meaningless (oo <= 1e-40 * oo holds)
-            return a == b, "infinite or undefined value"
+            # oo, -oo: numeric closeness is meaningless (oo <= 1e-40 * oo holds)
+            return a == b, "infinite value"
         va, vb = _numeric(a, 60), _numeric(b, 60)
         if va is None or vb is None:
             return False, "not numeric"
         if not (va.is_real and vb.is_real):
             d = sympy.N(a - b, 60)
             return _close(d, va), "complex values"
-        # decimal-literal rounding policy (either side)
-        for node, exact, approx in ((a_node, vb, va), (b_node, va, vb)):
-            q = mp.decimal_quantum(node) if node is not None else None
-            if q is not None:
-                return decimal_matches(Fraction(str(approx)), q, exact), "decimal rounding policy"
+        # decimal-literal policy: the prediction's decimal under the named tolerance; a gold
+        # decimal at its own precision
+        q = mp.decimal_quantum(a_node) if a_node is not None else None
+        if q is not None:
+            return decimal_matches(Fraction(str(va)), q, Fraction(str(vb)), tolerance), f"decimal ({tolerance})"
+        q = mp.decimal_quantum(b_node) if b_node is not None else None
+        if q is not None:
+            return gold_decimal_matches(Fraction(str(vb)), q, Fraction(str(va))), "gold decimal at its precision"
         return _close(va - vb, va), "numeric (60 digits)"
     if a.has(sympy.oo, sympy.zoo, sympy.nan) or b.has(sympy.oo, sympy.zoo, sympy.nan):
         return False, "infinite value in an expression"
@@ -211,14 +224,14 @@ def expr_equal(a, b, a_node=None, b_node=None) -> tuple[bool, str]:
     return False, "could not establish equality"
 
 
-def equal(pred: str, gold: str) -> tuple[bool, str]:
+def equal(pred: str, gold: str, tolerance: str = STRICT) -> tuple[bool, str]:
     """Symbolic equality of two scalar answers (strings). Returns (equal, reason).
     Raises mathparse.Hostile for bounded-resource violations found while parsing."""
     a, a_node = _side(pred)
     b, b_node = _side(gold)
     if a is None or b is None:
         return False, "could not parse " + ("prediction" if a is None else "gold")
-    return expr_equal(a, b, a_node, b_node)
+    return expr_equal(a, b, a_node, b_node, tolerance)
 
 
 def relation_equal(pred_diff: str, gold_diff: str, ordered: bool) -> tuple[bool, str]:

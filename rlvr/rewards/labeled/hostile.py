@@ -47,5 +47,12 @@ HOSTILE: list[str] = [
     "\\prod_{k=1}^{10^{6}} (x+k)",
     "\\sum_{k=1}^{10^{7}} \\frac{1}{k^2}",
     "(1+x)^{10000} - (x+1)^{9999}",
+    # hundreds of thousands of digits in the forms the plain-number fast path reads: Python's
+    # int() refuses more than 4,300 digits (ValueError), so these must never reach it
+    "1" + ",000" * 100_000,
+    "1" + " 000" * 100_000,
+    "\\$1" + ",000" * 100_000,
+    "-" + "9" * 300_000 + ".5",
+    "0." + "1" * 300_000,
 ]
 
