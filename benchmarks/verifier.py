@@ -175,7 +175,7 @@ def accuracy(pairs: list[dict], pool: WorkerPool, kill_s: float) -> dict:
     for p in pairs:
         c = per_cat[p["category"]]
         c["n"] += 1
-        v = G.grade_answer(p["pred"], p["gold"])
+        v = G.grade_answer(p["pred"], p["gold"], tolerance=p.get("tolerance"))
         ours = v.status is Status.CORRECT
         c["rlvr"] += ours == p["equal"]
         res = pool.call("verifier:mv_equal", (p["pred"], p["gold"]), timeout_s=kill_s)

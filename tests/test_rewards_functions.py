@@ -260,3 +260,19 @@ def test_countdown_accepts_every_valid_solution_and_rejects_wrong_targets(sol):
     assert cd.check(expr, nums, int(value)) == (True, "ok")
     assert not cd.check(expr, nums, int(value) + 1)[0]
     assert not cd.check(expr, nums + [1], int(value))[0]  # one given number left unused
+
+
+def test_data_verifier_tolerance_reaches_the_task_reward():
+    """data.verifier_tolerance=lenient accepts 3.14 for pi through the task's reward; strict (and the
+    default) rejects it."""
+    from rlvr.data.example import Example
+    from rlvr.train.config import DataConfig
+    from rlvr.train.tasks import load_task_data
+
+    ex = Example(id="x", question="q", reference="\\pi")
+    got = {}
+    for tol in ("", "strict", "lenient"):
+        task = load_task_data(DataConfig(task="arithmetic", num_train=10, num_eval=2, reward="math",
+                                         verifier_tolerance=tol))
+        got[tol] = task.reward_fn("The answer is \\boxed{3.14}", ex).total
+    assert got == {"": 0.0, "strict": 0.0, "lenient": 1.0}

@@ -101,6 +101,10 @@ class DataConfig:
     """Arithmetic task only: digits per operand."""
     operands: int = 2
     """Arithmetic task only: terms per problem ("3+5+7=" has 3)."""
+    verifier_tolerance: Literal["", "strict", "lenient"] = ""
+    """Numeric tolerance of the math verifier: strict (agreement to ~6 significant digits: 3.14 is not pi)
+    or lenient (3 significant digits, the old rule); '' = the process default (strict, or the
+    RLVR_VERIFIER_TOLERANCE environment variable). See docs/verifier.md."""
     filter_band: str = ""
     """rlvr train: keep only problems whose latest pass-rate estimate is in this band (medium = (0, 1),
     never-solved, not-always-solved, solved-at-least-once, or an interval such as [0.1, 0.9]); problems

@@ -101,6 +101,10 @@ def _load_task_data(data_cfg, tokenizer=None, need_train: bool = True) -> TaskDa
     else:
         held_out = []
     reward_fn = get_reward_fn(data_cfg.reward) if data_cfg.reward else task.reward_fn(template)
+    if getattr(data_cfg, "verifier_tolerance", ""):
+        from rlvr.rewards.functions import with_tolerance
+
+        reward_fn = with_tolerance(reward_fn, data_cfg.verifier_tolerance)
     return TaskData(
         name=task.name,
         train=train,
