@@ -31,3 +31,54 @@ if torch.backends.cpu.get_cpu_capability().lower() != os.environ["ATEN_CPU_CAPAB
         f"{torch.backends.cpu.get_cpu_capability()}); learning-test numbers may differ across CPUs",
         stacklevel=1,
     )
+
+
+# ------------------------------------------------------------------------------------------------
+# A partly trained policy shared by the learning tests (test_train_learning, the recipe book): the
+# task of three single-digit terms and one SFT run per seed with checkpoints at steps 100 and 200.
+# Session-scoped: built once, by the first test that asks for it.
+
+import pytest  # noqa: E402
+
+LEARN_SEEDS = (0, 1, 2)
+LEARN_MODEL = ["model.hidden_size=64", "model.num_layers=2", "model.num_heads=4", "model.intermediate_size=128",
+               "model.tie_embeddings=true"]
+LEARN_COMMON = ["sampling.max_tokens=4", "data.num_eval=200", "run.num_threads=1", "run.progress=false"]
+LEARN_SFT_STEPS, LEARN_RL_FROM_STEP = 200, 100
+
+
+@pytest.fixture(scope="session")
+def arith3_task():
+    from rlvr.data import get_task
+    from rlvr.rewards import get_reward_fn
+    from rlvr.train.tasks import TaskData
+
+    t = get_task("arithmetic")
+    # A quarter of the 1000 problems is held out: the default tenth leaves too few for a stable measure.
+    train_ex = t.generate(600, "train", 0, digits=1, operands=3, heldout_fraction=0.25)
+    held_out = t.generate(200, "test", 0, digits=1, operands=3, heldout_fraction=0.25)
+    assert not {e.question for e in train_ex} & {e.question for e in held_out}
+    return TaskData("arith3", train_ex, held_out, lambda e: e.question, get_reward_fn("arithmetic"),
+                    lambda e: e.reference)
+
+
+@pytest.fixture(scope="session")
+def arith3_sft_runs(arith3_task, tmp_path_factory):
+    """One SFT run per seed (model init, sampling and data order): cosine schedule, held-out
+    evaluation every 50 steps, checkpoints at steps 100 (GRPO's start) and 200."""
+    from rlvr.config import load_config
+    from rlvr.train.config import SFTConfig
+    from rlvr.train.sft import train_sft
+
+    runs = {}
+    for seed in LEARN_SEEDS:
+        out = tmp_path_factory.mktemp(f"sft{seed}")
+        cfg = load_config(SFTConfig, None, LEARN_MODEL + LEARN_COMMON + [
+            f"run.steps={LEARN_SFT_STEPS}", f"run.out_dir={out}", "run.eval_every=50", f"run.seed={seed}",
+            f"data.seed={seed}", f"run.checkpoint_every={LEARN_RL_FROM_STEP}", "optim.lr=3e-3",
+            "optim.schedule=cosine", "optim.min_lr_ratio=0.1", "optim.warmup_steps=10", "algo.batch_size=32"])
+        train_sft(cfg, data=arith3_task)
+        runs[seed] = out
+    return runs
+
+

@@ -40,15 +40,12 @@ from pathlib import Path
 import pytest
 
 from rlvr.config import load_config
-from rlvr.data import get_task
 from rlvr.eval import evaluate
 from rlvr.models import load_policy
-from rlvr.rewards import get_reward_fn
 from rlvr.rollout import HFGenerator, SamplingSpec
 from rlvr.train.common import resolve_model_dir
-from rlvr.train.config import SFTConfig, TrainConfig
+from rlvr.train.config import TrainConfig
 from rlvr.train.pg import train
-from rlvr.train.sft import train_sft
 from rlvr.train.tasks import TaskData
 
 SEEDS = (0, 1, 2)
@@ -82,30 +79,13 @@ def _sampled_accuracy(model_dir: Path, task: TaskData, seed: int) -> float:
 
 
 @pytest.fixture(scope="module")
-def task() -> TaskData:
-    t = get_task("arithmetic")
-    # A quarter of the 1000 problems is held out: the default tenth leaves too few for a stable measure.
-    train_ex = t.generate(600, "train", 0, digits=1, operands=3, heldout_fraction=0.25)
-    held_out = t.generate(200, "test", 0, digits=1, operands=3, heldout_fraction=0.25)
-    assert not {e.question for e in train_ex} & {e.question for e in held_out}
-    return TaskData("arith3", train_ex, held_out, lambda e: e.question, get_reward_fn("arithmetic"),
-                    lambda e: e.reference)
+def task(arith3_task) -> TaskData:
+    return arith3_task
 
 
 @pytest.fixture(scope="module")
-def sft_runs(task, tmp_path_factory) -> dict[int, Path]:
-    """One SFT run per seed (model init, sampling and data order): cosine schedule, held-out
-    evaluation every 50 steps, checkpoints at steps 100 (GRPO's start) and 200."""
-    runs = {}
-    for seed in SEEDS:
-        out = tmp_path_factory.mktemp(f"sft{seed}")
-        cfg = load_config(SFTConfig, None, MODEL + COMMON + [
-            f"run.steps={SFT_STEPS}", f"run.out_dir={out}", "run.eval_every=50", f"run.seed={seed}",
-            f"data.seed={seed}", f"run.checkpoint_every={RL_FROM_STEP}", "optim.lr=3e-3",
-            "optim.schedule=cosine", "optim.min_lr_ratio=0.1", "optim.warmup_steps=10", "algo.batch_size=32"])
-        train_sft(cfg, data=task)
-        runs[seed] = out
-    return runs
+def sft_runs(arith3_sft_runs) -> dict[int, Path]:
+    return arith3_sft_runs
 
 
 def test_sft_lowers_loss_and_raises_accuracy(sft_runs):
