@@ -5,7 +5,9 @@ from __future__ import annotations
 import typer
 
 from rlvr.commands.demo import demo
+from rlvr.commands.ei import ei
 from rlvr.commands.eval import eval as eval_cmd
+from rlvr.commands.filter import filter as filter_cmd
 from rlvr.commands.grade import grade
 from rlvr.commands.plot import plot
 from rlvr.commands.recipes import recipes
@@ -23,7 +25,9 @@ app = typer.Typer(
 app.command()(demo)
 app.command()(train)
 app.command()(sft)
+app.command()(ei)
 app.command(name="eval")(eval_cmd)
+app.command(name="filter")(filter_cmd)
 app.command()(grade)
 app.command()(recipes)
 app.command()(plot)

@@ -1,0 +1,375 @@
+"""Expert iteration (rejection-sampling fine-tuning): `rlvr ei`.
+
+One round, in the order data flows (the round is the run's "step": metrics, samples, checkpoints,
+resume and the learning-rate schedule count rounds):
+
+    examples = take(task.train, data_pos, n_prompts, data.seed)             # shuffled stream
+    rollouts = sampler.generate(prompts, task.sampling_spec(cfg.sampling, seed=step_seed(seed, round)))
+    rewards  = score_batch(reward_fn, rollouts)                              # never raises, counts timeouts
+    kept     = select_verified(rollouts, rewards, max_per_question=k, dedup=...)   # status CORRECT only
+    entropy  = sampled_entropy(rollouts)          # -mean sampler logprob (algo.exact_entropy: a forward)
+    fit(model, rows_of(kept))   # E epochs x minibatches (one AdamW step each) x micro-batches: response NLL
+    generator.update_weights(model.named_parameters(), version=round)
+
+The kept pairs are the sampler's own token ids (prompt_ids + response_ids, EOS or the stop string
+included), so the fine-tuning target is exactly what was sampled and verified; the loss is the
+response-token NLL of `rlvr sft` (rlvr.train.sft.sft_loss, algo.aggregation). Rounds continue from
+the current policy with one optimizer whose state carries over (CS336's expert iteration); STaR and
+ReST-EM instead restart each iteration's fine-tuning from the base model on everything gathered so
+far. A round in which nothing was verified makes no update (and says so once).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from rlvr.config import ConfigError
+from rlvr.rewards.types import Reward, Status
+from rlvr.train.common import (
+    clip_and_step,
+    eval_prefixed,
+    finish_run,
+    optimizer_from_config,
+    policy_from_config,
+    quiet_transformers,
+    step_seed,
+    take,
+)
+from rlvr.train.config import EIConfig
+from rlvr.train.pg import Timer, TrainResult, score_rollouts
+
+# ----------------------------------------------------------------------------------- validation
+
+
+def validate_ei_config(cfg: EIConfig) -> None:
+    """The checks of the sections expert iteration reads, also for a config built in Python (the
+    YAML path ran them already). Raises ConfigError naming the key."""
+    for section in (cfg.model, cfg.data, cfg.sampling, cfg.rollout, cfg.algo, cfg.optim, cfg.run):
+        section.validate()
+    cfg.validate()
+    # the data section is rlvr train's; its online problem selection is not wired into expert iteration,
+    # which reads the plain shuffled stream: refused by name rather than silently ignored
+    for key in ("filter_band", "curriculum"):
+        if getattr(cfg.data, key, ""):
+            raise ConfigError(f"data.{key}={getattr(cfg.data, key)!r} applies to rlvr train only; expert iteration "
+                              f"reads the shuffled training stream (leave data.{key} empty)")
+
+
+# ----------------------------------------------------------------------------------- selection
+
+
+@dataclass
+class Selection:
+    """Which rollouts of a round are kept for fine-tuning, and why the others were not."""
+
+    kept: list[int]  # indices into the round's rollouts, in sample order
+    questions: int  # questions sampled this round
+    solved: int  # questions with at least one verified (status correct) sample
+    verified: int  # samples whose status is correct
+    duplicates: int  # verified samples dropped as a repeat of a kept text of the same question
+    capped: int  # verified, distinct samples dropped by algo.max_per_question
+
+
+def select_verified(rollouts: Sequence[Any], rewards: Sequence[Reward], *, max_per_question: int = 0,
+                    dedup: bool = True, questions: int | None = None) -> Selection:
+    """Keep the samples the verifier judged correct: per question (Rollout.group), in sample order,
+    a text already kept for that question is skipped when `dedup`, and at most `max_per_question`
+    (0 = no cap) are kept. `questions`: how many were sampled (default: the distinct groups seen)."""
+    if len(rollouts) != len(rewards):
+        raise ValueError(f"{len(rollouts)} rollouts but {len(rewards)} rewards")
+    kept: list[int] = []
+    texts: dict[int, set[str]] = {}
+    count: dict[int, int] = {}
+    solved: set[int] = set()
+    verified = duplicates = capped = 0
+    for i, (ro, rw) in enumerate(zip(rollouts, rewards, strict=True)):
+        if rw.status is not Status.CORRECT:
+            continue
+        verified += 1
+        solved.add(ro.group)
+        seen = texts.setdefault(ro.group, set())
+        if dedup and ro.text in seen:
+            duplicates += 1
+            continue
+        if max_per_question and count.get(ro.group, 0) >= max_per_question:
+            capped += 1
+            continue
+        seen.add(ro.text)
+        count[ro.group] = count.get(ro.group, 0) + 1
+        kept.append(i)
+    n_questions = questions if questions is not None else len({ro.group for ro in rollouts})
+    return Selection(kept, n_questions, len(solved), verified, duplicates, capped)
+
+
+# ------------------------------------------------------------------------------------ learning
+
+
+@dataclass
+class Fitted:
+    """What the round's fine-tuning produced."""
+
+    losses: list[float] = field(default_factory=list)  # one per optimizer step
+    grad_norms: list[float] = field(default_factory=list)  # one per optimizer step, before clipping
+    trained_tokens: int = 0  # prompt + response tokens of the kept rows, times the epochs
+
+
+class _PerRound:
+    """Stands in for the scheduler inside clip_and_step: expert iteration steps its schedule once
+    per round (how many optimizer steps a round makes depends on how many answers were verified,
+    so a schedule over optimizer steps would have no known end)."""
+
+    def step(self) -> None:
+        pass
+
+
+def fit(model, optimizer, batch, *, epochs: int, batch_size: int, micro_batch_size: int, aggregation: str,
+        norm_length: int, grad_clip: float, seed: int) -> Fitted:
+    """SFT on the kept rows `batch` (a TrainingBatch, or None when nothing was kept): `epochs`
+    passes, each in a fresh order drawn from `seed + epoch`, minibatches of `batch_size` rows (one
+    optimizer step each), backward per micro-batch (rlvr.train.sft.sft_loss: the response-token
+    NLL aggregated over the minibatch)."""
+    from rlvr.train.batching import split_indices
+    from rlvr.train.sft import sft_loss
+
+    out = Fitted()
+    if batch is None:
+        return out
+    n = batch.input_ids.shape[0]
+    model.train()
+    out.trained_tokens = epochs * int(batch.attention_mask.sum())
+    for epoch in range(epochs):
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch))
+        for chunk in split_indices(n, batch_size):
+            mb = batch.rows(order[chunk.start : chunk.stop])
+            loss = sft_loss(model, mb, aggregation, micro_batch_size or batch_size, norm_length)
+            out.losses.append(loss)
+            if not (loss == loss and abs(loss) != float("inf")):
+                optimizer.zero_grad(set_to_none=True)
+                return out  # the caller stops the run; never step on NaN gradients
+            out.grad_norms.append(clip_and_step(model, optimizer, _PerRound(), grad_clip))
+    return out
+
+
+def sampled_entropy(rollouts: Sequence[Any]) -> float:
+    """Mean negative sampler logprob of the sampled tokens (nats / token; forced tokens, loss_mask
+    False, excluded). Each term -log p(y_t | y_<t) has expectation H_t, the entropy of the
+    distribution that was sampled from at that position (temperature and top-p applied), so this is
+    an unbiased estimate of the token entropy that costs nothing: the sampler returns the logprobs."""
+    total, tokens = 0.0, 0
+    for ro in rollouts:
+        mask = ro.loss_mask if ro.loss_mask is not None else [True] * len(ro.logprobs)
+        for lp, m in zip(ro.logprobs, mask, strict=True):
+            if m:
+                total -= lp
+                tokens += 1
+    return total / max(1, tokens)
+
+
+def sample_entropy(model, batch, *, micro_batch_size: int, temperature: float) -> tuple[float, list[float]]:
+    """Mean token entropy (nats) of the sampling distribution (logits / temperature) over the
+    response tokens of `batch` (all of a round's samples), from one no-grad forward per micro-batch
+    under the weights that sampled them; also each row's mean. Token-weighted, like `entropy` of
+    `rlvr train`."""
+    from rlvr.models import score_tokens
+
+    was_training = model.training
+    model.eval()
+    total, tokens, rows = 0.0, 0, []
+    try:
+        with torch.no_grad():
+            for s in range(0, batch.input_ids.shape[0], micro_batch_size):
+                mb = batch.rows(torch.arange(s, min(s + micro_batch_size, batch.input_ids.shape[0])))
+                ent = score_tokens(model, mb.input_ids, mb.labels, mb.attention_mask, with_entropy=True,
+                                   temperature=temperature).entropy.float().cpu()
+                mask = mb.response_mask
+                per_row = (ent * mask).sum(-1)
+                total += float(per_row.sum())
+                tokens += int(mask.sum())
+                rows += [float(e) / max(1, int(m)) for e, m in zip(per_row, mask.sum(-1), strict=True)]
+    finally:
+        model.train(was_training)
+    return total / max(1, tokens), rows
+
+
+# ------------------------------------------------------------------------------------- the loop
+
+
+def train_ei(
+    cfg: EIConfig,
+    *,
+    resume: bool = False,
+    data=None,
+    on_step: Callable[[int, dict], None] | None = None,
+) -> TrainResult:
+    """Run expert iteration as configured; resume=True continues cfg.run.out_dir from its latest
+    checkpoint. data: optional TaskData instead of loading cfg.data. Returns the TrainResult of
+    `rlvr train` (run_dir, steps = rounds, last metrics, final held-out evaluation).
+
+    Config problems raise ConfigError (TaskDataError for data) and an existing run FileExistsError,
+    all before the run directory is touched."""
+    from rlvr.rollout import build_generator, rollouts_to_batch, with_thinking_budget
+    from rlvr.runs import checkpoint as ckpt_mod
+    from rlvr.runs.progress import Progress
+    from rlvr.runtime import memory_stats, reset_peak_memory, seed_everything, set_num_threads
+    from rlvr.train import session
+    from rlvr.train.pg import _already_done
+    from rlvr.train.tasks import TaskDataError, eval_policy, load_task_data
+
+    validate_ei_config(cfg)
+    a, s, r = cfg.algo, cfg.sampling, cfg.run
+    if (done := _already_done(cfg, resume)) is not None:
+        return done
+    set_num_threads(r.num_threads or None)
+    seed_everything(r.seed)
+    quiet_transformers()
+    session.say(f"loading model {cfg.model.init_from or cfg.model.name} ...", r.progress)
+    model, tokenizer = policy_from_config(cfg.model, seed=r.seed)
+    task = data if data is not None else load_task_data(cfg.data, tokenizer)
+    if not task.train:
+        raise TaskDataError(f"data: task {task.name!r} has no training examples")
+    optimizer, scheduler = optimizer_from_config(model, cfg.optim, total_steps=r.steps,
+                                                 master_weights=cfg.model.master_weights)
+    generator = build_generator(cfg.rollout, model, tokenizer, model_source=session.model_source(cfg.model),
+                                seed=r.seed, default_batch_size=s.n_prompts * s.group_size)
+    sampler = with_thinking_budget(generator, s.thinking_budget, s.stop_thinking_text)
+    run, start, state = session.open_run(cfg, resume=resume, model=model, optimizer=optimizer,
+                                         scheduler=scheduler, verbose=r.progress)
+    if start:  # the checkpoint's weights replaced those the generator was built with
+        generator.update_weights(model.named_parameters(), version=start)
+    if not task.eval:
+        session.say("note: no held-out problems (set data.eval_path): the run is not evaluated", r.progress)
+    data_pos, last, noted_empty = int(state.get("data_pos", 0)), {}, False
+    micro = a.micro_batch_size or a.batch_size
+    progress = Progress(r.steps, "ei", start=start, mode=None if r.progress else "off")
+    try:
+        for rnd in range(start + 1, r.steps + 1):
+            timer = Timer()
+            reset_peak_memory(cfg.model.device)
+            examples = take(task.train, data_pos, s.n_prompts, cfg.data.seed)
+            data_pos += s.n_prompts
+            with timer("generate"):
+                spec = task.sampling_spec(s, seed=step_seed(r.seed, rnd))
+                rollouts = sampler.generate([task.prompt(ex) for ex in examples], spec)
+                generator.sleep()  # colocated vLLM hands its memory to the learner
+            ro_examples = [examples[ro.group] for ro in rollouts]
+            with timer("score"):
+                rewards = score_rollouts(rollouts, ro_examples, task.reward_fn, workers=cfg.data.reward_workers,
+                                         timeout_s=cfg.data.reward_timeout_s, isolate=cfg.data.reward_isolate)
+                sel = select_verified(rollouts, rewards, max_per_question=a.max_per_question, dedup=a.dedup,
+                                      questions=len(examples))
+            if a.exact_entropy or any(ro.logprobs is None for ro in rollouts):
+                with timer("entropy"):
+                    entropy, row_entropy = sample_entropy(model, rollouts_to_batch(rollouts, tokenizer.pad_token_id),
+                                                          micro_batch_size=micro, temperature=s.temperature or 1.0)
+            else:
+                entropy, row_entropy = sampled_entropy(rollouts), None
+            with timer("train"):
+                kept = rollouts_to_batch([rollouts[i] for i in sel.kept], tokenizer.pad_token_id) if sel.kept else None
+                fitted = fit(model, optimizer, kept, epochs=a.epochs, batch_size=a.batch_size,
+                             micro_batch_size=micro, aggregation=a.aggregation, norm_length=s.max_tokens,
+                             grad_clip=cfg.optim.grad_clip, seed=step_seed(r.seed, rnd))
+            session.check_finite(rnd, loss=_mean(fitted.losses), grad_norm=_mean(fitted.grad_norms))
+            with warnings.catch_warnings():  # a round without an update still advances the schedule
+                warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
+                scheduler.step()  # the schedule counts rounds (see _PerRound)
+            if fitted.grad_norms:
+                with timer("sync"):
+                    generator.update_weights(model.named_parameters(), version=rnd)
+            elif not noted_empty:
+                noted_empty = True
+                session.say(
+                    f"round {rnd}: none of the {len(rollouts)} samples ({len(examples)} questions x "
+                    f"{s.group_size}) was verified correct: nothing to fine-tune on, no update. A policy that "
+                    "never solves the task needs a warm start (rlvr sft, then model.init_from=RUN_DIR) or "
+                    "more tries (sampling.group_size)")  # said even with run.progress=false: nothing is learned
+
+            metrics = round_metrics(rewards, rollouts, sel, fitted, entropy)
+            metrics["lr"] = scheduler.get_last_lr()[0]
+            metrics["tokens_per_s"] = metrics["tokens/generated"] / max(time.perf_counter() - timer.t0, 1e-9)
+            if (r.eval_every and rnd % r.eval_every == 0) or rnd == r.steps:
+                with timer("eval"):
+                    metrics.update(eval_prefixed(eval_policy(sampler, task, cfg, greedy=r.eval_greedy, step=rnd)))
+            metrics.update(timer.metrics() | memory_stats(cfg.model.device))
+            if r.log_samples_every and (rnd % r.log_samples_every == 0 or rnd == 1):
+                run.log_samples(rnd, _samples(rollouts, ro_examples, rewards, set(sel.kept), row_entropy,
+                                              r.num_log_samples, s.group_size))
+            last = run.log_metrics(rnd, metrics)
+            progress.update(1, acc=metrics["accuracy"], kept=metrics["kept_frac"], loss=metrics.get("loss"))
+            if on_step is not None:
+                on_step(rnd, metrics)
+            if rnd == r.steps or (r.checkpoint_every and rnd % r.checkpoint_every == 0):
+                ckpt_mod.save_checkpoint(run, rnd, model=model, tokenizer=tokenizer, optimizer=optimizer,
+                                         scheduler=scheduler, trainer_state={"data_pos": data_pos},
+                                         keep=r.keep_checkpoints)
+                session.maybe_die_after_checkpoint(rnd, run)
+    finally:
+        progress.close()
+        run.close()
+    return TrainResult(run_dir=run.path, steps=r.steps, last_metrics=last, eval=finish_run(run.path, last))
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def round_metrics(rewards: Sequence[Reward], rollouts: Sequence[Any], sel: Selection, fitted: Fitted,
+                  entropy: float) -> dict[str, Any]:
+    """Per-round metrics (docs/runs.md): the samples' reward and accuracy under the names `rlvr
+    train` uses, what was kept, and the fine-tuning's loss."""
+    n = len(rewards)
+    m: dict[str, Any] = {"reward/mean": sum(r.total for r in rewards) / n}
+    for p in sorted({k for r in rewards for k in r.parts}):
+        m[f"reward/{p}"] = sum(float(r.parts.get(p, 0.0)) for r in rewards) / n
+    correct = [r.status is Status.CORRECT for r in rewards]
+    m["accuracy"] = sum(correct) / n
+    m["format_rate"] = sum(r.formatted for r in rewards) / n
+    lens = [len(ro.response_ids) for ro in rollouts]
+    m["len/mean"] = sum(lens) / n
+    lc = [x for x, c in zip(lens, correct, strict=True) if c]
+    li = [x for x, c in zip(lens, correct, strict=True) if not c]
+    m["len/correct"] = sum(lc) / len(lc) if lc else None
+    m["len/incorrect"] = sum(li) / len(li) if li else None
+    m["len/truncated_frac"] = sum(ro.finish_reason == "length" for ro in rollouts) / n
+    m["entropy"] = entropy
+    m["kept_frac"] = len(sel.kept) / n
+    m["ei/kept"] = len(sel.kept)
+    m["ei/solved_frac"] = sel.solved / max(1, sel.questions)
+    m["ei/duplicates"] = sel.duplicates
+    m["ei/capped"] = sel.capped
+    m["ei/sft_steps"] = len(fitted.grad_norms)
+    m["verifier/timeouts"] = sum(r.status is Status.TIMEOUT for r in rewards)
+    m["verifier/errors"] = sum(r.status is Status.ERROR for r in rewards)
+    m["loss"] = _mean(fitted.losses)
+    m["grad_norm"] = _mean(fitted.grad_norms)
+    m["tokens/generated"] = sum(lens)
+    m["tokens/trained"] = fitted.trained_tokens
+    return {k: v for k, v in m.items() if v is not None}
+
+
+def _samples(rollouts, examples, rewards, kept: set[int], row_entropy: list[float] | None, k: int,
+             group_size: int) -> list[dict]:
+    """First response of the first k questions: prompt, response, reference, reward parts, status,
+    whether it was kept for fine-tuning, mean token entropy (nats; with algo.exact_entropy) and mean
+    sampler logprob."""
+    out = []
+    for i in range(0, min(len(rollouts), k * group_size), group_size):
+        ro, ex, rw = rollouts[i], examples[i], rewards[i]
+        out.append({
+            "prompt": ro.prompt,
+            "response": ro.text,
+            "reference": ex.reference,
+            "reward": rw.total,
+            "parts": dict(rw.parts),
+            "status": rw.status.value,
+            "kept": i in kept,
+            "length": len(ro.response_ids),
+            "entropy": None if row_entropy is None else row_entropy[i],
+            "mean_logprob": (sum(ro.logprobs) / max(1, len(ro.logprobs))) if ro.logprobs else None,
+        })
+    return out
