@@ -31,6 +31,10 @@ _EXPORTS = {
     "SFTAlgoConfig": "rlvr.train.config",
     "SFTConfig": "rlvr.train.config",
     "TrainConfig": "rlvr.train.config",
+    "EIConfig": "rlvr.train.config",
+    "train_ei": "rlvr.train.ei",
+    "Critic": "rlvr.train.critic",
+    "ProblemSource": "rlvr.train.curriculum",
     "DemoConfig": "rlvr.train.demo",
     "DemoResult": "rlvr.train.demo",
     "run_demo": "rlvr.train.demo",
@@ -49,6 +53,10 @@ _EXPORTS = {
 
 __all__ = [
     "AlgoConfig",
+    "Critic",
+    "EIConfig",
+    "ProblemSource",
+    "train_ei",
     "BatchConfigError",
     "BatchPlan",
     "DataConfig",
@@ -83,6 +91,7 @@ if TYPE_CHECKING:
     from rlvr.train.config import (
         AlgoConfig,
         DataConfig,
+        EIConfig,
         EvalConfig,
         ModelConfig,
         OptimConfig,
@@ -92,7 +101,10 @@ if TYPE_CHECKING:
         SFTConfig,
         TrainConfig,
     )
+    from rlvr.train.critic import Critic
+    from rlvr.train.curriculum import ProblemSource
     from rlvr.train.demo import DemoConfig, DemoResult, run_demo
+    from rlvr.train.ei import train_ei
     from rlvr.train.pg import TrainResult, accumulate_gradients, train, validate_train_config
     from rlvr.train.recipes import RECIPES, get_recipe
     from rlvr.train.sft import train_sft, validate_sft_config
