@@ -307,9 +307,9 @@ def test_every_documented_override_names_a_real_key():
     """`section.key=value` anywhere in the docs (prose code spans and code blocks) is a key of the
     trainer configs: docs/config.md once showed `run.name=007` and `algo.weights={...}`, neither a key."""
     from rlvr.config import config_rows
-    from rlvr.train.config import EvalConfig, SFTConfig, TrainConfig
+    from rlvr.train.config import EIConfig, EvalConfig, SFTConfig, TrainConfig
 
-    keys = {row[0] for cls in (TrainConfig, SFTConfig, EvalConfig) for row in config_rows(cls)}
+    keys = {row[0] for cls in (TrainConfig, SFTConfig, EvalConfig, EIConfig) for row in config_rows(cls)}
     sections = {k.split(".")[0] for k in keys}
     bad = []
     for page in PAGES:
