@@ -9,6 +9,7 @@ from rlvr.commands.ei import ei
 from rlvr.commands.eval import eval as eval_cmd
 from rlvr.commands.filter import filter as filter_cmd
 from rlvr.commands.grade import grade
+from rlvr.commands.pipeline import pipeline
 from rlvr.commands.plot import plot
 from rlvr.commands.recipes import recipes
 from rlvr.commands.sft import sft
@@ -29,6 +30,7 @@ app.command()(ei)
 app.command(name="eval")(eval_cmd)
 app.command(name="filter")(filter_cmd)
 app.command()(grade)
+app.command()(pipeline)
 app.command()(recipes)
 app.command()(plot)
 

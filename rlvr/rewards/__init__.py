@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from rlvr.rewards import functions as _f
 from rlvr.rewards.batch import ScoreCounters, score_batch
+from rlvr.rewards.format import answer_reward, format_reward
 from rlvr.rewards.functions import ComposedReward, compose
 from rlvr.rewards.grader import Verdict, grade_answer, is_equivalent, verifier_timeout
 from rlvr.rewards.pool import WorkerPool, get_pool
@@ -26,6 +27,9 @@ REWARD_FUNCTIONS: dict[str, RewardFn] = {
     "countdown": _f.countdown,
     "multiple_choice": _f.multiple_choice,
     "language": _f.language,
+    # R1's rewards as separate terms, to ADD ("answer:1,format:0.5") where r1_zero GATES (rlvr.rewards.format)
+    "format": format_reward,
+    "answer": answer_reward,
 }
 
 
