@@ -27,10 +27,11 @@ ON_BAD_LINE = ("skip", "fail")
 
 def reference_free_rewards() -> frozenset[str]:
     """Registered rewards that never read Example.reference: countdown checks meta's numbers and
-    target, language looks at the response alone, the code rewards (rlvr.rewards.code) run meta's tests."""
+    target, language and format look at the response alone, the code rewards (rlvr.rewards.code)
+    run meta's tests."""
     from rlvr.rewards.code.rewards import CODE_REWARD_FUNCTIONS
 
-    return frozenset({"countdown", "language", *CODE_REWARD_FUNCTIONS})
+    return frozenset({"countdown", "language", "format", *CODE_REWARD_FUNCTIONS})
 
 
 def needs_reference(reward: str) -> bool:
