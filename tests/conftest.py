@@ -82,3 +82,50 @@ def arith3_sft_runs(arith3_task, tmp_path_factory):
     return runs
 
 
+
+# ------------------------------------------------------------------------------------------------
+# A partly trained policy for the process-reward learning test (tests/test_process_rewards.py): the
+# step-by-step task with every number one digit ("3+1+3=" -> "3+1=4\n4+3=7", rlvr/data/tasks/steps.py,
+# max_result=9: 150 training problems) and one SFT run per seed, stopped at step 75 of a 200-step
+# cosine schedule with a checkpoint there (the model is still learning: about 35-70% of its sampled
+# steps are right). Session-scoped, built by the first test that asks for it; no plots.
+
+STEPS_LEARN_MODEL = ["model.hidden_size=128", "model.num_layers=2", "model.num_heads=4",
+                     "model.intermediate_size=256", "model.tie_embeddings=true"]
+STEPS_LEARN_COMMON = ["sampling.max_tokens=12", "run.num_threads=1", "run.progress=false"]
+STEPS_SFT_STEPS, STEPS_RL_FROM_STEP = 200, 75
+
+
+@pytest.fixture(scope="session")
+def steps_task():
+    from rlvr.data import get_task
+    from rlvr.rewards import get_reward_fn
+    from rlvr.train.tasks import TaskData
+
+    t = get_task("sum_steps")
+    train_ex = t.generate(150, "train", 0, operands=3, max_result=9)
+    # no held-out problems: the test measures the sampled training responses, and runs skip evaluation
+    return TaskData("steps9", train_ex, [], lambda e: e.question, get_reward_fn("sum_steps"), t.target)
+
+
+@pytest.fixture(scope="session")
+def steps_sft_runs(steps_task, tmp_path_factory):
+    """One SFT run per seed (model init and data order), stopped with a checkpoint at
+    STEPS_RL_FROM_STEP (the process-reward run's start)."""
+    from rlvr.config import load_config
+    from rlvr.train.config import SFTConfig
+    from rlvr.train.sft import train_sft
+
+    runs = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("rlvr.runs.plots.plot_run", lambda *a, **k: [])  # seconds a run; nobody looks at them
+        for seed in LEARN_SEEDS:
+            out = tmp_path_factory.mktemp(f"steps_sft{seed}")
+            cfg = load_config(SFTConfig, None, STEPS_LEARN_MODEL + STEPS_LEARN_COMMON + [
+                f"run.steps={STEPS_SFT_STEPS}", f"run.out_dir={out}", "run.eval_every=0", "data.num_eval=0",
+                f"run.seed={seed}", f"data.seed={seed}", f"run.checkpoint_every={STEPS_RL_FROM_STEP}",
+                "optim.lr=3e-3", "optim.schedule=cosine", "optim.min_lr_ratio=0.1", "optim.warmup_steps=10",
+                "algo.batch_size=32"])
+            train_sft(cfg, data=steps_task, stop_after=STEPS_RL_FROM_STEP)
+            runs[seed] = out
+    return runs

@@ -15,6 +15,7 @@ from rlvr.rewards.format import answer_reward, format_reward
 from rlvr.rewards.functions import ComposedReward, compose
 from rlvr.rewards.grader import Verdict, grade_answer, is_equivalent, verifier_timeout
 from rlvr.rewards.pool import WorkerPool, get_pool
+from rlvr.rewards.steps import sum_steps
 from rlvr.rewards.types import ExampleLike, Reward, RewardFn, SimpleExample, Status
 
 REWARD_FUNCTIONS: dict[str, RewardFn] = {
@@ -30,6 +31,8 @@ REWARD_FUNCTIONS: dict[str, RewardFn] = {
     # R1's rewards as separate terms, to ADD ("answer:1,format:0.5") where r1_zero GATES (rlvr.rewards.format)
     "format": format_reward,
     "answer": answer_reward,
+    # one reward per step line besides the outcome (process supervision, rlvr.rewards.steps)
+    "sum_steps": sum_steps,
 }
 
 

@@ -31,6 +31,24 @@ class Reward:
     # Majority voting (maj@k in rlvr.eval) groups samples by this answer; reward functions that
     # do not report it are voted on with rlvr.rewards.extract.final_answer instead.
     answer: str | None = None
+    # Process supervision (algo.advantage=process, rlvr.train.process): the reward of each step of the
+    # response, in order, and the index in the response text of each step's last character (strictly
+    # increasing, one per step); the index len(response) stands for the end of the response, i.e. the
+    # token that stopped it (a reward that charges stopping early puts a step there). Both empty: the
+    # reward does not judge steps (every outcome reward).
+    steps: tuple[float, ...] = ()
+    step_ends: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        if not isinstance(self.steps, tuple):
+            object.__setattr__(self, "steps", tuple(float(x) for x in self.steps))
+        if not isinstance(self.step_ends, tuple):
+            object.__setattr__(self, "step_ends", tuple(int(x) for x in self.step_ends))
+        if len(self.steps) != len(self.step_ends):
+            raise ValueError(f"Reward: {len(self.steps)} step rewards but {len(self.step_ends)} step ends")
+        ends = self.step_ends
+        if (ends and ends[0] < 0) or any(b <= a for a, b in zip(ends, ends[1:], strict=False)):
+            raise ValueError(f"Reward: step ends must be >= 0 and strictly increasing, got {list(ends)}")
 
     @property
     def formatted(self) -> bool:

@@ -317,6 +317,9 @@ class AlgoConfig:
     """Stabilizer added to the std before dividing."""
     process_outcome_coef: float = 0.0
     """advantage=process: weight of the outcome's GRPO advantage added to every token's step advantage; 0 = steps only."""
+    process_baseline: Literal["group", "step"] = "group"
+    """advantage=process: group (DeepSeekMath: step rewards minus the mean of all the group's step rewards) or step
+    (minus the group's mean at the same step index, so a step every response fails pushes on nothing); both / group std."""
     loss: str = "grpo_clip"
     """Per-token policy loss (rlvr.algo.POLICY_LOSSES)."""
     clip_low: float = 0.2

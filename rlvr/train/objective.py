@@ -105,6 +105,9 @@ def shape_and_advantage(
     shaped = total + (0.0 if warming else algo.length_reward_coef) * term.float()
     if algo.advantage == "gae":
         adv = shaped.clone()
+    elif algo.advantage == "process":
+        # the outcome's part of the process advantage (rlvr.train.process): GRPO, like the step rewards
+        adv = compute_advantages("grpo", shaped, group_size, eps=algo.adv_eps, std=algo.adv_std)
     else:
         adv = compute_advantages(algo.advantage, shaped, group_size, eps=algo.adv_eps, std=algo.adv_std)
     groups = total.view(-1, group_size)
@@ -418,13 +421,33 @@ class Objective:
     def needs_critic(self) -> bool:
         return self.algo.advantage == "gae"
 
+    @property
+    def needs_steps(self) -> bool:
+        """algo.advantage=process: the targets need each kept rollout's step rewards and step ends."""
+        return self.algo.advantage == "process"
+
+    def step_marks(self, rollouts, rewards, kept, tokenizer):
+        """The kept rows' rlvr.train.process.StepMarks (step rewards, step ends as token positions)
+        when the targets need them, else None."""
+        if not self.needs_steps:
+            return None
+        from rlvr.train.process import step_marks
+
+        rows = kept.tolist()
+        return step_marks([rollouts[i] for i in rows], [rewards[i] for i in rows], tokenizer)
+
     def advantages(self, rewards: list[Reward], lengths: torch.Tensor, step: int | None = None):
         """(shaped rewards (N,), advantages (N,), keep (N,) bool, share of zero-variance groups)."""
         return shape_and_advantage(rewards, lengths, self.algo, self.group_size, self.max_tokens, step)
 
-    def targets(self, adv, mask, old_logp=None, ref_logp=None, old_values=None) -> Targets:
+    def targets(self, adv, mask, old_logp=None, ref_logp=None, old_values=None, steps=None) -> Targets:
         """Per-row advantages (B,) -> the loss's targets: GAE with the critic's values when
-        algo.advantage=gae, else token_advantages (KL in the reward, whitening)."""
+        algo.advantage=gae, per-step rewards (steps: StepMarks) when algo.advantage=process
+        (rlvr.train.process.process_targets), else token_advantages (KL in the reward, whitening)."""
+        if self.needs_steps:
+            from rlvr.train.process import process_targets
+
+            return process_targets(adv, mask, steps, self.algo, self.group_size, old_logp, ref_logp)
         if self.needs_critic:
             if old_values is None:
                 raise ValueError("algo.advantage='gae' needs the critic's values of the batch")

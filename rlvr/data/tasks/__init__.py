@@ -8,7 +8,7 @@ import importlib.util
 from rlvr.data.tasks.base import Task
 
 # Task modules in rlvr/data/tasks/; a listed module that does not exist (yet) is skipped.
-_TASK_MODULES = ("gsm8k", "math", "arithmetic", "countdown", "code")
+_TASK_MODULES = ("gsm8k", "math", "arithmetic", "countdown", "code", "steps")
 
 TASKS: dict[str, Task] = {}
 
