@@ -7,13 +7,13 @@ import json
 from pathlib import Path
 
 import pytest
+from test_train_recipe_book import TINY, _spread_task
 
 from rlvr.config import ConfigError, load_config
 from rlvr.data.filters import PassCounts
 from rlvr.train.config import DataConfig, TrainConfig
 from rlvr.train.curriculum import ProblemSource
 from rlvr.train.pg import train
-from test_train_recipe_book import TINY, _spread_task
 
 
 def _cfg(tmp_path, *overrides) -> TrainConfig:
