@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
@@ -38,7 +39,10 @@ def test_gsm8k_without_eval_path_trains_and_says_it_is_not_evaluated(tmp_path):
     """Item 1: no data.eval_path used to end in `TypeError: unsupported format string passed to
     NoneType.__format__` after the whole run."""
     data = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k"
-    train = next(p for p in sorted(data.glob("*.jsonl")) if "train" in p.name)
+    found = [p for p in sorted(data.glob("*.jsonl")) if "train" in p.name]
+    if not found:
+        pytest.skip(f"no GSM8K training file under {data} (../shared is for development only)")
+    train = found[0]
     run = tmp_path / "run"
     res = _rlvr("train", *TINY[:4], "data.task=gsm8k", f"data.train_path={train}", "data.template=r1_zero",
                 "data.num_train=8", "sampling.n_prompts=2", "sampling.group_size=2", "sampling.max_tokens=4",
