@@ -42,7 +42,7 @@ from rlvr.train.common import (
     take,
 )
 from rlvr.train.config import EIConfig
-from rlvr.train.pg import Timer, TrainResult, score_rollouts
+from rlvr.train.pg import Timer, TrainResult, sample_metrics, score_rollouts
 
 # ----------------------------------------------------------------------------------- validation
 
@@ -324,18 +324,7 @@ def round_metrics(rewards: Sequence[Reward], rollouts: Sequence[Any], sel: Selec
     train` uses, what was kept, and the fine-tuning's loss."""
     n = len(rewards)
     m: dict[str, Any] = {"reward/mean": sum(r.total for r in rewards) / n}
-    for p in sorted({k for r in rewards for k in r.parts}):
-        m[f"reward/{p}"] = sum(float(r.parts.get(p, 0.0)) for r in rewards) / n
-    correct = [r.status is Status.CORRECT for r in rewards]
-    m["accuracy"] = sum(correct) / n
-    m["format_rate"] = sum(r.formatted for r in rewards) / n
-    lens = [len(ro.response_ids) for ro in rollouts]
-    m["len/mean"] = sum(lens) / n
-    lc = [x for x, c in zip(lens, correct, strict=True) if c]
-    li = [x for x, c in zip(lens, correct, strict=True) if not c]
-    m["len/correct"] = sum(lc) / len(lc) if lc else None
-    m["len/incorrect"] = sum(li) / len(li) if li else None
-    m["len/truncated_frac"] = sum(ro.finish_reason == "length" for ro in rollouts) / n
+    m.update(sample_metrics(rewards, rollouts))
     m["entropy"] = entropy
     m["kept_frac"] = len(sel.kept) / n
     m["ei/kept"] = len(sel.kept)
@@ -347,7 +336,7 @@ def round_metrics(rewards: Sequence[Reward], rollouts: Sequence[Any], sel: Selec
     m["verifier/errors"] = sum(r.status is Status.ERROR for r in rewards)
     m["loss"] = _mean(fitted.losses)
     m["grad_norm"] = _mean(fitted.grad_norms)
-    m["tokens/generated"] = sum(lens)
+    m["tokens/generated"] = sum(len(ro.response_ids) for ro in rollouts)
     m["tokens/trained"] = fitted.trained_tokens
     return {k: v for k, v in m.items() if v is not None}
 

@@ -487,15 +487,13 @@ def score_rollouts(rollouts, examples, reward_fn, *, workers: int = 1, timeout_s
                        timeout_s=timeout_s or None, isolate=isolate)
 
 
-def step_metrics(rewards, rollouts, shaped, zero_var, keep, learned: Learned, step: int) -> dict:
-    """Per-step training metrics (names follow the schema of rlvr.runs.plots / docs/runs.md)."""
-    stats, losses, grad_norms = learned.stats, learned.losses, learned.grad_norms
+def sample_metrics(rewards, rollouts) -> dict[str, Any]:
+    """Reward parts, accuracy, format rate and lengths of a step's samples (shared by `rlvr train` and
+    `rlvr ei`): reward/<part>, accuracy, format_rate, len/mean, len/correct, len/incorrect (None when
+    no such sample), len/truncated_frac."""
     n = len(rewards)
-    m: dict[str, Any] = {"reward/mean": sum(r.total for r in rewards) / n}
-    if not torch.equal(shaped, torch.tensor([r.total for r in rewards], dtype=torch.float32)):
-        m["reward/shaped"] = float(shaped.mean())
-    parts = sorted({k for r in rewards for k in r.parts})
-    for p in parts:
+    m: dict[str, Any] = {}
+    for p in sorted({k for r in rewards for k in r.parts}):
         m[f"reward/{p}"] = sum(float(r.parts.get(p, 0.0)) for r in rewards) / n
     correct = [r.status is Status.CORRECT for r in rewards]
     m["accuracy"] = sum(correct) / n
@@ -507,6 +505,18 @@ def step_metrics(rewards, rollouts, shaped, zero_var, keep, learned: Learned, st
     m["len/correct"] = sum(lc) / len(lc) if lc else None
     m["len/incorrect"] = sum(li) / len(li) if li else None
     m["len/truncated_frac"] = sum(ro.finish_reason == "length" for ro in rollouts) / n
+    return m
+
+
+def step_metrics(rewards, rollouts, shaped, zero_var, keep, learned: Learned, step: int) -> dict:
+    """Per-step training metrics (names follow the schema of rlvr.runs.plots / docs/runs.md)."""
+    stats, losses, grad_norms = learned.stats, learned.losses, learned.grad_norms
+    n = len(rewards)
+    m: dict[str, Any] = {"reward/mean": sum(r.total for r in rewards) / n}
+    if not torch.equal(shaped, torch.tensor([r.total for r in rewards], dtype=torch.float32)):
+        m["reward/shaped"] = float(shaped.mean())
+    m.update(sample_metrics(rewards, rollouts))
+    lens = [len(ro.response_ids) for ro in rollouts]
     m["zero_var_groups"] = zero_var
     m["kept_frac"] = float(keep.float().mean())
     m["verifier/timeouts"] = sum(r.status is Status.TIMEOUT for r in rewards)
