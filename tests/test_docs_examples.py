@@ -206,7 +206,7 @@ ALL = {page: doc_commands(page) for page in PAGES}
 RUNNABLE_PAGES = [p for p, cmds in ALL.items() if any(not c.synopsis for c in cmds)]
 SYNOPSES = [c for cmds in ALL.values() for c in cmds if c.synopsis]
 # Pages whose commands train (a demo or several training runs): over ~20 s on one thread.
-_SLOW_COMMANDS = ("demo", "train", "sft")
+_SLOW_COMMANDS = ("demo", "train", "sft", "pipeline")
 
 
 # Commands that already ran (and passed) on an earlier page, by (text, env): a second `rlvr demo` costs

@@ -402,6 +402,7 @@ def _run_example(out: Path, seed: int):
     return result
 
 
+@pytest.mark.slow  # ~30 s; test_cli_runs_and_prints_the_summary covers the command
 def test_the_r1_example_runs_all_stages_and_ends_above_its_first_stage(tmp_path):
     result = _run_example(tmp_path / "r1", seed=0)
     first, final = result.first_accuracy, result.final_accuracy

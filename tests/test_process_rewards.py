@@ -468,6 +468,7 @@ def _steps_share(rows: list[dict]) -> tuple[float, float]:
     return statistics.mean(xs[:5]), statistics.mean(xs[-5:])
 
 
+@pytest.mark.slow  # ~25 s plus its SFT fixture: make test-slow
 def test_process_reward_training_raises_the_share_of_correct_steps(steps_task, steps_sft_runs, tmp_path,
                                                                      monkeypatch):
     """From a partly SFT-trained tiny model (tests/conftest.py: steps_sft_runs, one per seed),

@@ -20,6 +20,7 @@ import json
 import statistics
 from pathlib import Path
 
+import pytest
 from conftest import LEARN_COMMON, LEARN_MODEL, LEARN_RL_FROM_STEP
 
 from rlvr.config import load_config
@@ -48,6 +49,7 @@ def _gain(rows: list[dict], key: str = "accuracy") -> float:
     return statistics.mean(xs[-5:]) - statistics.mean(xs[:5])
 
 
+@pytest.mark.slow  # ~40 s plus the SFT fixture: make test-slow
 def test_ppo_with_a_critic_raises_reward(arith3_task, arith3_sft_runs, tmp_path):
     gains, explained = [], []
     for seed, sft_run in arith3_sft_runs.items():

@@ -293,6 +293,7 @@ def _partly_trained(task: TaskData, seed: int, out: Path) -> Path:
     return train_sft(cfg, data=sft_task, stop_at_accuracy=0.2).run_dir
 
 
+@pytest.mark.slow  # ~15 s: make test-slow
 def test_expert_iteration_raises_held_out_accuracy_of_a_partly_trained_model(arith3_task, tmp_path, no_plots):
     arith3 = arith3_task  # conftest: 600 training / 200 held-out sums of three single digits
     from rlvr.models import load_policy

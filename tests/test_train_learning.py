@@ -103,6 +103,7 @@ def test_sft_lowers_loss_and_raises_accuracy(sft_runs):
     assert statistics.median(gains) >= 0.10, gains
 
 
+@pytest.mark.slow  # ~50 s: make test-slow
 def test_grpo_raises_held_out_accuracy_of_a_partly_trained_model(task, sft_runs, tmp_path):
     gains, sampled_gains, reward_gains, starts = [], [], [], []
     for seed, sft_run in sft_runs.items():
