@@ -283,6 +283,7 @@ def train(
             metrics = step_metrics(rewards, rollouts, shaped, zero_var, keep, learned, step)
             metrics.update(sampled.metrics(s.group_size) if a.filter_zero_variance else {})
             metrics.update(source.last | refreshed)
+            metrics.update(task.env.metrics() if task.env is not None else {})  # env/*: turns, tool calls, flags
             metrics["lr"] = scheduler.get_last_lr()[0]
             metrics["tokens_per_s"] = float(lengths.sum()) / max(time.perf_counter() - timer.t0, 1e-9)
             if (r.eval_every and step % r.eval_every == 0) or step == r.steps:
@@ -418,11 +419,15 @@ def sample_groups(sampler, task, cfg: TrainConfig, objective: Objective, step: i
         with timer("generate"):
             # round 0 keeps the seed of a run without refill; later rounds get seeds of their own
             seed = step_seed(r.seed, step) if rnd == 0 else step_seed(r.seed + 7_777_777 * rnd, step)
-            ros = sampler.generate([task.prompt(ex) for ex in batch], task.sampling_spec(s, seed=seed))
+            if task.env is not None:  # data.env: multi-turn episodes, rewarded by the environment (rlvr.envs)
+                ros, env_rws = task.env.rollouts(sampler, batch, task.sampling_spec(s, seed=seed))
+            else:
+                ros = sampler.generate([task.prompt(ex) for ex in batch], task.sampling_spec(s, seed=seed))
         ro_examples = [batch[ro.group] for ro in ros]
         with timer("score"):
-            rws = score_rollouts(ros, ro_examples, task.reward_fn, workers=cfg.data.reward_workers,
-                                 timeout_s=cfg.data.reward_timeout_s, isolate=cfg.data.reward_isolate)
+            rws = env_rws if task.env is not None else score_rollouts(
+                ros, ro_examples, task.reward_fn, workers=cfg.data.reward_workers,
+                timeout_s=cfg.data.reward_timeout_s, isolate=cfg.data.reward_isolate)
         rollouts += ros
         examples += ro_examples
         rewards += rws
