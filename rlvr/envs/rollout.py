@@ -106,6 +106,8 @@ def run_episodes(generator, make_env: Callable[[], Environment], examples: Seque
                     s.turns.append(ro.text)
                     s.stop_reason = ro.stop_reason
                     s.env.log.turns += 1
+                    if ro.finish_reason == "length" and len(s.resp) >= max_tokens_total:
+                        s.env.log.truncated = True  # the budget cut this turn (the env still sees it)
                 results = list(pool.map(lambda sr: sr[0].env.step(sr[1].text), stepped)) if pool else \
                     [s.env.step(ro.text) for s, ro in stepped]
                 for (s, ro), res in zip(stepped, results, strict=True):
