@@ -111,11 +111,15 @@ class CalculatorEnv(Environment):
     @classmethod
     def generate_examples(cls, n: int, split: str, seed: int, digits: int = 2) -> list:
         """n distinct problems a OP b (a, b with `digits` digits; a >= b for "-"); the train and
-        test splits never share an (a, op, b) triple."""
+        test splits never share an (a, op, b) triple. Raises ValueError when there are fewer than n."""
         from rlvr.data.example import Example
 
         rng = random.Random(f"{cls.name}:{split}:{seed}")
-        lo, hi = 10 ** (digits - 1), 10**digits - 1
+        lo, hi = (10 ** (digits - 1) if digits > 1 else 0), 10**digits - 1
+        total = 3 * (hi - lo + 1) ** 2
+        if n > 0.7 * total:
+            raise ValueError(f"{cls.name}: {n} {split} problems asked, but {digits}-digit operands give only "
+                             f"{total} triples (about 80% train, 20% test); lower data.num_train/num_eval or raise data.digits")
         out, seen = [], set()
         while len(out) < n:
             op = rng.choice("+-*")

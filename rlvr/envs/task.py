@@ -113,13 +113,17 @@ def env_task_data(data_cfg, tokenizer, *, train: bool = True):
                 for i, r in enumerate(read_jsonl(path, required_keys=("question", "reference")))]
         return rows[:n] if n else rows
 
+    import inspect
+
+    # generator knobs an environment declares (the calculator's digits per operand: data.digits)
+    knobs = {k: getattr(data_cfg, k) for k in ("digits",) if k in inspect.signature(cls.generate_examples).parameters}
     if not train:
         tr = []
     elif data_cfg.train_path:
         tr = load(data_cfg.train_path, data_cfg.num_train)
     else:
-        tr = cls.generate_examples(data_cfg.num_train, "train", data_cfg.seed)
+        tr = cls.generate_examples(data_cfg.num_train, "train", data_cfg.seed, **knobs)
     ev = load(data_cfg.eval_path, 0) if data_cfg.eval_path else cls.generate_examples(data_cfg.num_eval, "test",
-                                                                                        data_cfg.seed)
+                                                                                        data_cfg.seed, **knobs)
     return TaskData(name=f"env:{data_cfg.env}", train=tr, eval=ev, prompt=runner.prompt, reward_fn=_no_text_reward,
                     target=lambda ex: ex.solution or "", stop=cls.stop, template=runner.fmt.mode, env=runner)

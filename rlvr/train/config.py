@@ -98,7 +98,7 @@ class DataConfig:
     seed: int = 1234
     """Seed of the synthetic data generator and of the training-order shuffle."""
     digits: int = 3
-    """Arithmetic task only: digits per operand."""
+    """Arithmetic task and the calculator / python_tool environments: digits per operand."""
     operands: int = 2
     """Arithmetic task only: terms per problem ("3+5+7=" has 3)."""
     verifier_tolerance: Literal["", "strict", "lenient"] = ""
