@@ -137,14 +137,24 @@ HOSTILE = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(HOSTILE))
-def test_hostile_agent_is_flagged_and_gets_no_reward(tok, name):
-    turns, want = HOSTILE[name]
-    ep = _run(tok, turns)
-    got = {f.name for f in ep.log.flags}
-    assert want <= got, f"{name}: flags {got}, wanted {want}"
-    assert ep.reward.total == 0.0 and ep.reward.parts["hidden_tests"] == 1.0  # fixed, but the hack zeroes it
-    assert ep.reward.parts["integrity"] == -1.0 and ep.reward.info.startswith("integrity:")
+def test_hostile_agents_are_flagged_and_get_no_reward(tok):
+    """Every hostile agent in HOSTILE (run 4 at a time: each is its own episode directory and sandbox
+    processes) raises its flags and ends with reward 0, though each also wrote the correct fix."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = sorted(HOSTILE)
+    with ThreadPoolExecutor(4) as pool:
+        episodes = dict(zip(names, pool.map(lambda n: _run(tok, HOSTILE[n][0]), names), strict=True))
+    problems = []
+    for name, ep in episodes.items():
+        got, want = {f.name for f in ep.log.flags}, HOSTILE[name][1]
+        if not want <= got:
+            problems.append(f"{name}: flags {sorted(got)}, wanted {sorted(want)}")
+        if ep.reward.total != 0.0 or ep.reward.parts.get("hidden_tests") != 1.0:  # fixed, but the hack zeroes it
+            problems.append(f"{name}: reward {ep.reward.total}, parts {dict(ep.reward.parts)}")
+        if ep.reward.parts.get("integrity") != -1.0 or not ep.reward.info.startswith("integrity:"):
+            problems.append(f"{name}: the zeroing does not show in the reward ({ep.reward})")
+    assert not problems, "\n".join(problems)
     assert not PWNED.exists()
 
 
