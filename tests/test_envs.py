@@ -226,6 +226,13 @@ def test_config_keys_are_checked():
         load_config(TrainConfig, None, ["data.env=calculator", "data.env_max_turns=0"])
     with pytest.raises(ConfigError, match="data.env"):
         load_config(TrainConfig, None, ["data.env=calculator", "data.curriculum=pass_rate"])
+    from rlvr.train.pg import validate_train_config
+    from rlvr.train.tasks import TaskDataError, load_task_data
+
+    with pytest.raises(ConfigError, match="thinking_budget"):
+        validate_train_config(load_config(TrainConfig, None, ["data.env=calculator", "sampling.thinking_budget=8"]))
+    with pytest.raises(TaskDataError, match="rlvr train` only"):  # eval / sft / ei / filter refuse it clearly
+        load_task_data(load_config(TrainConfig, None, ["data.env=calculator"]).data, None)
 
 
 @pytest.mark.parametrize("recipe", ["grpo", "rloo", "ppo"])

@@ -124,6 +124,9 @@ def validate_train_config(cfg: TrainConfig) -> BatchPlan:
         raise ConfigError(
             f"algo.overlong_buffer={a.overlong_buffer} must be in (0, sampling.max_tokens={s.max_tokens}]"
         )
+    if cfg.data.env and s.thinking_budget >= 0:
+        raise ConfigError("data.env: a thinking budget renders its own prompts; multi-turn episodes need "
+                          "sampling.thinking_budget=-1")
     if s.temperature <= 0:
         raise ConfigError(f"sampling.temperature={s.temperature}: RL needs sampling (> 0); greedy has no spread")
     if cfg.run.steps < 1:
@@ -224,7 +227,7 @@ def train(
     quiet_transformers()
     session.say(f"loading model {cfg.model.init_from or cfg.model.name} ...", r.progress)
     model, tokenizer = policy_from_config(cfg.model, seed=r.seed)
-    task = data if data is not None else load_task_data(cfg.data, tokenizer)
+    task = data if data is not None else load_task_data(cfg.data, tokenizer, episodes=True)
     if not task.train:
         raise TaskDataError(f"data: task {task.name!r} has no training examples")
     objective = Objective(a, s.group_size, s.max_tokens, plan)

@@ -60,9 +60,13 @@ class TaskDataError(ValueError):
     """The data section cannot be turned into examples (unknown task, bad file, too many asked)."""
 
 
-def load_task_data(data_cfg, tokenizer=None, *, train: bool = True) -> TaskData:
+def load_task_data(data_cfg, tokenizer=None, *, train: bool = True, episodes: bool = False) -> TaskData:
     """TaskData for a DataConfig; any failure is a TaskDataError whose message starts with the key.
-    train=False (evaluation) reads or generates no training split."""
+    train=False (evaluation) reads or generates no training split. episodes=True: the caller runs
+    multi-turn episodes for data.env (rlvr train); other callers get a clear refusal."""
+    if getattr(data_cfg, "env", "") and not episodes:
+        raise TaskDataError(f"data.env={data_cfg.env!r}: multi-turn environments run in `rlvr train` only so far "
+                            "(its periodic and final evaluation covers held-out episodes); unset data.env here")
     try:
         if getattr(data_cfg, "env", ""):
             from rlvr.envs.task import env_task_data
