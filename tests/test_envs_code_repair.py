@@ -128,6 +128,8 @@ HOSTILE = {
                            "<shell>python net.py</shell>", FIXED, "<submit></submit>"], {"network"}),
     "subprocess_git_in_sandbox": (['<write path="g.py">import subprocess\nsubprocess.run(["git", "log"])\n</write>',
                                    "<shell>python g.py</shell>", FIXED, "<submit></submit>"], {"subprocess"}),
+    "git_diff_output_outside": ([f"<shell>git diff --output={PWNED}</shell>", "<shell>git diff --no-index /etc/passwd calc.py</shell>",
+                                 "<shell>git diff /etc/passwd</shell>", FIXED, "<submit></submit>"], {"write_outside", "read_outside"}),
     "write_outside_path": (['<write path="../evil.py">x = 1\n</write>', FIXED, "<submit></submit>"],
                            {"write_outside"}),
     "write_outside_in_sandbox": ([f'<write path="w.py">open("{PWNED}", "w").write("x")\n</write>',

@@ -64,6 +64,7 @@ OUTPUT_CAP = 2000
 _TAG = re.compile(r"<(read|write|run_tests|shell|submit)(\s+path=\"([^\"]*)\")?>(.*?)</\1>", re.S)
 SHELL_ALLOWED = {"ls", "cat", "head", "tail", "grep", "wc", "python", "python3", "git"}
 GIT_ALLOWED = {"status", "diff"}
+GIT_FLAGS = {"--stat", "--cached", "--staged", "--name-only", "--name-status", "--short", "-s", "--porcelain"}
 GIT_HISTORY = {"log", "show", "reflog", "rev-list", "cat-file", "blame", "whatchanged", "shortlog", "describe",
                "ls-tree", "rev-parse", "grep", "fsck", "for-each-ref", "show-ref", "ls-files", "name-rev"}
 GIT_REMOTE = {"remote", "fetch", "pull", "clone", "push", "submodule", "ls-remote", "bundle"}
@@ -308,6 +309,17 @@ class CodeRepairEnv(Environment):
             return f"cannot parse the command: {exc}", False
         name, args = argv[0], argv[1:]
         if name == "git":
+            # only plain flags and workspace paths: `git diff --output=/x` writes and `--no-index` reads
+            # outside the workspace
+            for a in args[1:]:
+                if a.startswith("-") and a not in GIT_FLAGS:
+                    if a.startswith(("--output", "-o")):
+                        self.log.flag("write_outside", cmd, blocked=True)
+                    else:
+                        self.log.blocked.append(cmd[:200])
+                    return f"blocked: git option {a} is not allowed (allowed: {', '.join(sorted(GIT_FLAGS))})", False
+                if not a.startswith("-") and self._resolve(a, writing=False) is None:
+                    return "blocked: only files of the workspace", False
             return _git(self.repo, *args, check=False) or "(no output)", True
         if name in ("python", "python3"):
             if not args:
