@@ -299,3 +299,27 @@ def test_cli_train_data_env(tmp_path, monkeypatch):
     assert "env: python_tool" in cfg and "env_max_turns: 2" in cfg
     res = CliRunner().invoke(app, ["train", "--resume", str(out)])
     assert res.exit_code == 0 and "nothing to do" in res.output
+
+
+QWEN_LIKE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_chat_template_between_turns_qwen_style():
+    """A Qwen-style template whose end of turn is the EOS token: the text between two model turns is
+    the template's tool message and next generation prompt; the <|im_end|> the model already sampled
+    is not repeated, and a turn that ended at a stop string gets the template's <|im_end|>."""
+    from rlvr.models import build_char_tokenizer
+
+    tok = build_char_tokenizer(special_tokens=("<|im_start|>", "<|im_end|>"))
+    tok.chat_template = QWEN_LIKE
+    tok.eos_token = "<|im_end|>"
+    fmt = TurnFormat(tok)
+    assert fmt.prompt("", "2+3?") == "<|im_start|>user\n2+3?<|im_end|>\n<|im_start|>assistant\n"
+    tail = "\n<|im_start|>tool\n<out>5</out><|im_end|>\n<|im_start|>assistant\n"
+    assert fmt.observation("<out>5</out>", ended_with_eos=True) == tail
+    assert fmt.observation("<out>5</out>", ended_with_eos=False) == "<|im_end|>" + tail
+    ids = tok.encode(fmt.observation("<out>5</out>", ended_with_eos=False), add_special_tokens=False)
+    assert ids[0] == tok.convert_tokens_to_ids("<|im_end|>")  # one special id, not characters
