@@ -323,3 +323,21 @@ def test_chat_template_between_turns_qwen_style():
     assert fmt.observation("<out>5</out>", ended_with_eos=False) == "<|im_end|>" + tail
     ids = tok.encode(fmt.observation("<out>5</out>", ended_with_eos=False), add_special_tokens=False)
     assert ids[0] == tok.convert_tokens_to_ids("<|im_end|>")  # one special id, not characters
+
+
+def test_demonstrations_and_warm_start(tiny):
+    """The learning test's warm start, small: scripted episodes through the real driver keep the
+    calculator's output out of the mask, and the SFT on them lowers the loss of the model tokens."""
+    from rlvr.envs.demos import play, sft_warm_start
+
+    model, tok = build_tiny_model(hidden_size=32, num_layers=1, num_heads=2, seed=1)
+    fmt = TurnFormat(tok, "plain")
+    exs = CalculatorEnv.generate_examples(4, "train", 0, digits=1)
+    eps = [play(lambda: make_env("calculator"), ex, [f"<calc>{ex.meta['a']}{ex.meta['op']}{ex.meta['b']}</calc>",
+                                                      f"\nAnswer: {ex.reference}"], tok, fmt) for ex in exs]
+    for ep, ex in zip(eps, exs, strict=True):
+        assert ep.reward.total == 1.0
+        out = tok.encode(f"<out>{ex.reference}</out>")
+        assert ep.rollout.loss_mask.count(False) == len(out)
+    losses = sft_warm_start(model, tok, eps, steps=15, batch_size=4, lr=5e-3, seed=0)
+    assert losses[-1] < 0.7 * losses[0]
