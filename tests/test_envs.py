@@ -231,6 +231,8 @@ def test_config_keys_are_checked():
 
     with pytest.raises(ConfigError, match="thinking_budget"):
         validate_train_config(load_config(TrainConfig, None, ["data.env=calculator", "sampling.thinking_budget=8"]))
+    with pytest.raises(ConfigError, match="algo.advantage=process"):
+        validate_train_config(load_config(TrainConfig, None, ["data.env=calculator", "algo.advantage=process"]))
     with pytest.raises(TaskDataError, match="rlvr train` only"):  # eval / sft / ei / filter refuse it clearly
         load_task_data(load_config(TrainConfig, None, ["data.env=calculator"]).data, None)
 

@@ -124,6 +124,9 @@ def validate_train_config(cfg: TrainConfig) -> BatchPlan:
         raise ConfigError(
             f"algo.overlong_buffer={a.overlong_buffer} must be in (0, sampling.max_tokens={s.max_tokens}]"
         )
+    if cfg.data.env and a.advantage == "process":
+        raise ConfigError("data.env: algo.advantage=process needs per-step rewards of a text response; "
+                          "episodes give one reward at the end (use grpo, rloo, ppo, ...)")
     if cfg.data.env and s.thinking_budget >= 0:
         raise ConfigError("data.env: a thinking budget renders its own prompts; multi-turn episodes need "
                           "sampling.thinking_budget=-1")
