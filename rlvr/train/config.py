@@ -98,7 +98,7 @@ class DataConfig:
     seed: int = 1234
     """Seed of the synthetic data generator and of the training-order shuffle."""
     digits: int = 3
-    """Arithmetic task only: digits per operand."""
+    """Arithmetic task and the calculator / python_tool environments: digits per operand."""
     operands: int = 2
     """Arithmetic task only: terms per problem ("3+5+7=" has 3)."""
     verifier_tolerance: Literal["", "strict", "lenient"] = ""
@@ -121,6 +121,19 @@ class DataConfig:
     curriculum_floor, unmeasured problems count as 0.5) instead of the shuffled stream; '' = stream."""
     curriculum_floor: float = 0.05
     """Weight added to every problem in the curriculum, so none becomes unreachable."""
+    env: str = ""
+    """Multi-turn environment from rlvr.envs (calculator, python_tool, code_repair): rollouts are episodes with
+    tool calls and the reward comes from the environment; '' = single-turn task. See docs/agents.md."""
+    env_max_turns: int = 4
+    """data.env: model turns per episode."""
+    env_max_tokens: int = 256
+    """data.env: token budget per episode after the prompt (model turns + tool output); sampling.max_tokens caps
+    each turn."""
+    env_integrity: Literal["zero", "report"] = "zero"
+    """data.env: an integrity flag (git history, remotes, network, test edits, ...) zeroes the episode's reward
+    (zero) or is only logged (report)."""
+    env_chat: Literal["auto", "chat", "plain"] = "auto"
+    """data.env: lay the transcript out with the tokenizer's chat template (auto: when it has one) or as plain text."""
 
     def validate(self) -> None:
         """Task, template and reward names, files and ranges. Whether a synthetic task has as many
@@ -143,6 +156,15 @@ class DataConfig:
         if self.filter_every and not (self.filter_band or self.curriculum):
             c.error(f"data.filter_every={self.filter_every} refreshes pass rates that nothing reads: set "
                     "data.filter_band or data.curriculum=pass_rate too")
+        if self.env:
+            from rlvr.envs import ENVIRONMENTS
+
+            c.one_of("env", self.env, sorted(ENVIRONMENTS))
+            c.at_least("env_max_turns", self.env_max_turns, 1)
+            c.at_least("env_max_tokens", self.env_max_tokens, 1)
+            if self.filter_band or self.curriculum:
+                c.error("data.env: the online filter and the curriculum (data.filter_band, data.curriculum) "
+                        "sample single responses; they do not run episodes yet")
         task = TASKS.get(self.task)
         if task is None:
             c.one_of("task", self.task, sorted(TASKS))
@@ -179,7 +201,7 @@ class DataConfig:
         from rlvr.data import TASKS
 
         task = TASKS.get(self.task)
-        if task is None or task.capacity is None:
+        if self.env or task is None or task.capacity is None:  # environments generate their own problems
             return
         c = _Checks("data")
         # The generator knobs rlvr.train.tasks passes for this task (its _difficulty; a test checks

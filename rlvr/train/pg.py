@@ -124,6 +124,12 @@ def validate_train_config(cfg: TrainConfig) -> BatchPlan:
         raise ConfigError(
             f"algo.overlong_buffer={a.overlong_buffer} must be in (0, sampling.max_tokens={s.max_tokens}]"
         )
+    if cfg.data.env and a.advantage == "process":
+        raise ConfigError("data.env: algo.advantage=process needs per-step rewards of a text response; "
+                          "episodes give one reward at the end (use grpo, rloo, ppo, ...)")
+    if cfg.data.env and s.thinking_budget >= 0:
+        raise ConfigError("data.env: a thinking budget renders its own prompts; multi-turn episodes need "
+                          "sampling.thinking_budget=-1")
     if s.temperature <= 0:
         raise ConfigError(f"sampling.temperature={s.temperature}: RL needs sampling (> 0); greedy has no spread")
     if cfg.run.steps < 1:
@@ -224,7 +230,7 @@ def train(
     quiet_transformers()
     session.say(f"loading model {cfg.model.init_from or cfg.model.name} ...", r.progress)
     model, tokenizer = policy_from_config(cfg.model, seed=r.seed)
-    task = data if data is not None else load_task_data(cfg.data, tokenizer)
+    task = data if data is not None else load_task_data(cfg.data, tokenizer, episodes=True)
     if not task.train:
         raise TaskDataError(f"data: task {task.name!r} has no training examples")
     objective = Objective(a, s.group_size, s.max_tokens, plan)
@@ -283,6 +289,7 @@ def train(
             metrics = step_metrics(rewards, rollouts, shaped, zero_var, keep, learned, step)
             metrics.update(sampled.metrics(s.group_size) if a.filter_zero_variance else {})
             metrics.update(source.last | refreshed)
+            metrics.update(task.env.metrics() if task.env is not None else {})  # env/*: turns, tool calls, flags
             metrics["lr"] = scheduler.get_last_lr()[0]
             metrics["tokens_per_s"] = float(lengths.sum()) / max(time.perf_counter() - timer.t0, 1e-9)
             if (r.eval_every and step % r.eval_every == 0) or step == r.steps:
@@ -418,11 +425,15 @@ def sample_groups(sampler, task, cfg: TrainConfig, objective: Objective, step: i
         with timer("generate"):
             # round 0 keeps the seed of a run without refill; later rounds get seeds of their own
             seed = step_seed(r.seed, step) if rnd == 0 else step_seed(r.seed + 7_777_777 * rnd, step)
-            ros = sampler.generate([task.prompt(ex) for ex in batch], task.sampling_spec(s, seed=seed))
+            if task.env is not None:  # data.env: multi-turn episodes, rewarded by the environment (rlvr.envs)
+                ros, env_rws = task.env.rollouts(sampler, batch, task.sampling_spec(s, seed=seed))
+            else:
+                ros = sampler.generate([task.prompt(ex) for ex in batch], task.sampling_spec(s, seed=seed))
         ro_examples = [batch[ro.group] for ro in ros]
         with timer("score"):
-            rws = score_rollouts(ros, ro_examples, task.reward_fn, workers=cfg.data.reward_workers,
-                                 timeout_s=cfg.data.reward_timeout_s, isolate=cfg.data.reward_isolate)
+            rws = env_rws if task.env is not None else score_rollouts(
+                ros, ro_examples, task.reward_fn, workers=cfg.data.reward_workers,
+                timeout_s=cfg.data.reward_timeout_s, isolate=cfg.data.reward_isolate)
         rollouts += ros
         examples += ro_examples
         rewards += rws

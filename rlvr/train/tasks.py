@@ -32,6 +32,7 @@ class TaskData:
     stop: tuple[str, ...] = ()  # stop strings of the task's responses (besides EOS)
     keep_stop: bool = True  # the stop string stays at the end of the response text
     template: str = ""  # prompt template name (for the record; prompt() already applies it)
+    env: Any = None  # data.env: an rlvr.envs.task.EnvRunner; rollouts are multi-turn episodes, rewards theirs
 
     def sampling_spec(self, s, *, seed: int | None, n: int | None = None, temperature: float | None = None,
                       logprobs: bool = True):
@@ -59,10 +60,18 @@ class TaskDataError(ValueError):
     """The data section cannot be turned into examples (unknown task, bad file, too many asked)."""
 
 
-def load_task_data(data_cfg, tokenizer=None, *, train: bool = True) -> TaskData:
+def load_task_data(data_cfg, tokenizer=None, *, train: bool = True, episodes: bool = False) -> TaskData:
     """TaskData for a DataConfig; any failure is a TaskDataError whose message starts with the key.
-    train=False (evaluation) reads or generates no training split."""
+    train=False (evaluation) reads or generates no training split. episodes=True: the caller runs
+    multi-turn episodes for data.env (rlvr train); other callers get a clear refusal."""
+    if getattr(data_cfg, "env", "") and not episodes:
+        raise TaskDataError(f"data.env={data_cfg.env!r}: multi-turn environments run in `rlvr train` only so far "
+                            "(its periodic and final evaluation covers held-out episodes); unset data.env here")
     try:
+        if getattr(data_cfg, "env", ""):
+            from rlvr.envs.task import env_task_data
+
+            return env_task_data(data_cfg, tokenizer, train=train)
         return _load_task_data(data_cfg, tokenizer, train)
     except TaskDataError:
         raise
@@ -141,6 +150,8 @@ def eval_policy(generator, task: TaskData, cfg, *, greedy: bool = True, step: in
         return {}
     spec = task.sampling_spec(cfg.sampling, n=1, temperature=0.0 if greedy else cfg.run.eval_temperature,
                               seed=cfg.run.seed + 99991, logprobs=False)
+    if task.env is not None:  # multi-turn episodes (rlvr.envs)
+        return task.env.evaluate(generator, examples, spec, chunk_size=cfg.run.eval_batch_size, samples=samples)
     return evaluate_examples(generator, task, examples, spec, chunk_size=cfg.run.eval_batch_size,
                              scorer=task_scorer(task, cfg.data), samples=samples)
 
