@@ -69,3 +69,46 @@ def test_length_gap_summarizes_first_and_last_steps():
     assert s["gap_change"] == pytest.approx(15.0) and s["correct_change"] == 0.0
     with pytest.raises(ValueError, match="len/correct"):
         length_study.length_gap([{"len/correct": 3.0}])
+
+
+import off_policy as off_policy_study  # noqa: E402
+import thinking_budget as think_study  # noqa: E402
+
+
+def test_stability_measures_drops_and_spread():
+    s = off_policy_study.stability([0.2, 0.3, 0.1, 0.25], [0.5, 0.7, 0.5, 0.7], last=4)
+    assert s["max_drop"] == pytest.approx(0.2)  # 0.3 -> 0.1
+    assert s["best_minus_last"] == pytest.approx(0.05)
+    assert s["train_acc_sd_last"] == pytest.approx(0.1)  # population sd of 0.5, 0.7, 0.5, 0.7
+    assert off_policy_study.stability([0.1, 0.2, 0.3], [0.4])["max_drop"] == 0.0
+
+
+def test_think_target_and_its_grading():
+    t = think_study.think_target("3+5+7+1=")
+    assert t == "\n3+5=08\n08+7=15\n15+1=16\n</think>\n\n16"
+    ex = type("Ex", (), {"reference": "16"})()
+    assert think_study.think_reward(t, ex).total == 1.0
+    assert think_study.think_reward(t[:-2] + "17", ex).total == 0.0
+    # reasoning cut before the think block closed: the last number seen (16) is NOT an answer
+    assert think_study.think_reward("\n3+5=08\n08+7=15\n15+1=16", ex).status.value == "unparsable"
+    assert think_study.answer_after_think("\n\n</think>\n\n16") == "16"
+
+
+@pytest.mark.parametrize("budget", [0, 3])
+def test_forced_answers_always_close_the_think_block_and_cut_answers_respect_the_cap(budget):
+    from rlvr.models.tiny import build_tiny_model
+    from rlvr.rollout import build_generator
+    from rlvr.train.config import RolloutConfig
+
+    model, tok = build_tiny_model(hidden_size=32, num_layers=1, seed=0)
+    task = think_study.think_task(0, n_train=8, n_eval=6)
+    gen = build_generator(RolloutConfig(), model, tok, default_batch_size=8)
+    forced = think_study.accuracy_at_budget(gen, task, list(task.eval), budget, "forced")
+    cut = think_study.accuracy_at_budget(gen, task, list(task.eval), budget, "cut")
+    # an untrained model never closes its think block by itself within 3 tokens: a forced answer always
+    # sees "</think>" (forced text, or the empty block of budget 0), a cut one never does
+    assert forced["closed"] == 1.0 and cut["closed"] == 0.0 and cut["answered"] == 0.0
+    assert forced["sampled_tokens"] <= budget + think_study.ANSWER_TOKENS
+    assert cut["sampled_tokens"] <= budget + think_study.ANSWER_TOKENS
+    with pytest.raises(ValueError, match="mode"):
+        think_study.accuracy_at_budget(gen, task, list(task.eval), budget, "sideways")
