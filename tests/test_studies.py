@@ -86,6 +86,7 @@ def test_stability_measures_drops_and_spread():
 def test_think_target_and_its_grading():
     t = think_study.think_target("3+5+7+1=")
     assert t == "\n3+5=08\n08+7=15\n15+1=16\n</think>\n\n16"
+    assert think_study.think_target("9+9+9=") == "\n9+9=18\n18+9=27\n</think>\n\n27"
     ex = type("Ex", (), {"reference": "16"})()
     assert think_study.think_reward(t, ex).total == 1.0
     assert think_study.think_reward(t[:-2] + "17", ex).total == 0.0
@@ -112,3 +113,22 @@ def test_forced_answers_always_close_the_think_block_and_cut_answers_respect_the
     assert cut["sampled_tokens"] <= budget + think_study.ANSWER_TOKENS
     with pytest.raises(ValueError, match="mode"):
         think_study.accuracy_at_budget(gen, task, list(task.eval), budget, "sideways")
+
+
+def test_fused_targets_are_full_reasoning_or_a_prefix_then_the_forced_answer():
+    import random
+
+    full = think_study.think_target("3+5+7=")
+    reasoning = full.split("</think>")[0]
+    rng = random.Random(0)
+    seen = [think_study.fused_target("3+5+7=", rng) for _ in range(400)]
+    cut = [t for t in seen if t != full]
+    assert 150 < len(cut) < 250  # about half
+    for t in cut:
+        assert t.endswith("</think>\n\n15")
+        head = t[: -len("15")]
+        if head == "\n\n</think>\n\n":  # budget 0: the empty think block
+            continue
+        assert head.endswith(think_study.STOP_THINKING)
+        prefix = head[: -len(think_study.STOP_THINKING)]
+        assert 0 < len(prefix) < len(reasoning) and reasoning.startswith(prefix)

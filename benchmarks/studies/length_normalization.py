@@ -8,9 +8,11 @@ to keep talking when it is wrong (incorrect responses grow longer), while correc
 shorter. A constant normalizer (Dr. GRPO: max response length) removes that dependence.
 
 The task gives a wrong answer room to ramble: step-by-step sums with a scratchpad ("3+5+7=" ->
-"3+5=08\\n08+7=15", rlvr's sum_steps task, three or four single-digit terms mixed, outcome reward =
-the result on the last line), sampling.max_tokens = 48 while a correct response needs 15 or 22
-tokens (+ EOS): extra lines, wrong lines and unfinished lines are all possible. One SFT warm start
+"hmm\\nhmm\\n3+5=08\\n08+7=15", rlvr's sum_steps task, three or four single-digit terms mixed,
+outcome reward = the result on the last line). The SFT targets open with 0-4 filler lines "hmm"
+(uniform), which the reward ignores: lengths vary within a group, and a response can grow without
+changing its answer. sampling.max_tokens = 48, while a response needs 15 or 22 tokens plus 4 per
+filler line (+ EOS): extra lines, wrong lines and unfinished lines are all possible. One SFT warm start
 per seed (until 30% greedy accuracy on a validation slice), then two `rlvr train` runs from it:
 
   grpo     the grpo recipe (std-normalized advantage, seq_mean_token_mean: 1/|o_i|), KL off
@@ -30,9 +32,16 @@ import random
 ARMS = ("grpo", "dr_grpo")
 
 
+FILLER = "hmm"
+MAX_FILLER = 4
+
+
 def scratchpad_task(seed: int = 0, n_train: tuple[int, int] = (800, 2200), n_eval: int = 200):
     """TaskData: sum_steps problems with 3 and 4 single-digit terms (n_train of each; 886 distinct
-    training problems with three terms exist), shuffled together; n_eval held-out, half each."""
+    training problems with three terms exist), shuffled together; n_eval held-out, half each. The SFT
+    target starts with 0..MAX_FILLER lines "hmm" (uniform, drawn anew each time a target is made)
+    before the steps: the reward ignores them (it reads the last line), so a response's length varies
+    within a group for reasons unrelated to its correctness, and the model can write more of them."""
     from rlvr.data import get_task
     from rlvr.rewards import get_reward_fn
     from rlvr.train.tasks import TaskData
@@ -43,7 +52,12 @@ def scratchpad_task(seed: int = 0, n_train: tuple[int, int] = (800, 2200), n_eva
     rng = random.Random(seed)
     rng.shuffle(train)
     rng.shuffle(held)
-    return TaskData("scratchpad_sums", train, held, lambda e: e.question, get_reward_fn("sum_steps"), t.target)
+    fill = random.Random(seed + 1)
+
+    def target(e) -> str:
+        return (FILLER + "\n") * fill.randint(0, MAX_FILLER) + t.target(e)
+
+    return TaskData("scratchpad_sums", train, held, lambda e: e.question, get_reward_fn("sum_steps"), target)
 
 
 def length_gap(rows: list[dict], first: int = 10, last: int = 10) -> dict:
@@ -74,8 +88,8 @@ def run(steps: int, seeds: list[int], max_tokens: int) -> dict:
     out: dict = {}
     for seed in seeds:
         sft_task, rl_task = with_splits(scratchpad_task(seed), 1500, 200)
-        model_dir = sft_checkpoint("scratchpad", sft_task, [
-            "sampling.max_tokens=24", "run.eval_every=25", "optim.schedule=constant", "data.num_eval=200"],
+        model_dir = sft_checkpoint("scratchpad-filler", sft_task, [
+            "sampling.max_tokens=48", "run.eval_every=25", "optim.schedule=constant", "data.num_eval=200"],
             seed=seed, steps=600, stop_at_accuracy=0.3)
         out[str(seed)] = {}
         start = held_out_accuracy(model_dir, rl_task, max_tokens)
