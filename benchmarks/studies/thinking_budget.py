@@ -167,7 +167,7 @@ def markdown(res: dict) -> str:
             by = {r["mode"]: r for r in m["rows"] if r["budget"] == b}
             cells += [f"{by[k]['accuracy']:.2f} ({by[k]['answered']:.2f})" for k in ("forced", "cut")]
         lines.append(f"| {b} | " + " | ".join(cells) + " |")
-    lines.append("| unlimited | " + " | ".join(f"{m['unlimited']['accuracy']:.2f} | " for m in res["models"].values())
+    lines.append("| unlimited | " + " | ".join(f"{m['unlimited']['accuracy']:.2f} | -" for m in res["models"].values())
                  + " |")
     return "\n".join(lines) + "\n"
 
@@ -184,7 +184,7 @@ def plot(res: dict, path) -> None:
         ax.axhline(m["unlimited"]["accuracy"], color="gray", ls=":", label="unlimited thinking")
         ax.axvline(res["full_reasoning_tokens"], color="gray", lw=0.8)
         ax.set_xlabel("thinking budget B, tokens")
-        ax.set_title(f"{name}: {MODELS[name][:60]}", fontsize=8)
+        ax.set_title(f"{name}: {MODELS[name].split(' (')[0]}", fontsize=7)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     axes[0].set_ylabel("held-out greedy accuracy (sums of three digits)")
