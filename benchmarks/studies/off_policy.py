@@ -1,6 +1,6 @@
 """Study: on- vs off-policy updates: epochs per rollout batch 1, 2, 4, with and without PPO clipping.
 
-    python benchmarks/studies/off_policy.py [--steps 40] [--seeds 0] [--epochs 1,2,4] [--lr 5e-4]
+    python benchmarks/studies/off_policy.py [--steps 40] [--seeds 0] [--epochs 1,2,4] [--lr 5e-4] [--add]
 
 The claim (source documents): purely on-policy training behaves well but leaves hardware idle;
 reusing rollouts for several updates makes the data stale (off-policy), which brings instability,
@@ -119,11 +119,22 @@ def main(argv=None) -> None:
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--epochs", default="1,2,4")
     ap.add_argument("--lr", type=float, default=5e-4)
+    ap.add_argument("--add", action="store_true",
+                    help="keep the seeds already in results/studies/off_policy.json (same steps, lr, epochs)")
     a = ap.parse_args(argv)
-    from _common import finish, setup
+    from _common import RESULTS, finish, setup
 
     header = setup()
     res = run(a.steps, [int(s) for s in a.seeds.split(",")], [int(e) for e in a.epochs.split(",")], a.lr)
+    old_path = RESULTS / "off_policy.json"
+    if a.add and old_path.exists():
+        import json
+
+        old = json.loads(old_path.read_text())
+        if (old["steps"], old["lr"], old["epochs"]) != (res["steps"], res["lr"], res["epochs"]):
+            raise SystemExit("--add: the stored results used other --steps/--lr/--epochs; rerun without --add")
+        res["runs"] = {**old["runs"], **res["runs"]}
+        header["earlier_commands"] = [*old.get("earlier_commands", []), old["command"]]
     md = markdown(res)
     print(md)
     finish("off_policy", header, {**res, "table": md}, lambda p: plot(res, p))
