@@ -159,3 +159,17 @@ def held_out_accuracy(model_dir: Path, task, max_tokens: int, num_eval: int = 20
         _HELD_OUT[key] = eval_policy(build_generator(cfg.rollout, model, tok, default_batch_size=256), task, cfg,
                                      greedy=True)["accuracy"]
     return _HELD_OUT[key]
+
+
+def merge_previous(name: str, res: dict, header: dict, same: tuple[str, ...], key: str = "runs") -> dict:
+    """--add: keep the per-seed results already in RESULTS/name.json next to the new ones (res[key] maps
+    seed -> results); the stored run must have used the same settings (the res entries named in `same`)."""
+    path = RESULTS / f"{name}.json"
+    if not path.exists():
+        return res
+    old = json.loads(path.read_text())
+    if any(old.get(k) != res.get(k) for k in same):
+        raise SystemExit(f"--add: {path} was made with other settings ({', '.join(same)}); rerun without --add")
+    res[key] = {**old[key], **res[key]}
+    header["earlier_commands"] = [*old.get("earlier_commands", []), old["command"]]
+    return res

@@ -1,6 +1,6 @@
 """Study: per-response length averaging (GRPO) vs a constant normalizer (Dr. GRPO): do wrong answers ramble?
 
-    python benchmarks/studies/length_normalization.py [--steps 40] [--seeds 0] [--max-tokens 48]
+    python benchmarks/studies/length_normalization.py [--steps 40] [--seeds 0] [--max-tokens 48] [--add]
 
 The claim (source documents, Dr. GRPO): GRPO's 1/|o_i| gives each token of a long response a smaller
 coefficient, so a long WRONG response is penalized less per token than a short one: the model learns
@@ -155,11 +155,15 @@ def main(argv=None) -> None:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--max-tokens", type=int, default=48)
+    ap.add_argument("--add", action="store_true",
+                    help="keep the seeds already in results/studies/length_normalization.json (same settings)")
     a = ap.parse_args(argv)
-    from _common import finish, setup
+    from _common import finish, merge_previous, setup
 
     header = setup()
     res = run(a.steps, [int(s) for s in a.seeds.split(",")], a.max_tokens)
+    if a.add:
+        res = merge_previous("length_normalization", res, header, ("steps", "max_tokens"))
     md = markdown(res)
     print(md)
     finish("length_normalization", header, {**res, "table": md}, lambda p: plot(res, p))
