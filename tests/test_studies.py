@@ -132,3 +132,26 @@ def test_fused_targets_are_full_reasoning_or_a_prefix_then_the_forced_answer():
         assert head.endswith(think_study.STOP_THINKING)
         prefix = head[: -len(think_study.STOP_THINKING)]
         assert 0 < len(prefix) < len(reasoning) and reasoning.startswith(prefix)
+
+
+def test_the_commands_write_their_results_files(tmp_path, monkeypatch):
+    """`python benchmarks/studies/NAME.py ...` end to end for the two studies that need no training:
+    results json (with the command and the measured numbers) and plot, here into tmp_path."""
+    import json
+
+    import _common
+
+    monkeypatch.setattr(_common, "RESULTS", tmp_path)
+    factor_study.main(["--groups", "4000", "--sizes", "2,4"])
+    std_study.main(["--no-learning", "--group-size", "4"])
+    f = json.loads((tmp_path / "one_minus_1_over_g.json").read_text())
+    assert [r["G"] for r in f["rows"]] == [2, 2, 2, 4, 4, 4] and f["groups"] == 4000
+    gm = [r for r in f["rows"] if r["estimator"] == "group_mean"]
+    assert all(abs(r["factor"] - r["expected"]) < 4 * r["stderr"] for r in gm)
+    s = json.loads((tmp_path / "std_normalization.json").read_text())
+    # G = 4, one success: GRPO 2 sqrt(3/16) = 0.866, group mean 2 * 3/16 = 0.375
+    assert s["weights"][1]["grpo"] == pytest.approx(0.8660, abs=1e-4)
+    assert s["weights"][1]["group_mean"] == pytest.approx(0.375)
+    assert "learning" not in s and "wall_s" in s and "load_average_end" in s
+    assert (tmp_path / "one_minus_1_over_g.png").stat().st_size > 0
+    assert (tmp_path / "std_normalization.png").stat().st_size > 0
