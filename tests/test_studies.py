@@ -155,3 +155,17 @@ def test_the_commands_write_their_results_files(tmp_path, monkeypatch):
     assert "learning" not in s and "wall_s" in s and "load_average_end" in s
     assert (tmp_path / "one_minus_1_over_g.png").stat().st_size > 0
     assert (tmp_path / "std_normalization.png").stat().st_size > 0
+
+
+def test_add_merges_seeds_only_with_the_same_settings(tmp_path, monkeypatch):
+    import json
+
+    import _common
+
+    monkeypatch.setattr(_common, "RESULTS", tmp_path)
+    (tmp_path / "x.json").write_text(json.dumps({"command": "first", "steps": 40, "runs": {"0": {"a": 1}}}))
+    header: dict = {}
+    res = _common.merge_previous("x", {"steps": 40, "runs": {"1": {"a": 2}}}, header, ("steps",))
+    assert res["runs"] == {"0": {"a": 1}, "1": {"a": 2}} and header["earlier_commands"] == ["first"]
+    with pytest.raises(SystemExit, match="steps"):
+        _common.merge_previous("x", {"steps": 20, "runs": {"1": {}}}, {}, ("steps",))
