@@ -122,19 +122,12 @@ def main(argv=None) -> None:
     ap.add_argument("--add", action="store_true",
                     help="keep the seeds already in results/studies/off_policy.json (same steps, lr, epochs)")
     a = ap.parse_args(argv)
-    from _common import RESULTS, finish, setup
+    from _common import finish, merge_previous, setup
 
     header = setup()
     res = run(a.steps, [int(s) for s in a.seeds.split(",")], [int(e) for e in a.epochs.split(",")], a.lr)
-    old_path = RESULTS / "off_policy.json"
-    if a.add and old_path.exists():
-        import json
-
-        old = json.loads(old_path.read_text())
-        if (old["steps"], old["lr"], old["epochs"]) != (res["steps"], res["lr"], res["epochs"]):
-            raise SystemExit("--add: the stored results used other --steps/--lr/--epochs; rerun without --add")
-        res["runs"] = {**old["runs"], **res["runs"]}
-        header["earlier_commands"] = [*old.get("earlier_commands", []), old["command"]]
+    if a.add:
+        res = merge_previous("off_policy", res, header, ("steps", "lr", "epochs"))
     md = markdown(res)
     print(md)
     finish("off_policy", header, {**res, "table": md}, lambda p: plot(res, p))
