@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.rlvr-installed
 
-.PHONY: demo test test-slow lint bench clean-venv
+.PHONY: demo test test-slow lint bench studies clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,11 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
+
+# The source documents' claims measured (docs/studies/): each study is one command, minutes on 2 cores.
+studies: $(STAMP)
+	for s in one_minus_1_over_g std_normalization length_normalization off_policy thinking_budget; do \
+		$(BIN)/python benchmarks/studies/$$s.py || exit 1; done
 
 lint: $(STAMP)
 	$(BIN)/ruff check rlvr tests benchmarks scripts
