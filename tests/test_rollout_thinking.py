@@ -84,3 +84,29 @@ def test_eos_inside_thinking_ends_the_response(gen):
 def test_negative_budget_is_rejected(gen):
     with pytest.raises(ValueError, match="budget_tokens must be >= 0"):
         generate_with_thinking_budget(gen, PROMPTS, SamplingSpec(), budget_tokens=-1)
+
+
+def test_budget_ending_inside_a_multi_token_closing_tag_completes_the_tag(gen):
+    # The tiny tokenizer spells every tag in one token per character, as many real tokenizers spell
+    # "</think>". When the budget runs out after the tag's first characters, the rest of the tag is
+    # forced (then what follows the tag in the forced text), not the whole forced text after "</th".
+    budget = 12
+    for seed in range(50):  # a sampled reasoning whose 5-character window below occurs only once
+        spec = SamplingSpec(max_tokens=4, seed=seed)  # per-sample seeds: phase 1 = the free run's start
+        free = gen.generate(PROMPTS[:1], SamplingSpec(max_tokens=30, seed=seed))[0]
+        think_end = free.text[budget - 3 : budget + 2]  # the reasoning's last 3 characters open the tag
+        if len(free.text) >= budget + 2 and think_end not in free.text[: budget + 1]:
+            break
+    assert think_end not in free.text[: budget + 1]  # (so the stop string does not fire earlier)
+    forced_text = "\n\nAnswer now.\n" + think_end + "\n\n"
+    r = generate_with_thinking_budget(gen, PROMPTS[:1], spec, budget_tokens=budget,
+                                      stop_thinking_text=forced_text, think_end=think_end)[0]
+    tail = think_end[3:] + "\n\n"
+    assert r.text[:budget] == free.text[:budget]
+    assert r.text[budget : budget + len(tail)] == tail  # the tag completed, nothing else forced
+    assert think_end in r.text and "Answer now." not in r.text
+    assert r.loss_mask == [True] * budget + [False] * len(tail) + [True] * (len(r.response_ids) - budget - len(tail))
+    # a budget that ends elsewhere still gets the whole forced text
+    r2 = generate_with_thinking_budget(gen, PROMPTS[:1], spec, budget_tokens=budget - 5,
+                                       stop_thinking_text=forced_text, think_end=think_end)[0]
+    assert r2.text[budget - 5 : budget - 5 + len(forced_text)] == forced_text

@@ -3,7 +3,10 @@ answer.
 
 Phase 1 samples the reasoning with max_tokens = B and stop = think_end. A response that closed
 its think block (or ended with EOS) within the budget is kept as is; one that ran out of budget
-gets `stop_thinking_text` appended as forced tokens. Phase 2 then samples the answer (with the
+gets `stop_thinking_text` appended as forced tokens, except when the budget ran out inside the closing
+tag (a tokenizer that spells `</think>` in several tokens: the reasoning ends in "</th"): the model was
+already closing its reasoning, so the rest of the tag and what follows the tag in `stop_thinking_text`
+are forced instead (appending the whole text would leave "</th\n...</think>" in the context). Phase 2 then samples the answer (with the
 caller's max_tokens, stop strings and min_tokens) conditioned on prompt + reasoning (+ forced
 text), by token ids, so the trainer sees exactly the tokens the sampler conditioned on.
 
@@ -32,6 +35,25 @@ def _empty_think_block(prompt: str, think_start: str, think_end: str) -> str:
     if prompt.rstrip().endswith(think_start):
         return f"{prompt}\n\n{think_end}\n\n"
     return f"{prompt}{think_start}\n\n{think_end}\n\n"
+
+
+def _partial_close(text: str, think_end: str) -> int:
+    """Length of the longest proper prefix of think_end (2 characters at least, so a lone "<" in
+    the reasoning is not taken for a tag) that ends `text`; 0 when none does."""
+    for k in range(len(think_end) - 1, 1, -1):
+        if text.endswith(think_end[:k]):
+            return k
+    return 0
+
+
+def _forced_ids(tok, r: Rollout, stop_thinking_text: str, think_end: str, full: list[int]) -> list[int]:
+    """The forced tokens after a reasoning trace that ran out of budget."""
+    k = _partial_close(tok.decode(r.response_ids, skip_special_tokens=True), think_end)
+    if not k:
+        return full
+    _, found, after = stop_thinking_text.rpartition(think_end)
+    tail = think_end[k:] + (after if found else "\n\n")
+    return tok.encode(tail, add_special_tokens=False)
 
 
 def generate_with_thinking_budget(
@@ -74,7 +96,7 @@ def generate_with_thinking_budget(
     for k, r in enumerate(phase1):
         if r.stop_reason == "<eos>":
             continue  # the model ended inside (or right after) its reasoning: nothing to continue
-        extra = forced_ids if r.finish_reason == "length" else []
+        extra = _forced_ids(tok, r, stop_thinking_text, think_end, forced_ids) if r.finish_reason == "length" else []
         forced[k] = extra
         cont_idx.append(k)
         cont_prompt_ids.append(list(r.prompt_ids) + list(r.response_ids) + list(extra))
