@@ -195,9 +195,20 @@ def worker_rlvr(spec: dict) -> dict:
                       "reward": m["reward/mean"]})
 
     res = train(cfg, data=rl_task, on_step=on_step)
+    o, sa, al = cfg.optim, cfg.sampling, cfg.algo
+    effective = {  # what the run actually used, in TRL's terms (tests compare the two sides)
+        "responses_per_optimizer_step": sa.n_prompts * sa.group_size, "group_size": sa.group_size,
+        "max_new_tokens": sa.max_tokens, "temperature": sa.temperature, "top_p": sa.top_p,
+        "lr": o.lr, "schedule": o.schedule, "warmup": o.warmup_steps, "weight_decay": o.weight_decay,
+        "betas": [o.beta1, o.beta2], "adam_eps": o.eps, "grad_clip": o.grad_clip,
+        "clip": [al.clip_low, al.clip_high], "kl": al.kl_coef, "std_scaled": al.advantage == "grpo" and al.adv_std == "sample",
+        "aggregation": {"seq_mean_token_mean": "grpo"}.get(al.aggregation, al.aggregation),
+        "epochs": al.epochs_per_rollout_batch, "steps": len(steps), "seed": cfg.run.seed,
+        "gradient_checkpointing": False, "bf16": cfg.model.dtype == "bfloat16",
+    }
     startup = first_end[0] - _T0 - steps[0]["s"]
     return {"steps": steps, "startup_s": startup, "peak_rss_gb": _peak_rss_gb(),
-            "model_dir": str(resolve_model_dir(res.run_dir)), "same_prompts_as_rlvr": True}
+            "model_dir": str(resolve_model_dir(res.run_dir)), "same_prompts_as_rlvr": True, "effective": effective}
 
 
 def worker_trl(spec: dict) -> dict:
@@ -263,6 +274,18 @@ def worker_trl(spec: dict) -> dict:
 
     trainer.add_callback(Clock())
     trainer.train()
+    ta = trainer.args
+    effective = {  # what the run actually used (tests compare it with rlvr's)
+        "responses_per_optimizer_step": ta.per_device_train_batch_size * ta.gradient_accumulation_steps,
+        "group_size": ta.num_generations, "max_new_tokens": ta.max_completion_length,
+        "temperature": ta.temperature, "top_p": ta.top_p, "lr": ta.learning_rate,
+        "schedule": str(getattr(ta.lr_scheduler_type, "value", ta.lr_scheduler_type)), "warmup": ta.warmup_steps,
+        "weight_decay": ta.weight_decay, "betas": [ta.adam_beta1, ta.adam_beta2], "adam_eps": ta.adam_epsilon,
+        "grad_clip": ta.max_grad_norm, "clip": [ta.epsilon, ta.epsilon_high or ta.epsilon], "kl": ta.beta,
+        "std_scaled": ta.scale_rewards == "group", "aggregation": ta.loss_type, "epochs": ta.num_iterations,
+        "steps": trainer.state.global_step, "seed": ta.seed,
+        "gradient_checkpointing": bool(ta.gradient_checkpointing), "bf16": bool(ta.bf16),
+    }
     n = s["n_prompts"]
     same_prompts = [ids == list(range(k * n, (k + 1) * n)) for k, ids in enumerate(seen)]
     startup = starts[0] - _T0
@@ -271,7 +294,7 @@ def worker_trl(spec: dict) -> dict:
     trainer.save_model(str(out_model))
     tok.save_pretrained(str(out_model))
     return {"steps": steps, "startup_s": startup, "peak_rss_gb": peak, "model_dir": str(out_model),
-            "same_prompts_as_rlvr": len(same_prompts) == s["steps"] and all(same_prompts)}
+            "same_prompts_as_rlvr": len(same_prompts) == s["steps"] and all(same_prompts), "effective": effective}
 
 
 def worker_flops(spec: dict) -> dict:
