@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.rlvr-installed
 
-.PHONY: demo test test-slow lint bench clean-venv
+.PHONY: demo test test-slow lint bench bench-vs-trl clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,11 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
+
+# rlvr vs TRL's GRPOTrainer, interleaved (docs/benchmarks.md); TRL comes with the bench extra
+bench-vs-trl: $(STAMP)
+	$(BIN)/pip install --disable-pip-version-check -q -e ".[bench]"
+	$(BIN)/python benchmarks/vs_trl.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check rlvr tests benchmarks scripts
