@@ -366,6 +366,12 @@ def spawn(spec: dict, work: Path, name: str) -> dict:
     return out
 
 
+def collect(work: Path, name: str) -> dict | None:
+    """A side's result left by an earlier run (--collect); None when it has none."""
+    path = work / f"{name}.result.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 # ------------------------------------------------------------------------------ the parent
 
 
@@ -434,9 +440,9 @@ def markdown(result: dict) -> str:
     lines += [f"| {a} | {b} | {c} |" for a, b, c in result["side_by_side"]]
     before = result["acc_before"]
     same = all(a["same_prompts_as_rlvr"] for a in result["sides"].values())
-    lines += ["", f"Held-out greedy accuracy of the SFT start: {before:.3f} ({result['num_eval']} problems). Rounds: "
-              f"{s['rounds']} for rlvr and trl, {min(s['defaults_rounds'], s['rounds'])} for trl_defaults and trl_gc "
-              f"(round k: seed k). Every TRL step saw rlvr's prompts of that step: {'yes' if same else 'NO'}.", "",
+    lines += ["", f"Held-out greedy accuracy of the SFT start: {before:.3f} ({result['num_eval']} problems). Rounds run "
+              "(round k: seed k): " + ", ".join(f"{k} {a['rounds']}" for k, a in result["sides"].items())
+              + f". Every TRL step saw rlvr's prompts of that step: {'yes' if same else 'NO'}.", "",
               "| side | median s/step | vs rlvr | first step s | start-up s | generate s | score s | train s | "
               "held-out greedy after (per round) | mean | reward, last 10 steps | peak RSS GiB |",
               "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
@@ -468,6 +474,9 @@ def main(argv: list[str] | None = None) -> dict:
                                                if k == "defaults_rounds" else ""))
     ap.add_argument("--sides", default=",".join(DEFAULT_SIDES), help=f"comma-separated subset of {', '.join(SIDES)}")
     ap.add_argument("--no-flops", action="store_true", help="skip the compute-limit measurement")
+    ap.add_argument("--collect", action="store_true",
+                    help="run nothing: rebuild the tables from the side results already under --out/logs "
+                         "(e.g. of a run that was stopped; rounds or sides without a result are left out)")
     ap.add_argument("--out", default=str(ROOT / "runs" / "bench-vs-trl"), help="work folder (SFT checkpoint, runs, logs)")
     ap.add_argument("--results-name", default="vs_trl", help="benchmarks/results/NAME.{json,md}")
     ap.add_argument("--results-dir", default=str(RESULTS))
@@ -520,7 +529,9 @@ def main(argv: list[str] | None = None) -> dict:
         for side in order:
             spec = {"side": side, "seed": rnd, "settings": s, "sft_dir": str(sft_dir), "num_eval": a.num_eval,
                     "sft_steps": a.sft_steps, "out": str(out / f"round{rnd}" / side)}
-            r = spawn(spec, out / "logs", f"round{rnd}-{side}")
+            r = collect(out / "logs", f"round{rnd}-{side}") if a.collect else spawn(spec, out / "logs", f"round{rnd}-{side}")
+            if r is None:
+                continue
             r["acc_after"] = held_out_greedy(r["model_dir"], task, rl_cfg)
             r["round"] = rnd
             runs[side].append(r)
@@ -529,7 +540,9 @@ def main(argv: list[str] | None = None) -> dict:
                   f"{r['acc_after']:.3f}, peak RSS {r['peak_rss_gb']:.2f} GiB", flush=True)
             if side == "rlvr" and not a.no_flops:  # right after rlvr's run: under the same load
                 spec = dict(spec, side="flops", out=str(out / f"round{rnd}" / "flops"))
-                f = spawn(spec, out / "logs", f"round{rnd}-flops")
+                f = collect(out / "logs", f"round{rnd}-flops") if a.collect else spawn(spec, out / "logs", f"round{rnd}-flops")
+                if f is None:
+                    continue
                 f["round"], f["share_of_limit"] = rnd, f["limit_s"] / _med([x["s"] for x in r["steps"][1:]])
                 limits.append(f)
                 print(f"round {rnd} compute limit: {f['gflop/total']:.2f} GFLOP at {f['gflop_per_s']:.1f} GFLOP/s = "
@@ -540,7 +553,7 @@ def main(argv: list[str] | None = None) -> dict:
         "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
         "versions": {"trl": trl.__version__, "transformers": transformers.__version__, "torch": torch.__version__},
         "acc_before": acc_before, "sft_dir": str(sft_dir),
-        "sides": {k: aggregate(v) for k, v in runs.items()}, "runs": runs,
+        "sides": {k: aggregate(v) for k, v in runs.items() if v}, "runs": runs,
     }
     if limits:  # FLOPs of round 0's measurement; throughput, limit and share: medians over the rounds
         result["compute_limit"] = {**limits[0], **{k: _med([f[k] for f in limits])
