@@ -1,5 +1,5 @@
 """benchmarks/vs_trl.py: both sides get the same learning settings (fast, default suite), and the
---quick run end to end (slow: two trainers, three TRL configurations, ~2 min on 2 cores)."""
+--quick run end to end (slow: rlvr and three TRL configurations, 2-7 min on 2 cores depending on load)."""
 
 from __future__ import annotations
 
