@@ -453,6 +453,15 @@ def markdown(result: dict) -> str:
             f"{a['startup_s']:.1f} | {a['generate_s']:.3f} | {a['score_s']:.3f} | {a['train_s']:.3f} | "
             f"{', '.join(f'{x:.3f}' for x in a['acc_after'])} | {a['acc_after_mean']:.3f} | {a['reward_last10']:.3f} | "
             f"{a['peak_rss_gb']:.2f} |")
+    lines += ["", "Median s/step of each round (the order within a round rotates; rounds differ by the machine's load "
+              "at the time):", "", "| round | " + " | ".join(result["sides"]) + " | trl / rlvr |",
+              "|---|" + "---:|" * (len(result["sides"]) + 1)]
+    for rnd in range(s["rounds"]):
+        med = {k: _med([x["s"] for r in result["runs"][k] if r["round"] == rnd for x in r["steps"][1:]])
+               for k in result["sides"]}
+        ratio = med["trl"] / med["rlvr"] if "trl" in med else float("nan")
+        lines.append(f"| {rnd} | " + " | ".join("" if math.isnan(v) else f"{v:.3f}" for v in med.values())
+                     + f" | {ratio:.2f}x |")
     f = result.get("compute_limit")
     if f:
         lines += ["", f"rlvr's step vs the compute limit: {f['gflop/total']:.2f} GFLOP per step ({f['gflop/generate']:.2f} "
