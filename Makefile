@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.rlvr-installed
 
-.PHONY: demo test test-slow lint bench studies clean-venv
+.PHONY: demo test test-slow lint bench bench-vs-trl studies clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,11 @@ test-slow: $(STAMP)
 studies: $(STAMP)
 	for s in one_minus_1_over_g std_normalization length_normalization off_policy thinking_budget; do \
 		$(BIN)/python benchmarks/studies/$$s.py || exit 1; done
+
+# rlvr vs TRL's GRPOTrainer, interleaved (docs/benchmarks.md); TRL comes with the bench extra
+bench-vs-trl: $(STAMP)
+	$(BIN)/pip install --disable-pip-version-check -q -e ".[bench]"
+	$(BIN)/python benchmarks/vs_trl.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check rlvr tests benchmarks scripts
