@@ -36,6 +36,8 @@ class Placement(Protocol):
     def score(self, rollouts, examples, reward_fn, *, workers: int = 1, timeout_s: float = 0.0,
               isolate: bool = False) -> list: ...
 
+    def learners(self, model): ...
+
     def metrics(self) -> dict[str, float]: ...
 
     def shutdown(self) -> None: ...
@@ -58,6 +60,9 @@ class LocalPlacement:
         from rlvr.train.pg import score_rollouts
 
         return score_rollouts(rollouts, examples, reward_fn, workers=workers, timeout_s=timeout_s, isolate=isolate)
+
+    def learners(self, model):
+        return None  # the learner is this process
 
     def metrics(self) -> dict[str, float]:
         return {}
@@ -104,6 +109,9 @@ class RayPlacement:
         gen_bundle = {"CPU": float(dcfg.generator_cpus)} | ({"GPU": float(dcfg.generator_gpus)}
                                                            if dcfg.generator_gpus else {})
         self.bundles = [gen_bundle] * n + [{"CPU": float(dcfg.scorer_cpus)}]
+        n_learners = getattr(dcfg, "num_learners", 1)
+        if n_learners > 1:
+            self.bundles += [{"CPU": float(dcfg.learner_cpus)}] * n_learners
         self.pg = placement_group(self.bundles, strategy="PACK")
         try:
             ray.get(self.pg.ready(), timeout=120)
@@ -113,6 +121,7 @@ class RayPlacement:
                 f"x distributed.num_generators={n}); cluster has {ray.cluster_resources()}") from e
         self._scorer = None
         self._generator: RayGenerator | None = None
+        self._learners = None
 
     def _options(self, bundle: int, **kw) -> dict:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -137,13 +146,30 @@ class RayPlacement:
                                        wait_for_push=not (self.cfg.max_staleness or self.cfg.queue_size))
         return self._generator
 
+    def learners(self, model):
+        """None with distributed.num_learners = 1 (the learner is this process), else a
+        rlvr.distributed.dp.DataParallelGradients over that many GradientWorker actors."""
+        n = getattr(self.cfg, "num_learners", 1)
+        if n <= 1:
+            return None
+        ray = import_ray()
+        from rlvr.distributed.dp import DataParallelGradients, GradientWorker, free_port
+
+        addr = f"tcp://{ray.util.get_node_ip_address()}:{free_port()}"
+        first = self.cfg.num_generators + 1
+        cls = ray.remote(GradientWorker)
+        actors = [cls.options(**self._options(first + k)).remote(k, n, addr, model, self.num_threads or 1)
+                  for k in range(n)]
+        self._learners = DataParallelGradients(actors)
+        return self._learners
+
     def score(self, rollouts, examples, reward_fn, *, workers: int = 1, timeout_s: float = 0.0,
               isolate: bool = False) -> list:
         ray = import_ray()
         if self._scorer is None:
             from rlvr.distributed.actors import ScorerWorker
 
-            bundle = len(self.bundles) - 1
+            bundle = self.cfg.num_generators  # bundles: generators, the scorer, then the learners
             self._scorer = ray.remote(ScorerWorker).options(**self._options(bundle, max_restarts=3)).remote(
                 self.num_threads or 1)
         return ray.get(self._scorer.score.remote(reward_fn, [r.text for r in rollouts], list(examples),
@@ -173,7 +199,8 @@ class RayPlacement:
         ray = import_ray()
         from ray.util.placement_group import remove_placement_group
 
-        for a in (self._generator.actors if self._generator else []) + ([self._scorer] if self._scorer else []):
+        learners = self._learners.actors if self._learners is not None else []
+        for a in (self._generator.actors if self._generator else []) + ([self._scorer] if self._scorer else []) + learners:
             ray.kill(a, no_restart=True)
         remove_placement_group(self.pg)
         if self._started:

@@ -495,6 +495,10 @@ class DistributedConfig:
     """ray: GPUs reserved per generator actor (vLLM engines)."""
     scorer_cpus: float = 1.0
     """ray: CPUs reserved for the reward-scoring actor."""
+    num_learners: int = 1
+    """Data-parallel learners: > 1 splits each minibatch's backward over that many Ray actors, gradients all-reduced (gloo)."""
+    learner_cpus: float = 1.0
+    """ray: CPUs reserved per data-parallel learner actor (num_learners > 1)."""
     max_staleness: int = 0
     """Policy versions a rollout may lag the learner; 0 = synchronous. > 0 needs placement=ray."""
     queue_size: int = 0
@@ -510,12 +514,16 @@ class DistributedConfig:
         c.at_least("generator_cpus", self.generator_cpus, 0)
         c.at_least("generator_gpus", self.generator_gpus, 0)
         c.at_least("scorer_cpus", self.scorer_cpus, 0)
+        c.at_least("num_learners", self.num_learners, 1)
+        c.at_least("learner_cpus", self.learner_cpus, 0)
         c.at_least("max_staleness", self.max_staleness, 0)
         c.at_least("queue_size", self.queue_size, 0)
         c.at_least("max_restarts", self.max_restarts, 0)
         if (self.max_staleness or self.queue_size) and self.placement != "ray":
             c.error("distributed.max_staleness / queue_size sample ahead on generator actors: "
                     "set distributed.placement=ray")
+        if self.num_learners > 1 and self.placement != "ray":
+            c.error(f"distributed.num_learners={self.num_learners} runs learner actors: set distributed.placement=ray")
         c.done()
 
 

@@ -242,6 +242,7 @@ def train(
     sampler = with_thinking_budget(generator, s.thinking_budget, s.stop_thinking_text)
     if ahead is not None:  # distributed.max_staleness: generators sample ahead (rlvr.distributed.staleness)
         sampler = generator = ahead(generator)
+    grad_fn = placement.learners(model)  # distributed.num_learners > 1: data-parallel (rlvr.distributed.dp)
     run, start_step, state = session.open_run(cfg, resume=resume, model=model, optimizer=optimizer,
                                               scheduler=scheduler, verbose=r.progress, extras=extras)
     if start_step:  # the checkpoint's weights replaced those the generator was built with
@@ -281,7 +282,8 @@ def train(
                     [rollouts[i].weight_version for i in kept.tolist()], current=step - 1)
                 learned = learn(model, optimizer, scheduler, batch, adv[kept], kept, objective, reference,
                                 cfg, step, critic=critic,
-                                steps=objective.step_marks(rollouts, rewards, kept, tokenizer), old_logp_fn=old_fn)
+                                steps=objective.step_marks(rollouts, rewards, kept, tokenizer), old_logp_fn=old_fn,
+                                grad_fn=grad_fn)
             session.check_finite(step, loss=_mean(learned.losses), grad_norm=_mean(learned.grad_norms))
             if not learned.losses and not filtered_note:
                 filtered_note = True
@@ -326,13 +328,15 @@ def train(
 
 
 def learn(model, optimizer, scheduler, batch, adv: torch.Tensor, kept: torch.Tensor, objective: Objective,
-          reference, cfg: TrainConfig, step: int, critic=None, steps=None, old_logp_fn=None) -> Learned:
+          reference, cfg: TrainConfig, step: int, critic=None, steps=None, old_logp_fn=None,
+          grad_fn=None) -> Learned:
     """The learner's update on the kept rollouts (batch: their TrainingBatch, adv (B,)): old and
     reference logprobs (and with a critic the values) once, no grad; the loss's targets; then
     epochs x minibatches (one optimizer step each, and one critic step) x micro-batches (one
     backward each). steps: with algo.advantage=process the kept rows' rlvr.train.process.StepMarks.
     old_logp_fn: computes the old logprobs instead of the model (rollouts of older policy versions,
-    rlvr.distributed.staleness.BehaviourPolicy). Nothing happens when every row was filtered out."""
+    rlvr.distributed.staleness.BehaviourPolicy); grad_fn: replaces accumulate_gradients (data-parallel
+    learners, rlvr.distributed.dp.DataParallelGradients). Nothing happens when every row was filtered out."""
     out = Learned()
     n = kept.numel()
     if n == 0:
@@ -354,7 +358,7 @@ def learn(model, optimizer, scheduler, batch, adv: torch.Tensor, kept: torch.Ten
         order = torch.randperm(n, generator=g) if shuffle else torch.arange(n)
         for chunk in split_indices(n, plan.train_batch):
             idx = order[chunk.start : chunk.stop]
-            out.losses.append(accumulate_gradients(
+            out.losses.append((grad_fn or accumulate_gradients)(
                 model, batch.rows(idx), token_adv[idx],
                 None if old_logp is None else old_logp[idx], None if ref_logp is None else ref_logp[idx], a,
                 micro_batch_size=plan.micro_batch, micro_batch_tokens=a.micro_batch_tokens,
