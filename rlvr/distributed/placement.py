@@ -237,17 +237,16 @@ class RayGenerator:
             a.sleep.remote()
 
     def generate(self, prompts: list[str], spec: SamplingSpec, *, prompt_ids=None) -> list[Rollout]:
-        if prompt_ids is not None:
-            raise NotImplementedError("RayGenerator.generate: prompt_ids are not sent to the actors")
-        return self.result(self.submit(prompts, spec))
+        return self.result(self.submit(prompts, spec, prompt_ids=prompt_ids))
 
-    def submit(self, prompts: list[str], spec: SamplingSpec) -> Pending:
+    def submit(self, prompts: list[str], spec: SamplingSpec, *, prompt_ids=None) -> Pending:
         shards = _shards(len(prompts), len(self.actors))
         calls = []
         for k, (lo, hi) in enumerate(shards):
             sub = spec if len(shards) == 1 or spec.seed is None else _with_seed(spec, sequence_seed(spec.seed, k, 0))
-            calls.append((k, lo, prompts[lo:hi], sub, self.actors[k].generate.remote(prompts[lo:hi], sub,
-                                                                                    self.delay_s)))
+            ids = None if prompt_ids is None else [list(p) for p in prompt_ids[lo:hi]]
+            args = (prompts[lo:hi], sub, ids)
+            calls.append((k, lo, args, self.actors[k].generate.remote(*args, delay_s=self.delay_s)))
         return Pending(calls)
 
     def result(self, pending: Pending) -> list[Rollout]:
@@ -255,7 +254,7 @@ class RayGenerator:
         from ray.exceptions import RayActorError
 
         out: list[Rollout] = []
-        for k, lo, prompts, spec, ref in pending.calls:
+        for k, lo, args, ref in pending.calls:
             tries = 0
             while True:
                 try:
@@ -269,7 +268,7 @@ class RayGenerator:
                     actor = self.actors[k]
                     _wait_alive(actor)
                     self.push.resend(actor)  # the restarted actor was built with the initial weights
-                    ref = actor.generate.remote(prompts, spec, 0.0)
+                    ref = actor.generate.remote(*args)
             for ro in ros:
                 ro.group += lo
             out.extend(ros)
@@ -277,7 +276,7 @@ class RayGenerator:
 
 
 class Pending:
-    """Submitted generate calls: (actor index, first prompt index, prompts, spec, ObjectRef) each."""
+    """Submitted generate calls: (actor index, first prompt index, (prompts, spec, prompt_ids), ObjectRef) each."""
 
     def __init__(self, calls: list):
         self.calls = calls

@@ -106,15 +106,20 @@ class BehaviourPolicy:
         for v in [v for v in self.snapshots if v < version - self.keep]:
             del self.snapshots[v]
 
-    def old_logprobs_fn(self, versions: list[int], current: int):
-        """None when every row is of version `current` (the learner's usual forward), else a
-        function (model, batch, micro_batch, temperature, micro_batch_tokens) -> (B, T) logprobs
-        with row i computed under version versions[i]."""
-        if all(v == current for v in versions):
+    def old_logprobs_fn(self, rollouts: list[Rollout], current: int):
+        """None when every token of `rollouts` was sampled by version `current` (the learner's
+        usual forward), else a function (model, batch, micro_batch, temperature, micro_batch_tokens)
+        -> (B, T) logprobs where each response token is scored under the version that sampled it
+        (Rollout.segments for partial rollouts, else Rollout.weight_version). Row i of the batch
+        is rollouts[i]."""
+        segs = [ro.segments or [(0, ro.weight_version)] for ro in rollouts]
+        needed = {v for s in segs for _, v in s} - {current}
+        if not needed:
             return None
-        missing = sorted({v for v in versions if v != current and v not in self.snapshots})
+        missing = sorted(v for v in needed if v not in self.snapshots)
         if missing:
             raise RuntimeError(f"behaviour policy versions {missing} are not kept (have {sorted(self.snapshots)})")
+        plens = [len(ro.prompt_ids) for ro in rollouts]
 
         def fn(model, batch, micro_batch, temperature, micro_batch_tokens):
             from rlvr.train.objective import batch_logprobs
@@ -122,12 +127,18 @@ class BehaviourPolicy:
             out = batch_logprobs(model, batch, micro_batch, temperature, micro_batch_tokens)
             if self.scratch is None:
                 self.scratch = copy.deepcopy(self._model)
-            for v in sorted(set(versions) - {current}):
-                idx = torch.tensor([i for i, x in enumerate(versions) if x == v])
+            T = out.shape[1]
+            for v in sorted(needed):
+                rows = [i for i, s in enumerate(segs) if any(x == v for _, x in s)]
                 self.scratch.load_state_dict(self.snapshots[v])
-                self.scratch.train(model.training)
-                lp = batch_logprobs(self.scratch, batch.rows(idx), micro_batch, temperature, micro_batch_tokens)
-                out[idx] = lp
+                lp = batch_logprobs(self.scratch, batch.rows(torch.tensor(rows)), micro_batch, temperature,
+                                    micro_batch_tokens)
+                for r, i in enumerate(rows):
+                    bounds = [k for k, _ in segs[i]] + [T]
+                    for (k, x), end in zip(segs[i], bounds[1:], strict=True):
+                        if x == v:  # response token k is the label at position prompt_len - 1 + k
+                            a, b = plens[i] - 1 + k, min(T, plens[i] - 1 + end)
+                            out[i, a:b] = lp[r, a:b]
             return out
 
         return fn

@@ -503,6 +503,8 @@ class DistributedConfig:
     """Policy versions a rollout may lag the learner; 0 = synchronous. > 0 needs placement=ray."""
     queue_size: int = 0
     """Steps the generators sample ahead (bounded queue); 0 = max_staleness. Batches staler than max_staleness are dropped and resampled."""
+    segment_tokens: int = 0
+    """Partial rollouts: sample at most this many tokens of a response per round; unfinished ones continue next step under the newer policy. 0 = off."""
     max_restarts: int = 3
     """ray: restarts of a dead generator actor; its generate call is retried under the latest weights."""
 
@@ -519,6 +521,7 @@ class DistributedConfig:
         c.at_least("max_staleness", self.max_staleness, 0)
         c.at_least("queue_size", self.queue_size, 0)
         c.at_least("max_restarts", self.max_restarts, 0)
+        c.at_least("segment_tokens", self.segment_tokens, 0)
         if (self.max_staleness or self.queue_size) and self.placement != "ray":
             c.error("distributed.max_staleness / queue_size sample ahead on generator actors: "
                     "set distributed.placement=ray")

@@ -236,12 +236,12 @@ def train(
         model, cfg.optim, total_steps=r.steps * plan.optimizer_steps_per_rollout_batch,
         master_weights=cfg.model.master_weights)
     # where generators and reward scoring run: in-process (default) or Ray actors (rlvr.distributed)
-    placement, ahead, behaviour = _placement(cfg, model, tokenizer, task, plan)
+    placement, wrap, behaviour = _placement(cfg, model, tokenizer, task, plan)
     generator = placement.generator(cfg.rollout, model, tokenizer, model_source=session.model_source(cfg.model),
                                     seed=r.seed, default_batch_size=plan.rollout_batch)
     sampler = with_thinking_budget(generator, s.thinking_budget, s.stop_thinking_text)
-    if ahead is not None:  # distributed.max_staleness: generators sample ahead (rlvr.distributed.staleness)
-        sampler = generator = ahead(generator)
+    if wrap is not None:  # distributed.max_staleness / segment_tokens: sampling ahead, partial rollouts
+        sampler = generator = wrap(generator)
     grad_fn = placement.learners(model)  # distributed.num_learners > 1: data-parallel (rlvr.distributed.dp)
     run, start_step, state = session.open_run(cfg, resume=resume, model=model, optimizer=optimizer,
                                               scheduler=scheduler, verbose=r.progress, extras=extras)
@@ -265,7 +265,7 @@ def train(
                 with timer("filter"):
                     refreshed = source.refresh(sampler, task, s, task_scorer(task, cfg.data), data_pos, step)
                     model.train()
-            if ahead is not None:
+            if hasattr(sampler, "begin_step"):
                 sampler.begin_step(step, data_pos)
             sampled = sample_groups(sampler, task, cfg, objective, step, data_pos, timer, source,
                                     score=placement.score)
@@ -279,7 +279,7 @@ def train(
                 kept = torch.nonzero(keep).squeeze(1)
                 batch = rollouts_to_batch([rollouts[i] for i in kept.tolist()], tokenizer.pad_token_id) if len(kept) else None
                 old_fn = None if behaviour is None else behaviour.old_logprobs_fn(
-                    [rollouts[i].weight_version for i in kept.tolist()], current=step - 1)
+                    [rollouts[i] for i in kept.tolist()], current=step - 1)
                 learned = learn(model, optimizer, scheduler, batch, adv[kept], kept, objective, reference,
                                 cfg, step, critic=critic,
                                 steps=objective.step_marks(rollouts, rewards, kept, tokenizer), old_logp_fn=old_fn,
@@ -304,7 +304,7 @@ def train(
                 with timer("eval"):
                     metrics.update(eval_prefixed(eval_policy(sampler, task, cfg, greedy=r.eval_greedy, step=step)))
             metrics.update(timer.metrics() | memory_stats(cfg.model.device) | placement.metrics())
-            if ahead is not None:
+            if wrap is not None:
                 metrics.update(sampler.metrics())
             if r.log_samples_every and (step % r.log_samples_every == 0 or step == 1):
                 run.log_samples(step, _samples(rollouts, ro_examples, rewards, r.num_log_samples, s.group_size,
@@ -344,7 +344,7 @@ def learn(model, optimizer, scheduler, batch, adv: torch.Tensor, kept: torch.Ten
     a, s, plan = cfg.algo, cfg.sampling, objective.plan
     model.train()
     old_logp = ((old_logp_fn or batch_logprobs)(model, batch, plan.micro_batch, s.temperature, a.micro_batch_tokens)
-                if objective.needs_old_logprobs else None)
+                if objective.needs_old_logprobs or old_logp_fn is not None else None)  # off-policy rows: always
     ref_logp = reference.logprobs(batch, plan.micro_batch, s.temperature, a.micro_batch_tokens)
     old_values = critic.values(model, batch, plan.micro_batch, a.micro_batch_tokens) if critic is not None else None
     targets = objective.targets(adv, batch.response_mask, old_logp, ref_logp, old_values, steps=steps)
@@ -440,8 +440,12 @@ def sample_groups(sampler, task, cfg: TrainConfig, objective: Objective, step: i
         with timer("generate"):
             # round 0 keeps the seed of a run without refill; later rounds get seeds of their own
             seed = step_seed(r.seed, step) if rnd == 0 else step_seed(r.seed + 7_777_777 * rnd, step)
-            ros = sampler.generate([task.prompt(ex) for ex in batch], task.sampling_spec(s, seed=seed))
-        ro_examples = [batch[ro.group] for ro in ros]
+            if hasattr(sampler, "sample"):  # partial rollouts: finished groups, maybe of earlier steps' problems
+                ros, ro_examples = sampler.sample(batch, [task.prompt(ex) for ex in batch],
+                                                  task.sampling_spec(s, seed=seed))
+            else:
+                ros = sampler.generate([task.prompt(ex) for ex in batch], task.sampling_spec(s, seed=seed))
+                ro_examples = [batch[ro.group] for ro in ros]
         with timer("score"):
             rws = (score or score_rollouts)(ros, ro_examples, task.reward_fn, workers=cfg.data.reward_workers,
                                  timeout_s=cfg.data.reward_timeout_s, isolate=cfg.data.reward_isolate)
@@ -464,21 +468,34 @@ def sample_groups(sampler, task, cfg: TrainConfig, objective: Objective, step: i
 
 
 def _placement(cfg: TrainConfig, model, tokenizer, task, plan: BatchPlan):
-    """(placement, ahead, behaviour) from cfg.distributed: the rlvr.distributed placement; with
-    distributed.max_staleness a function wrapping the generator in an AheadSampler and the
-    BehaviourPolicy that recomputes old logprobs of stale rollouts; else None, None."""
+    """(placement, wrap, behaviour) from cfg.distributed: the rlvr.distributed placement; with
+    distributed.max_staleness (sampling ahead, rlvr.distributed.staleness) or segment_tokens (partial
+    rollouts, rlvr.distributed.partial) a function wrapping the generator, and the BehaviourPolicy
+    that recomputes old logprobs of rollouts sampled by older versions; else None, None."""
     from rlvr.distributed import build_placement
 
     d = getattr(cfg, "distributed", None)
     placement = build_placement(d, num_threads=cfg.run.num_threads)
-    if d is None or not (d.max_staleness or d.queue_size):
+    segment = getattr(d, "segment_tokens", 0) if d is not None else 0
+    if d is None or not (d.max_staleness or d.queue_size or segment):
         return placement, None, None
     from rlvr.distributed.staleness import AheadSampler, BehaviourPolicy
 
-    s = cfg.sampling
+    s, a = cfg.sampling, cfg.algo
+    what = "distributed.segment_tokens" if segment else "distributed.max_staleness"
     if s.thinking_budget >= 0:
-        raise ConfigError("distributed.max_staleness samples ahead with plain generate calls: it does not "
-                          "combine with sampling.thinking_budget; leave one of them unset")
+        raise ConfigError(f"{what} does not combine with sampling.thinking_budget; leave one of them unset")
+    if segment:
+        if d.max_staleness or d.queue_size:
+            raise ConfigError("distributed.segment_tokens (partial rollouts) and distributed.max_staleness "
+                              "(sampling ahead) are two ways to go asynchronous; set only one")
+        if a.filter_zero_variance and a.refill_rounds:
+            raise ConfigError("distributed.segment_tokens does not combine with algo.refill_rounds")
+        from rlvr.distributed.partial import PartialRollouts
+
+        keep = -(-s.max_tokens // segment) + 4  # a response spans at most this many versions (+ backlog)
+        return (placement, lambda gen: PartialRollouts(gen, tokenizer, segment),
+                BehaviourPolicy(model, keep=keep))
 
     def planned(step: int, pos: int):
         batch = take(task.train, pos, s.n_prompts, cfg.data.seed)
