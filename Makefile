@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.rlvr-installed
 
-.PHONY: demo test test-slow lint bench clean-venv
+.PHONY: demo test test-slow test-ray lint bench clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,11 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
+
+# Ray placement tests (one local Ray cluster, 2 CPUs, about 3 min); installs the ray extra first.
+test-ray: $(STAMP)
+	$(BIN)/pip install --disable-pip-version-check -q -e ".[ray]"
+	$(BIN)/python -m pytest -q -m ray
 
 lint: $(STAMP)
 	$(BIN)/ruff check rlvr tests benchmarks scripts
