@@ -6,7 +6,7 @@ tiny model on CPU, 2 generator actors + the learner (driver), long-tailed respon
 Long tail: a random tiny model on the digits task stops at any of a few characters
 (sampling.stop), so response lengths are roughly geometric (mean ~10 tokens) up to
 sampling.max_tokens=48. Per mode and role, over the steps after the first (warm-up):
-- step time: wall seconds per training step (the driver's time/step);
+- step time: wall seconds per training step (between the ends of consecutive steps);
 - learner busy = time/train (old/ref logprobs + backward + optimizer), idle = step - busy
   (the learner waits for rollouts and scores);
 - generator busy = time/busy_generator / 2 (seconds each actor spent in generate or loading
@@ -51,13 +51,19 @@ def run_mode(extra: list[str], steps: int, seed: int) -> dict:
     from rlvr.train.recipes import get_recipe
 
     rows: list[dict] = []
+
+    def on_step(step: int, m: dict) -> None:
+        rows.append(dict(m) | {"_t": time.perf_counter()})
+
     with tempfile.TemporaryDirectory() as d:
         cfg = load_config(TrainConfig, None, [*BASE, *extra, f"run.steps={steps}", f"run.seed={seed}",
                                               f"run.out_dir={d}/run"], base=get_recipe("grpo"))
-        train(cfg, on_step=lambda s, m: rows.append(dict(m)))
-    rows = rows[1:]  # step 1 warms up (actor start, first forward)
+        train(cfg, on_step=on_step)
+    # step 1 warms up (actor start, first forward); a step's time is the wall time between the ends of
+    # consecutive steps (everything the driver does, logging included)
+    step = (rows[-1]["_t"] - rows[0]["_t"]) / (len(rows) - 1)
+    rows = rows[1:]
     mean = lambda k: statistics.fmean(r.get(k, 0.0) for r in rows)  # noqa: E731
-    step = mean("time/step")
     gen = mean("time/busy_generator") / 2
     learn = mean("time/train")
     return {"step_s": step, "learner_busy_s": learn, "learner_idle_s": step - learn, "generator_busy_s": gen,
@@ -73,7 +79,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--render", action="store_true", help="only rewrite the .md from the .json")
     args = ap.parse_args()
+    if args.render:
+        render(json.loads((RESULTS / "ray_async.json").read_text()))
+        return
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     per_mode: dict[str, list[dict]] = {m: [] for m in MODES}
     t0 = time.time()
@@ -89,14 +99,20 @@ def main() -> None:
            "wall_s": time.time() - t0, "modes": table, "runs": per_mode}
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "ray_async.json").write_text(json.dumps(out, indent=2))
+    render(out)
+
+
+def render(out: dict) -> None:
+    table = out["modes"]
     lines = ["| mode | step s | learner busy / idle s | generator busy / idle s (per actor) | scorer busy s | "
-             "mean len | rollouts/step | staleness | dropped |", "|---|---|---|---|---|---|---|---|---|"]
+             "mean len | rollouts/step | rollouts/s | staleness | dropped |", "|---|---|---|---|---|---|---|---|---|---|"]
     for m, r in table.items():
         lines.append(f"| {m} | {r['step_s']:.3f} | {r['learner_busy_s']:.3f} / {r['learner_idle_s']:.3f} | "
                      f"{r['generator_busy_s']:.3f} / {r['generator_idle_s']:.3f} | {r['scorer_busy_s']:.4f} | "
-                     f"{r['len_mean']:.1f} | {r['rollouts_per_step']:.0f} | {r['staleness_mean']:.2f} | {r['dropped']:.0f} |")
+                     f"{r['len_mean']:.1f} | {r['rollouts_per_step']:.0f} | {r['rollouts_per_step'] / r['step_s']:.0f} | "
+                     f"{r['staleness_mean']:.2f} | {r['dropped']:.0f} |")
     md = "\n".join(lines) + "\n"
-    (RESULTS / "ray_async.md").write_text(f"# benchmarks/ray_async.py ({args.steps} steps x {args.repeats} "
+    (RESULTS / "ray_async.md").write_text(f"# benchmarks/ray_async.py ({out['steps']} steps x {out['repeats']} "
                                           f"repeats, loaded 2-core machine)\n\n{md}")
     print(md)
 

@@ -6,6 +6,8 @@ Local placement (no Ray): the sampler wrapper is the same under both placements.
 
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from rlvr.config import load_config
@@ -84,9 +86,26 @@ def test_partial_rollouts_from_the_config_key(tmp_path):
         "distributed.segment_tokens=2", f"run.out_dir={tmp_path / 'run'}",
     ]
     rows: list[dict] = []
+    ray_before = "ray" in sys.modules
     train(load_config(TrainConfig, None, over, base=get_recipe("grpo")), on_step=lambda s, m: rows.append(dict(m)))
+    assert ray_before or "ray" not in sys.modules  # the local placement never imports ray
     assert len(rows) == 5
     assert all(r["partial/rounds"] >= 0 for r in rows) and any(r["partial/carried"] > 0 for r in rows)
     assert any(r["rollout/staleness"] >= 1 for r in rows)  # trained on responses begun under older versions
     # the ratio's denominator is the behaviour policy of each segment: it matches the sampler's logprobs
     assert max(r["rollout/logprob_diff_max"] for r in rows if "rollout/logprob_diff_max" in r) < 1e-4
+
+
+def test_distributed_keys_are_checked_before_any_work():
+    import pytest
+
+    from rlvr.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"distributed\.max_staleness.*distributed\.placement=ray"):
+        load_config(TrainConfig, None, ["distributed.max_staleness=1"])
+    with pytest.raises(ConfigError, match=r"distributed\.num_learners=2.*distributed\.placement=ray"):
+        load_config(TrainConfig, None, ["distributed.num_learners=2"])
+    with pytest.raises(ConfigError, match=r"distributed\.placement='mpi' is unknown"):
+        load_config(TrainConfig, None, ["distributed.placement=mpi"])
+    with pytest.raises(ConfigError, match=r"distributed\.generator_cpus=0"):
+        load_config(TrainConfig, None, ["distributed.placement=ray", "distributed.generator_cpus=0"])

@@ -13,14 +13,21 @@ import time
 
 
 class GeneratorWorker:
-    """A generator on its own policy copy. model: the learner's module (pickled to the actor, so
-    a copy); the learner's current weights arrive through load_weights (rlvr.distributed.weights)."""
+    """A generator on its own policy copy. policy: (model, tokenizer), the learner's module (pickled to
+    the actor, so a copy) or a Ray ObjectRef of that pair; the learner's current weights arrive through
+    load_weights (rlvr.distributed.weights)."""
 
-    def __init__(self, rcfg, model, tokenizer, *, model_source=None, seed: int = 0, default_batch_size: int = 64,
+    def __init__(self, rcfg, policy, *, model_source=None, seed: int = 0, default_batch_size: int = 64,
                  num_threads: int = 0):
         import torch
 
         from rlvr.rollout import build_generator
+
+        if not isinstance(policy, tuple):  # an ObjectRef nested in a call's args is not resolved by Ray
+            import ray
+
+            policy = ray.get(policy)
+        model, tokenizer = policy
 
         if num_threads:
             torch.set_num_threads(num_threads)

@@ -139,11 +139,15 @@ class RayPlacement:
         cls = ray.remote(GeneratorWorker)
         n = self.cfg.num_generators
         per_actor = max(1, -(-default_batch_size // n))
+        # one copy of the policy in the object store for all actors; the reference is kept so a restarted
+        # actor can be rebuilt from it (Ray needs restartable actors' arguments to stay in scope)
+        init = ray.put((model, tokenizer))
         actors = [cls.options(**self._options(k, max_restarts=self.cfg.max_restarts)).remote(
-            rcfg, model, tokenizer, model_source=model_source, seed=seed, default_batch_size=per_actor,
+            rcfg, init, model_source=model_source, seed=seed, default_batch_size=per_actor,
             num_threads=self.num_threads) for k in range(n)]
         self._generator = RayGenerator(actors, max_restarts=self.cfg.max_restarts,
                                        wait_for_push=not (self.cfg.max_staleness or self.cfg.queue_size))
+        self._generator.init_ref = init
         return self._generator
 
     def learners(self, model):
