@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.rlvr-installed
 
-.PHONY: demo test test-slow lint bench bench-vs-trl studies clean-venv
+.PHONY: demo test test-slow test-ray lint bench bench-vs-trl studies clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ studies: $(STAMP)
 bench-vs-trl: $(STAMP)
 	$(BIN)/pip install --disable-pip-version-check -q -e ".[bench]"
 	$(BIN)/python benchmarks/vs_trl.py
+
+# Ray placement tests (one local Ray cluster, 2 CPUs, about 3 min); installs the ray extra first.
+test-ray: $(STAMP)
+	$(BIN)/pip install --disable-pip-version-check -q -e ".[ray]"
+	$(BIN)/python -m pytest -q -m ray
 
 lint: $(STAMP)
 	$(BIN)/ruff check rlvr tests benchmarks scripts

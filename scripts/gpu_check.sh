@@ -4,6 +4,9 @@
 #   bash scripts/gpu_check.sh                  # NVIDIA GPU: creates .venv-gpu with rlvr[vllm] if needed, runs it
 #   bash scripts/gpu_check.sh --backend hf     # same on the GPU without vLLM (transformers sampler)
 #   bash scripts/gpu_check.sh --dry-run        # CPU: tiny shape, hf backend, the same pipeline (uses .venv)
+#   bash scripts/gpu_check.sh --ray            # the Ray placement: vLLM generator actor, object-store weight
+#                                              # push, sync and max_staleness=1 (scripts/gpu_check_ray.py;
+#                                              # installs rlvr[vllm,ray]; --ray --dry-run: CPU, hf backend)
 #
 # What it runs (scripts/gpu_check.py, whose docstring has the details): builds a random-init Qwen2 model of
 # the Qwen2.5-0.5B shape, a byte-level BPE tokenizer trained on the spot and a GSM8K-like JSONL, all on
@@ -24,8 +27,12 @@ cd "$(dirname "$0")/.."
 
 backend=vllm
 device=cuda
+script=scripts/gpu_check.py
+args=()
 prev=""
 for arg in "$@"; do
+    if [ "$arg" = --ray ]; then script=scripts/gpu_check_ray.py; prev=$arg; continue; fi
+    args+=("$arg")
     case "$prev" in
         --backend) backend=$arg ;;
         --device) device=$arg ;;
@@ -54,8 +61,13 @@ else
     PYTHON=${PYTHON:-python3}
     extra=""
     probe="import rlvr, torch, tokenizers"
+    if [ "$script" = scripts/gpu_check_ray.py ]; then
+        probe="$probe, ray"
+        extra="[ray]"
+    fi
     if [ "$backend" = vllm ]; then
         extra="[vllm]"
+        if [ "$script" = scripts/gpu_check_ray.py ]; then extra="[vllm,ray]"; fi
         # the venv is ready when it holds the vllm version pyproject.toml pins
         pinned=$(sed -n 's/^vllm = \["vllm==\([^"]*\)".*/\1/p' pyproject.toml)
         probe="$probe; import importlib.metadata as m; assert m.version('vllm') == '$pinned', m.version('vllm')"
@@ -76,4 +88,4 @@ else
     "$VENV/bin/python" -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda); \
 assert torch.cuda.is_available(), 'torch in $VENV does not see the GPU'"
 fi
-exec "$VENV/bin/python" scripts/gpu_check.py "$@"
+exec "$VENV/bin/python" "$script" ${args[@]+"${args[@]}"}

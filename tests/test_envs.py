@@ -233,6 +233,9 @@ def test_config_keys_are_checked():
         validate_train_config(load_config(TrainConfig, None, ["data.env=calculator", "sampling.thinking_budget=8"]))
     with pytest.raises(ConfigError, match="algo.advantage=process"):
         validate_train_config(load_config(TrainConfig, None, ["data.env=calculator", "algo.advantage=process"]))
+    for key in ("distributed.max_staleness=1", "distributed.segment_tokens=4"):
+        with pytest.raises(ConfigError, match="data.env: multi-turn episodes"):
+            validate_train_config(load_config(TrainConfig, None, ["data.env=calculator", "distributed.placement=ray", key]))
     with pytest.raises(TaskDataError, match="rlvr train` only"):  # eval / sft / ei / filter refuse it clearly
         load_task_data(load_config(TrainConfig, None, ["data.env=calculator"]).data, None)
 

@@ -74,6 +74,9 @@ class Rollout:
     sample_index: int = 0  # j in 0..n-1 within the group
     stop_reason: str | None = None  # the stop string that ended it, "<eos>" for EOS, None for length
     loss_mask: list[bool] | None = None  # (R,) False for tokens that were not sampled; None = all True
+    # partial rollouts (rlvr.distributed.partial): (first response token, weight_version) of each
+    # segment, sampled under different policy versions; None = one segment of weight_version
+    segments: list[tuple[int, int]] | None = None
 
 
 class Generator(Protocol):

@@ -501,6 +501,57 @@ class RunConfig:
         c.done()
 
 
+@dataclass
+class DistributedConfig:
+    """Where rollouts, reward scoring and learning run (rlvr.distributed; docs/distributed.md)."""
+
+    placement: str = "local"
+    """local: everything in this process (no Ray import); ray: generators and reward scorers as Ray actors."""
+    ray_address: str = ""
+    """ray: address of a running cluster ('auto', 'host:port'); '' = start a local one."""
+    num_generators: int = 1
+    """ray: generator actors; the prompts of a step are split between them."""
+    generator_cpus: float = 1.0
+    """ray: CPUs reserved per generator actor (its placement-group bundle)."""
+    generator_gpus: float = 0.0
+    """ray: GPUs reserved per generator actor (vLLM engines)."""
+    scorer_cpus: float = 1.0
+    """ray: CPUs reserved for the reward-scoring actor."""
+    num_learners: int = 1
+    """Data-parallel learners: > 1 splits each minibatch's backward over that many Ray actors, gradients all-reduced (gloo)."""
+    learner_cpus: float = 1.0
+    """ray: CPUs reserved per data-parallel learner actor (num_learners > 1)."""
+    max_staleness: int = 0
+    """Policy versions a rollout may lag the learner; 0 = synchronous. > 0 needs placement=ray."""
+    queue_size: int = 0
+    """Steps the generators sample ahead (bounded queue); 0 = max_staleness. Batches staler than max_staleness are dropped and resampled."""
+    segment_tokens: int = 0
+    """Partial rollouts: sample at most this many tokens of a response per round; unfinished ones continue next step under the newer policy. 0 = off."""
+    max_restarts: int = 3
+    """ray: restarts of a dead generator actor; its generate call is retried under the latest weights."""
+
+    def validate(self) -> None:
+        """Names and ranges; async needs the ray placement."""
+        c = _Checks("distributed")
+        c.one_of("placement", self.placement, ("local", "ray"))
+        c.at_least("num_generators", self.num_generators, 1)
+        c.need("generator_cpus", self.generator_cpus, self.generator_cpus > 0, "> 0 (a Ray bundle needs resources)")
+        c.at_least("generator_gpus", self.generator_gpus, 0)
+        c.need("scorer_cpus", self.scorer_cpus, self.scorer_cpus > 0, "> 0 (a Ray bundle needs resources)")
+        c.at_least("num_learners", self.num_learners, 1)
+        c.need("learner_cpus", self.learner_cpus, self.learner_cpus > 0, "> 0 (a Ray bundle needs resources)")
+        c.at_least("max_staleness", self.max_staleness, 0)
+        c.at_least("queue_size", self.queue_size, 0)
+        c.at_least("max_restarts", self.max_restarts, 0)
+        c.at_least("segment_tokens", self.segment_tokens, 0)
+        if (self.max_staleness or self.queue_size) and self.placement != "ray":
+            c.error("distributed.max_staleness / queue_size sample ahead on generator actors: "
+                    "set distributed.placement=ray")
+        if self.num_learners > 1 and self.placement != "ray":
+            c.error(f"distributed.num_learners={self.num_learners} runs learner actors: set distributed.placement=ray")
+        c.done()
+
+
 # ---------------------------------------------------------------------------------------- trainers
 
 
@@ -522,6 +573,8 @@ class TrainConfig:
     """Optimizer."""
     run: RunConfig = field(default_factory=RunConfig)
     """Run directory and logging."""
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    """Placement of generators, scorers and learners (local or Ray); asynchronous rollouts."""
 
     def validate(self) -> None:
         """After the sections' own checks: training reads both splits. (The algo section's names and

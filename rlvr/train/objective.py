@@ -281,6 +281,7 @@ def accumulate_gradients(
     critic=None,
     old_values: torch.Tensor | None = None,
     returns: torch.Tensor | None = None,
+    normalizers=None,
 ) -> float:
     """Backward over one minibatch (b rows) in micro-batches; returns the minibatch loss.
 
@@ -289,10 +290,12 @@ def accumulate_gradients(
     accumulated gradient does not depend on how it is split. Gradients are added to .grad (the
     caller zeroes them). row_entropy, if given, receives the mean token entropy of each row, keyed
     by row_ids[row] (default: the row's index in `batch`). algo: LossParts or an AlgoConfig.
-    critic, old_values, returns (b, T): PPO's value term (see micro_batch_loss).
+    critic, old_values, returns (b, T): PPO's value term (see micro_batch_loss). normalizers: the
+    LossNormalizers of the whole minibatch when `batch` is one worker's share of it (data-parallel
+    learners, rlvr.distributed.dp); None = computed from `batch`.
     """
     parts = LossParts.from_algo(algo)
-    norm = loss_normalizers(batch.response_mask, constant=float(norm_length) if norm_length else None)
+    norm = normalizers or loss_normalizers(batch.response_mask, constant=float(norm_length) if norm_length else None)
     total = 0.0
     seq_lens = batch.attention_mask.sum(-1).tolist()
 

@@ -127,6 +127,10 @@ def validate_train_config(cfg: TrainConfig) -> BatchPlan:
     if cfg.data.env and a.advantage == "process":
         raise ConfigError("data.env: algo.advantage=process needs per-step rewards of a text response; "
                           "episodes give one reward at the end (use grpo, rloo, ppo, ...)")
+    d = getattr(cfg, "distributed", None)
+    if cfg.data.env and d is not None and (d.max_staleness or d.queue_size or d.segment_tokens):
+        raise ConfigError("data.env: multi-turn episodes are sampled turn by turn within a step; they do not "
+                          "combine with distributed.max_staleness, queue_size or segment_tokens (leave those 0)")
     if cfg.data.env and s.thinking_budget >= 0:
         raise ConfigError("data.env: a thinking budget renders its own prompts; multi-turn episodes need "
                           "sampling.thinking_budget=-1")
@@ -211,7 +215,7 @@ def train(
 
     Config problems raise ValueError (BatchConfigError, TaskDataError) and an existing run
     FileExistsError, all before the run directory is touched."""
-    from rlvr.rollout import build_generator, rollouts_to_batch, with_thinking_budget
+    from rlvr.rollout import rollouts_to_batch, with_thinking_budget
     from rlvr.runs import checkpoint as ckpt_mod
     from rlvr.runs.progress import Progress
     from rlvr.runtime import memory_stats, reset_peak_memory, seed_everything, set_num_threads
@@ -241,13 +245,20 @@ def train(
     optimizer, scheduler = optimizer_from_config(
         model, cfg.optim, total_steps=r.steps * plan.optimizer_steps_per_rollout_batch,
         master_weights=cfg.model.master_weights)
-    generator = build_generator(cfg.rollout, model, tokenizer, model_source=session.model_source(cfg.model),
-                                seed=r.seed, default_batch_size=plan.rollout_batch)
+    # where generators and reward scoring run: in-process (default) or Ray actors (rlvr.distributed)
+    placement, wrap, behaviour = _placement(cfg, model, tokenizer, task, plan)
+    generator = placement.generator(cfg.rollout, model, tokenizer, model_source=session.model_source(cfg.model),
+                                    seed=r.seed, default_batch_size=plan.rollout_batch)
     sampler = with_thinking_budget(generator, s.thinking_budget, s.stop_thinking_text)
+    if wrap is not None:  # distributed.max_staleness / segment_tokens: sampling ahead, partial rollouts
+        sampler = generator = wrap(generator)
+    grad_fn = placement.learners(model)  # distributed.num_learners > 1: data-parallel (rlvr.distributed.dp)
     run, start_step, state = session.open_run(cfg, resume=resume, model=model, optimizer=optimizer,
                                               scheduler=scheduler, verbose=r.progress, extras=extras)
     if start_step:  # the checkpoint's weights replaced those the generator was built with
         generator.update_weights(model.named_parameters(), version=start_step)
+    if behaviour is not None:
+        behaviour.record(start_step, model)
     reference.start(run.path, start_step)
     source = ProblemSource(task.train, cfg.data, r.seed)  # the stream, or an online band / curriculum
     source.load_state_dict(state.get("pass_rates"))
@@ -264,7 +275,10 @@ def train(
                 with timer("filter"):
                     refreshed = source.refresh(sampler, task, s, task_scorer(task, cfg.data), data_pos, step)
                     model.train()
-            sampled = sample_groups(sampler, task, cfg, objective, step, data_pos, timer, source)
+            if hasattr(sampler, "begin_step"):
+                sampler.begin_step(step, data_pos)
+            sampled = sample_groups(sampler, task, cfg, objective, step, data_pos, timer, source,
+                                    score=placement.score)
             source.observe(sampled.examples, sampled.rewards, s.group_size, step)
             generator.sleep()  # colocated vLLM hands its memory to the learner
             data_pos = sampled.data_pos
@@ -274,9 +288,12 @@ def train(
             with timer("train"):
                 kept = torch.nonzero(keep).squeeze(1)
                 batch = rollouts_to_batch([rollouts[i] for i in kept.tolist()], tokenizer.pad_token_id) if len(kept) else None
+                old_fn = None if behaviour is None else behaviour.old_logprobs_fn(
+                    [rollouts[i] for i in kept.tolist()], current=step - 1)
                 learned = learn(model, optimizer, scheduler, batch, adv[kept], kept, objective, reference,
                                 cfg, step, critic=critic,
-                                steps=objective.step_marks(rollouts, rewards, kept, tokenizer))
+                                steps=objective.step_marks(rollouts, rewards, kept, tokenizer), old_logp_fn=old_fn,
+                                grad_fn=grad_fn)
             session.check_finite(step, loss=_mean(learned.losses), grad_norm=_mean(learned.grad_norms))
             if not learned.losses and not filtered_note:
                 filtered_note = True
@@ -285,6 +302,8 @@ def train(
             with timer("sync"):
                 generator.update_weights(model.named_parameters(), version=step)
                 reference.after_step(step, model, run.path, last_ckpt)
+                if behaviour is not None:
+                    behaviour.record(step, model)
 
             metrics = step_metrics(rewards, rollouts, shaped, zero_var, keep, learned, step)
             metrics.update(sampled.metrics(s.group_size) if a.filter_zero_variance else {})
@@ -295,7 +314,9 @@ def train(
             if (r.eval_every and step % r.eval_every == 0) or step == r.steps:
                 with timer("eval"):
                     metrics.update(eval_prefixed(eval_policy(sampler, task, cfg, greedy=r.eval_greedy, step=step)))
-            metrics.update(timer.metrics() | memory_stats(cfg.model.device))
+            metrics.update(timer.metrics() | memory_stats(cfg.model.device) | placement.metrics())
+            if wrap is not None:
+                metrics.update(sampler.metrics())
             if r.log_samples_every and (step % r.log_samples_every == 0 or step == 1):
                 run.log_samples(step, _samples(rollouts, ro_examples, rewards, r.num_log_samples, s.group_size,
                                                learned.row_entropy))
@@ -313,24 +334,28 @@ def train(
     finally:
         progress.close()
         run.close()
+        placement.shutdown()
     return TrainResult(run_dir=run.path, steps=r.steps, last_metrics=last, eval=finish_run(run.path, last))
 
 
 def learn(model, optimizer, scheduler, batch, adv: torch.Tensor, kept: torch.Tensor, objective: Objective,
-          reference, cfg: TrainConfig, step: int, critic=None, steps=None) -> Learned:
+          reference, cfg: TrainConfig, step: int, critic=None, steps=None, old_logp_fn=None,
+          grad_fn=None) -> Learned:
     """The learner's update on the kept rollouts (batch: their TrainingBatch, adv (B,)): old and
     reference logprobs (and with a critic the values) once, no grad; the loss's targets; then
     epochs x minibatches (one optimizer step each, and one critic step) x micro-batches (one
     backward each). steps: with algo.advantage=process the kept rows' rlvr.train.process.StepMarks.
-    Nothing happens when every row was filtered out."""
+    old_logp_fn: computes the old logprobs instead of the model (rollouts of older policy versions,
+    rlvr.distributed.staleness.BehaviourPolicy); grad_fn: replaces accumulate_gradients (data-parallel
+    learners, rlvr.distributed.dp.DataParallelGradients). Nothing happens when every row was filtered out."""
     out = Learned()
     n = kept.numel()
     if n == 0:
         return out
     a, s, plan = cfg.algo, cfg.sampling, objective.plan
     model.train()
-    old_logp = (batch_logprobs(model, batch, plan.micro_batch, s.temperature, a.micro_batch_tokens)
-                if objective.needs_old_logprobs else None)
+    old_logp = ((old_logp_fn or batch_logprobs)(model, batch, plan.micro_batch, s.temperature, a.micro_batch_tokens)
+                if objective.needs_old_logprobs or old_logp_fn is not None else None)  # off-policy rows: always
     ref_logp = reference.logprobs(batch, plan.micro_batch, s.temperature, a.micro_batch_tokens)
     old_values = critic.values(model, batch, plan.micro_batch, a.micro_batch_tokens) if critic is not None else None
     targets = objective.targets(adv, batch.response_mask, old_logp, ref_logp, old_values, steps=steps)
@@ -344,7 +369,7 @@ def learn(model, optimizer, scheduler, batch, adv: torch.Tensor, kept: torch.Ten
         order = torch.randperm(n, generator=g) if shuffle else torch.arange(n)
         for chunk in split_indices(n, plan.train_batch):
             idx = order[chunk.start : chunk.stop]
-            out.losses.append(accumulate_gradients(
+            out.losses.append((grad_fn or accumulate_gradients)(
                 model, batch.rows(idx), token_adv[idx],
                 None if old_logp is None else old_logp[idx], None if ref_logp is None else ref_logp[idx], a,
                 micro_batch_size=plan.micro_batch, micro_batch_tokens=a.micro_batch_tokens,
@@ -404,14 +429,15 @@ class Sampled:
 
 
 def sample_groups(sampler, task, cfg: TrainConfig, objective: Objective, step: int, data_pos: int,
-                  timer: Timer, source=None) -> Sampled:
+                  timer: Timer, source=None, score=None) -> Sampled:
     """Sample sampling.n_prompts problems x group_size, score them, compute advantages. With
     algo.filter_zero_variance and algo.refill_rounds = k, groups whose rewards are all equal are
     dropped and up to k more rounds of n_prompts new problems are sampled until n_prompts groups
     with a reward spread are in hand (DAPO's dynamic sampling); the batch then holds exactly
     n_prompts groups, or fewer when the budget ran out. Advantages are group-local, so groups of
     different rounds are computed together. source: a rlvr.train.curriculum.ProblemSource (the
-    online band / curriculum); None = the shuffled stream."""
+    online band / curriculum); None = the shuffled stream. score: the placement's scorer
+    (signature of score_rollouts; None = score_rollouts in this process)."""
     s, r, a = cfg.sampling, cfg.run, cfg.algo
     rollouts, examples, rewards = [], [], []
     rounds = 0
@@ -427,11 +453,15 @@ def sample_groups(sampler, task, cfg: TrainConfig, objective: Objective, step: i
             seed = step_seed(r.seed, step) if rnd == 0 else step_seed(r.seed + 7_777_777 * rnd, step)
             if task.env is not None:  # data.env: multi-turn episodes, rewarded by the environment (rlvr.envs)
                 ros, env_rws = task.env.rollouts(sampler, batch, task.sampling_spec(s, seed=seed))
+                ro_examples = [batch[ro.group] for ro in ros]
+            elif hasattr(sampler, "sample"):  # partial rollouts: finished groups, maybe of earlier steps' problems
+                ros, ro_examples = sampler.sample(batch, [task.prompt(ex) for ex in batch],
+                                                  task.sampling_spec(s, seed=seed))
             else:
                 ros = sampler.generate([task.prompt(ex) for ex in batch], task.sampling_spec(s, seed=seed))
-        ro_examples = [batch[ro.group] for ro in ros]
+                ro_examples = [batch[ro.group] for ro in ros]
         with timer("score"):
-            rws = env_rws if task.env is not None else score_rollouts(
+            rws = env_rws if task.env is not None else (score or score_rollouts)(
                 ros, ro_examples, task.reward_fn, workers=cfg.data.reward_workers,
                 timeout_s=cfg.data.reward_timeout_s, isolate=cfg.data.reward_isolate)
         rollouts += ros
@@ -450,6 +480,47 @@ def sample_groups(sampler, task, cfg: TrainConfig, objective: Objective, step: i
             keep = keep_groups.repeat_interleave(s.group_size)
     return Sampled(rollouts=rollouts, examples=examples, rewards=rewards, lengths=lengths, shaped=shaped,
                    adv=adv, keep=keep, zero_var=zero_var, data_pos=data_pos, rounds=rounds)
+
+
+def _placement(cfg: TrainConfig, model, tokenizer, task, plan: BatchPlan):
+    """(placement, wrap, behaviour) from cfg.distributed: the rlvr.distributed placement; with
+    distributed.max_staleness (sampling ahead, rlvr.distributed.staleness) or segment_tokens (partial
+    rollouts, rlvr.distributed.partial) a function wrapping the generator, and the BehaviourPolicy
+    that recomputes old logprobs of rollouts sampled by older versions; else None, None."""
+    from rlvr.distributed import build_placement
+
+    d = getattr(cfg, "distributed", None)
+    placement = build_placement(d, num_threads=cfg.run.num_threads)
+    segment = getattr(d, "segment_tokens", 0) if d is not None else 0
+    if d is None or not (d.max_staleness or d.queue_size or segment):
+        return placement, None, None
+    from rlvr.distributed.staleness import AheadSampler, BehaviourPolicy
+
+    s, a = cfg.sampling, cfg.algo
+    what = "distributed.segment_tokens" if segment else "distributed.max_staleness"
+    if s.thinking_budget >= 0:
+        raise ConfigError(f"{what} does not combine with sampling.thinking_budget; leave one of them unset")
+    if segment:
+        if d.max_staleness or d.queue_size:
+            raise ConfigError("distributed.segment_tokens (partial rollouts) and distributed.max_staleness "
+                              "(sampling ahead) are two ways to go asynchronous; set only one")
+        if a.filter_zero_variance and a.refill_rounds:
+            raise ConfigError("distributed.segment_tokens does not combine with algo.refill_rounds")
+        from rlvr.distributed.partial import PartialRollouts
+
+        keep = -(-s.max_tokens // segment) + 4  # a response spans at most this many versions (+ backlog)
+        return (placement, lambda gen: PartialRollouts(gen, tokenizer, segment),
+                BehaviourPolicy(model, keep=keep))
+
+    def planned(step: int, pos: int):
+        batch = take(task.train, pos, s.n_prompts, cfg.data.seed)
+        return [task.prompt(ex) for ex in batch], task.sampling_spec(s, seed=step_seed(cfg.run.seed, step))
+
+    def ahead(generator):
+        return AheadSampler(generator, planned, max_staleness=d.max_staleness, queue_size=d.queue_size,
+                            prompts_per_step=s.n_prompts)
+
+    return placement, ahead, BehaviourPolicy(model, keep=max(d.max_staleness, d.queue_size))
 
 
 def _spread_groups(rewards: list[Reward], group_size: int) -> int:

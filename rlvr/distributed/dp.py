@@ -1,0 +1,134 @@
+"""Data-parallel learners: N Ray actors share each minibatch's backward, gradients all-reduced (gloo).
+
+distributed.num_learners = N > 1 (with distributed.placement=ray). For every optimizer step the
+trainer's learn() hands the minibatch to DataParallelGradients instead of accumulate_gradients:
+
+1. the minibatch's LossNormalizers are computed once from its whole mask (rlvr.algo.aggregation:
+   every aggregation mode is a sum over rows divided by a global constant, so the shares' losses
+   and gradients add up to the whole minibatch's);
+2. the learner's current weights go to the N GradientWorker actors through the object store (one
+   ray.put, N readers), each its contiguous share of the rows;
+3. each actor runs accumulate_gradients on its share with the global normalizers, then the flat
+   gradient is summed over the actors with torch.distributed.all_reduce (gloo on CPU; the backend
+   is a parameter, NCCL on GPUs);
+4. the summed gradient lands in the driver's .grad; the driver's optimizer steps as with one
+   learner (clip_and_step), so optimizer state, scheduler and checkpoints are the one-process ones.
+
+The result equals one learner on the whole minibatch up to float summation order
+(tests/test_distributed_ray.py: 2 learners == 1 learner). PPO's critic is not split (refused).
+"""
+
+from __future__ import annotations
+
+import socket
+
+import torch
+
+
+class GradientWorker:
+    """One data-parallel rank: a policy copy in a torch.distributed group of `world` ranks."""
+
+    def __init__(self, rank: int, world: int, init_method: str, model, num_threads: int = 1, backend: str = "gloo"):
+        import torch.distributed as dist
+
+        torch.set_num_threads(max(1, num_threads))
+        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world)
+        self.rank, self.world = rank, world
+        self.model = model
+        self.model.train()
+
+    def grads(self, state: dict, batch, advantages, old_logp, ref_logp, algo, normalizers, row_ids, kwargs: dict):
+        """(summed loss, the all-reduced flat gradient (rank 0 only, else None), StepStats, row entropy)."""
+        import torch.distributed as dist
+
+        from rlvr.train.objective import StepStats, accumulate_gradients
+
+        self.model.load_state_dict(state)
+        self.model.zero_grad(set_to_none=True)
+        stats, ent = StepStats(), {}
+        loss = 0.0
+        if batch.input_ids.shape[0]:
+            loss = accumulate_gradients(self.model, batch, advantages, old_logp, ref_logp, algo, stats=stats,
+                                        row_entropy=ent, row_ids=row_ids, normalizers=normalizers, **kwargs)
+        params = list(self.model.parameters())
+        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).float()
+                          for p in params] + [torch.tensor([loss], dtype=torch.float32)])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        return (float(flat[-1]) if self.rank == 0 else None, flat[:-1] if self.rank == 0 else None, stats, ent)
+
+    def close(self) -> None:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+
+
+class DataParallelGradients:
+    """accumulate_gradients' signature, computed by N GradientWorker actors; see the module docstring.
+
+    actors are created by RayPlacement.learners (their placement-group bundles)."""
+
+    def __init__(self, actors: list):
+        self.actors = actors
+
+    def __call__(self, model, batch, advantages, old_logp, ref_logp, algo, *, micro_batch_size: int,
+                 norm_length: int, temperature: float = 1.0, micro_batch_tokens: int = 0, stats=None,
+                 row_entropy=None, row_ids=None, critic=None, old_values=None, returns=None) -> float:
+        import ray
+
+        from rlvr.algo import loss_normalizers
+        from rlvr.distributed.placement import _shards
+        from rlvr.distributed.weights import cpu_state
+
+        if critic is not None:
+            raise ValueError("distributed.num_learners > 1 does not split PPO's critic (algo.critic); use 1 learner")
+        n = batch.input_ids.shape[0]
+        norm = loss_normalizers(batch.response_mask, constant=float(norm_length) if norm_length else None)
+        state = ray.put(cpu_state(model.state_dict().items()))
+        kwargs = {"micro_batch_size": micro_batch_size, "norm_length": norm_length, "temperature": temperature,
+                  "micro_batch_tokens": micro_batch_tokens}
+        ids = list(row_ids) if row_ids is not None else list(range(n))
+        shards = _shards(n, len(self.actors)) + [(n, n)] * max(0, len(self.actors) - n)
+        calls = []
+        for actor, (lo, hi) in zip(self.actors, shards, strict=True):
+            idx = torch.arange(lo, hi)
+            adv = advantages[lo:hi]
+            calls.append(actor.grads.remote(state, batch.rows(idx), adv, _cut(old_logp, lo, hi),
+                                            _cut(ref_logp, lo, hi), algo, norm, ids[lo:hi], kwargs))
+        results = ray.get(calls)
+        loss, flat = results[0][0], results[0][1]
+        offset = 0
+        for p in model.parameters():
+            g = flat[offset:offset + p.numel()].view_as(p).to(p.dtype)
+            offset += p.numel()
+            p.grad = g.clone() if p.grad is None else p.grad + g
+        for _, _, st, ent in results:
+            if stats is not None:
+                _merge(stats, st)
+            if row_entropy is not None:
+                row_entropy.update(ent)
+        return loss
+
+    def close(self) -> None:
+        import ray
+
+        ray.get([a.close.remote() for a in self.actors])
+
+
+def _cut(t, lo: int, hi: int):
+    return None if t is None else t[lo:hi]
+
+
+def _merge(into, st) -> None:
+    for k, v in st.sums.items():
+        into.sums[k] = into.sums.get(k, 0.0) + v
+        into.weights[k] = into.weights.get(k, 0.0) + st.weights[k]
+    for k, v in st.mins.items():
+        into.mins[k] = min(into.mins.get(k, v), v)
+    for k, v in st.maxs.items():
+        into.maxs[k] = max(into.maxs.get(k, v), v)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
