@@ -322,7 +322,8 @@ def learn(model, optimizer, scheduler, batch, adv: torch.Tensor, kept: torch.Ten
         return out
     a, s, plan = cfg.algo, cfg.sampling, objective.plan
     model.train()
-    old_logp = (batch_logprobs(model, batch, plan.micro_batch, s.temperature, a.micro_batch_tokens)
+    old_logp = (batch_logprobs(model, batch, plan.micro_batch, s.temperature, a.micro_batch_tokens,
+                               shared_prefix=a.shared_prefix)
                 if objective.needs_old_logprobs else None)
     ref_logp = reference.logprobs(batch, plan.micro_batch, s.temperature, a.micro_batch_tokens)
     old_values = critic.values(model, batch, plan.micro_batch, a.micro_batch_tokens) if critic is not None else None
