@@ -96,47 +96,53 @@ def _flat(cfg) -> dict:
 # ------------------------------------------------------------------------- phase timing
 
 
+_ACTIVE: list = [None]  # the PhaseClock of the run now stepping (runs alternate, one at a time)
+
+
 class PhaseClock:
-    """Wraps the functions the training loop calls; each call's wall time goes to its phase."""
+    """Per-run phase times. `install()` wraps, once for the process, the functions the training
+    loop calls; each call's wall time goes to the active clock's phase."""
+
+    _undo: list = []
 
     def __init__(self):
         self.spent: dict[str, float] = {}
-        self._undo: list = []
 
-    @contextmanager
-    def timing(self, phase: str):
-        t = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.spent[phase] = self.spent.get(phase, 0.0) + time.perf_counter() - t
-
-    def wrap(self, owner, name: str, phase: str) -> None:
+    @staticmethod
+    def wrap(owner, name: str, phase: str) -> None:
         fn = getattr(owner, name)
-        clock = self
 
         def wrapped(*a, **k):
-            with clock.timing(phase):
+            t = time.perf_counter()
+            try:
                 return fn(*a, **k)
+            finally:
+                clock = _ACTIVE[0]
+                if clock is not None:
+                    clock.spent[phase] = clock.spent.get(phase, 0.0) + time.perf_counter() - t
 
         setattr(owner, name, wrapped)
-        self._undo.append((owner, name, fn))
+        PhaseClock._undo.append((owner, name, fn))
 
-    def install(self) -> None:
+    @staticmethod
+    def install() -> None:
         import rlvr.train.objective as obj
         import rlvr.train.pg as pg
         import rlvr.train.reference as ref
 
-        self.wrap(pg, "batch_logprobs", "old/ref logprobs")
-        self.wrap(ref.ReferencePolicy, "logprobs", "old/ref logprobs")
-        self.wrap(obj, "micro_batch_loss", "forward")
-        self.wrap(pg, "accumulate_gradients", "_accumulate")  # forward + backward
-        self.wrap(pg, "clip_and_step", "optimizer")
+        if PhaseClock._undo:
+            return
+        PhaseClock.wrap(pg, "batch_logprobs", "old/ref logprobs")
+        PhaseClock.wrap(ref.ReferencePolicy, "logprobs", "old/ref logprobs")
+        PhaseClock.wrap(obj, "micro_batch_loss", "forward")
+        PhaseClock.wrap(pg, "accumulate_gradients", "_accumulate")  # forward + backward
+        PhaseClock.wrap(pg, "clip_and_step", "optimizer")
 
-    def uninstall(self) -> None:
-        for owner, name, fn in reversed(self._undo):
+    @staticmethod
+    def uninstall() -> None:
+        for owner, name, fn in reversed(PhaseClock._undo):
             setattr(owner, name, fn)
-        self._undo.clear()
+        PhaseClock._undo.clear()
 
     def take(self, metrics: dict) -> dict[str, float]:
         """This step's phases from the loop's own time/* metrics and the wrappers' sums."""
@@ -187,18 +193,16 @@ class _Runner:
         try:
             self._go.acquire()
             self._resumed = time.perf_counter()
-            self.clock.install()
             train(self.cfg, data=self.task, on_step=on_step)
         except BaseException as e:  # noqa: BLE001 - reported by the main thread
             self.error = e
             self._done.release()
-        finally:
-            self.clock.uninstall()
 
     def step(self):
         """Let the run do its next step (blocks until it is done)."""
         if not self._t.is_alive() and not self.rows and self.error is None:
             self._t.start()
+        _ACTIVE[0] = self.clock
         self._go.release()
         self._done.acquire()
         if self.error is not None:
@@ -209,13 +213,16 @@ def timed_runs(configs: dict[str, tuple], steps: int, counts: dict[str, dict]) -
     """Run every configuration for `steps` steps, alternating step by step; after each step, the
     matmuls of that configuration's phases are timed alone (row["mm_s"][phase])."""
     runners = {k: _Runner(c, t, PhaseClock()) for k, (c, t) in configs.items()}
+    PhaseClock.install()
     for _ in range(steps):
         for k, r in runners.items():
             r.step()
             r.rows[-1]["mm_s"] = {p: c["matmuls"].seconds() for p, c in counts[k].items()}
     for r in runners.values():
+        _ACTIVE[0] = r.clock
         r._go.release()  # let train() finish (checkpoint, plots)
         r._t.join()
+    PhaseClock.uninstall()
     return {k: r.rows for k, r in runners.items()}
 
 

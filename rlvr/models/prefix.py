@@ -106,8 +106,9 @@ def score_shared_prefix(
     pre_lab = torch.where(real_pre, lab[rep, :Smax], torch.full((), -100, dtype=lab.dtype, device=dev))
     pre_am = real_pre.long()
     pre_pos = col.expand(g, Smax)
+    cache_kw = "cache" if "cache" in _forward_params(model) else "past_key_values"  # renamed in transformers 5.2x
     out = model(input_ids=pre_ids, attention_mask=pre_am, position_ids=pre_pos, use_cache=True)
-    cache = out.past_key_values if hasattr(out, "past_key_values") else out.cache
+    cache = getattr(out, cache_kw)
     pre_lp, pre_ent = logprobs_and_entropy(out.logits, pre_lab, chunk_size=chunk_size, with_entropy=with_entropy,
                                            temperature=temperature)  # (g, Smax)
     del out
@@ -124,8 +125,7 @@ def score_shared_prefix(
     cache.batch_select_indices(gor)  # (g, ...) -> (b, ...) rows of each row's group, differentiable
     full_am = torch.cat([pre_am[gor], real_suf.long()], dim=1)
     suf_pos = Sr.unsqueeze(1) + cs.unsqueeze(0)
-    kw = {"cache" if "cache" in _forward_params(model) else "past_key_values": cache}
-    out = model(input_ids=suf_ids, attention_mask=full_am, position_ids=suf_pos, use_cache=True, **kw)
+    out = model(input_ids=suf_ids, attention_mask=full_am, position_ids=suf_pos, use_cache=True, **{cache_kw: cache})
     suf_lp, suf_ent = logprobs_and_entropy(out.logits, suf_lab, chunk_size=chunk_size, with_entropy=with_entropy,
                                            temperature=temperature)  # (b, Lsuf)
     del out, cache
