@@ -14,13 +14,12 @@ cached under /tmp/rlvr-step-sft).
    backward (the rest of accumulate_gradients), optimizer (clip_and_step), and bookkeeping
    (everything else of time/step: batch building, metrics, logging, weight sync). Steady = the
    median over the steps after --warmup; the first step is reported apart.
-2. FLOPs: one more step is replayed phase by phase under torch.utils.flop_counter.FlopCounterMode
-   (generation, the no-grad logprob forwards, the training forward, the backward).
-3. The limit: every matrix multiply the step runs (mm, addmm, bmm, with its shapes and strides,
-   recorded by a TorchDispatchMode during the replay) is re-run alone on random tensors of the
-   same layout and timed (the median of 3 calls,
-   timed again after every step); the limit of a phase is the time its FLOPs take at
-   that phase's measured matmul throughput (FLOPs / (summed FLOPs / summed matmul seconds)).
+2. FLOPs: one more step is replayed phase by phase under benchmarks/compute_limit.count_flops
+   (torch's FlopCounterMode, with every counted op's shapes): generation, the no-grad logprob
+   forwards, the training forward, the backward.
+3. The limit: after every step, each phase's counted ops are replayed alone at their recorded shapes
+   and strides (compute_limit.matmul_throughput, best of 3 short replays), so the limit is timed
+   under the same machine load as the step; a phase's limit is its FLOPs at that throughput.
    "share of limit" = limit / measured time: 100% would mean nothing but matrix multiplies at the
    speed this machine runs them at these shapes.
 
@@ -39,12 +38,15 @@ import platform
 import statistics
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.compute_limit import count_flops, limit_seconds, matmul_throughput  # noqa: E402
+
 RESULTS = ROOT / "benchmarks" / "results"
 PHASES = ("generate", "score", "old/ref logprobs", "forward", "backward", "optimizer", "bookkeeping")
 SFT_CACHE = Path("/tmp/rlvr-step-sft")
@@ -209,7 +211,7 @@ class _Runner:
             raise self.error
 
 
-def timed_runs(configs: dict[str, tuple], steps: int, counts: dict[str, dict]) -> dict[str, list[dict]]:
+def timed_runs(configs: dict[str, tuple], steps: int, counts: dict[str, dict], threads: int) -> dict[str, list[dict]]:
     """Run every configuration for `steps` steps, alternating step by step; after each step, the
     matmuls of that configuration's phases are timed alone (row["mm_s"][phase])."""
     runners = {k: _Runner(c, t, PhaseClock()) for k, (c, t) in configs.items()}
@@ -217,7 +219,7 @@ def timed_runs(configs: dict[str, tuple], steps: int, counts: dict[str, dict]) -
     for _ in range(steps):
         for k, r in runners.items():
             r.step()
-            r.rows[-1]["mm_s"] = {p: c["matmuls"].seconds() for p, c in counts[k].items()}
+            r.rows[-1]["limit"] = {p: _limit_seconds(c, threads) for p, c in counts[k].items()}
     for r in runners.values():
         _ACTIVE[0] = r.clock
         r._go.release()  # let train() finish (checkpoint, plots)
@@ -229,67 +231,17 @@ def timed_runs(configs: dict[str, tuple], steps: int, counts: dict[str, dict]) -
 # --------------------------------------------------------------------------- FLOPs, limit
 
 
-class MatmulRecorder(torch.utils._python_dispatch.TorchDispatchMode):
-    """Records every mm / addmm / bmm (shapes, strides, dtype) run inside it."""
-
-    OPS = None
-
-    def __init__(self):
-        super().__init__()
-        aten = torch.ops.aten
-        self.ops_of_interest = {aten.mm.default, aten.addmm.default, aten.bmm.default}
-        self.calls: list[tuple] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func in self.ops_of_interest:
-            ts = [a for a in args if isinstance(a, torch.Tensor)]
-            self.calls.append((func, tuple((tuple(t.shape), tuple(t.stride()), t.dtype) for t in ts)))
-        return func(*args, **(kwargs or {}))
-
-
-def _mm_flops(func, layout) -> float:
-    aten = torch.ops.aten
-    if func is aten.bmm.default:
-        (b, m, k), (_, _, n) = layout[0][0], layout[1][0]
-        return 2.0 * b * m * k * n
-    a, w = (layout[1], layout[2]) if func is aten.addmm.default else (layout[0], layout[1])
-    (m, k), (_, n) = a[0], w[0]
-    return 2.0 * m * k * n
-
-
-class MatmulSet:
-    """The distinct matmul layouts of a phase with their call counts, on random tensors, ready to
-    be timed again and again (between the training steps, so the same machine load hits both)."""
-
-    def __init__(self, calls: list[tuple]):
-        from collections import Counter
-
-        self.items = []
-        self.flops = 0.0
-        for (func, layout), n in Counter(calls).items():
-            ts = [torch.empty_strided(shape, stride, dtype=dt).normal_() for shape, stride, dt in layout]
-            func(*ts)  # warm
-            self.items.append((func, ts, n))
-            self.flops += n * _mm_flops(func, layout)
-
-    def seconds(self, reps: int = 3) -> float:
-        """Time of all the calls: each layout's median of `reps` single calls times its count (the
-        median, not the best: under load the limit should see the load the step saw)."""
-        total = 0.0
-        for func, ts, n in self.items:
-            times = []
-            for _ in range(reps):
-                t = time.perf_counter()
-                func(*ts)
-                times.append(time.perf_counter() - t)
-            total += n * statistics.median(times)
-        return total
+def _limit_seconds(count, threads: int) -> float:
+    """The compute limit of one phase, timed now: its FLOPs at the matmul throughput of its own ops
+    (benchmarks/compute_limit.py; a short replay, so it can run after every step)."""
+    if not count.flops:
+        return 0.0
+    return limit_seconds(count.flops, matmul_throughput(count.ops, threads, repeats=3, min_seconds=0.0))
 
 
 def count_phases(cfg, task) -> dict[str, dict]:
-    """Replay one step phase by phase: FLOPs (FlopCounterMode) and the matmul limit per phase."""
-    from torch.utils.flop_counter import FlopCounterMode
-
+    """Replay one step phase by phase: FLOPs and the ops (with shapes) of each phase
+    (benchmarks/compute_limit.count_flops)."""
     import rlvr.train.objective as objective_mod
     from rlvr.rollout import build_generator, rollouts_to_batch
     from rlvr.train.common import policy_from_config
@@ -300,31 +252,27 @@ def count_phases(cfg, task) -> dict[str, dict]:
     model, tok = policy_from_config(cfg.model, seed=cfg.run.seed)
     obj = objective_mod.Objective(cfg.algo, cfg.sampling.group_size, cfg.sampling.max_tokens, plan)
     gen = build_generator(cfg.rollout, model, tok, seed=cfg.run.seed, default_batch_size=plan.rollout_batch)
-    out: dict[str, dict] = {}
-
-    @contextmanager
-    def counted(phase):
-        rec = MatmulRecorder()
-        with FlopCounterMode(display=False) as fc, rec:
-            yield
-        out[phase] = {"gflop": fc.get_total_flops() / 1e9, "matmuls": MatmulSet(rec.calls)}
-
-    with counted("generate"):
-        sampled = sample_groups(gen, task, cfg, obj, 1, 0, Timer())
+    out = {}
+    out["generate"] = count_flops(lambda: sample_groups(gen, task, cfg, obj, 1, 0, Timer()))
+    sampled = out["generate"].result
     batch = rollouts_to_batch(sampled.rollouts, tok.pad_token_id)
     if obj.needs_old_logprobs or obj.needs_reference:
-        with counted("old/ref logprobs"):
+        def old_ref():
             for _ in range(int(obj.needs_old_logprobs) + int(obj.needs_reference)):
-                objective_mod.batch_logprobs(model, batch, plan.micro_batch, cfg.sampling.temperature)
-    norm_len = obj.norm_length
+                objective_mod.batch_logprobs(model, batch, plan.micro_batch, cfg.sampling.temperature,
+                                             shared_prefix=cfg.algo.shared_prefix)
+        out["old/ref logprobs"] = count_flops(old_ref)
     from rlvr.algo import loss_normalizers
 
+    norm_len = obj.norm_length
     norm = loss_normalizers(batch.response_mask, constant=float(norm_len) if norm_len else None)
-    with counted("forward"):
-        loss, _ = objective_mod.micro_batch_loss(model, batch, sampled.adv, None, None, norm,
-                                                 LossParts.from_algo(cfg.algo), temperature=cfg.sampling.temperature)
-    with counted("backward"):
-        loss.backward()
+    out["forward"] = count_flops(lambda: objective_mod.micro_batch_loss(
+        model, batch, sampled.adv, None, None, norm, LossParts.from_algo(cfg.algo),
+        temperature=cfg.sampling.temperature))
+    loss, _ = out["forward"].result
+    out["backward"] = count_flops(loss.backward)
+    for c in out.values():
+        c.result = None
     return out
 
 
@@ -339,8 +287,7 @@ def summarize(rows: list[dict], warmup: int, counts: dict[str, dict]) -> dict:
     steady = [rows[i] for i in idx]
 
     def limit(r, p):
-        c = counts[p]
-        return c["gflop"] * 1e9 * r["mm_s"][p] / c["matmuls"].flops if c["matmuls"].flops else 0.0
+        return r["limit"][p]
 
     med = lambda xs: statistics.median(list(xs))
     phases = {}
@@ -348,9 +295,10 @@ def summarize(rows: list[dict], warmup: int, counts: dict[str, dict]) -> dict:
         entry = {"seconds": round(med(r[p] for r in steady), 4)}
         if p in counts:
             c = counts[p]
-            entry.update(gflop=round(c["gflop"], 3),
-                         mm_gflop_per_s=round(med(c["matmuls"].flops / 1e9 / r["mm_s"][p] for r in steady), 1),
-                         limit_s=round(med(limit(r, p) for r in steady), 4),
+            lim = med(limit(r, p) for r in steady)
+            entry.update(gflop=round(c.flops / 1e9, 3),
+                         mm_gflop_per_s=round(c.flops / 1e9 / lim, 1) if lim else None,
+                         limit_s=round(lim, 4),
                          share_of_limit=round(med(limit(r, p) / r[p] for r in steady if r[p] > 0), 3))
         phases[p] = entry
     step_limit = [sum(limit(r, p) for p in counts) for r in rows]
@@ -360,7 +308,7 @@ def summarize(rows: list[dict], warmup: int, counts: dict[str, dict]) -> dict:
         "startup_s": round(rows[0].get("startup", 0.0), 3),
         "first_step_s": round(rows[0]["step"], 4), "steady_step_s": round(steady_step, 4),
         "first_over_steady": round(rows[0]["step"] / steady_step, 2),
-        "gflop_per_step": round(sum(c["gflop"] for c in counts.values()), 3),
+        "gflop_per_step": round(sum(c.flops for c in counts.values()) / 1e9, 3),
         "limit_s": round(med(step_limit[i] for i in idx), 4),
         "share_of_limit": round(med(step_limit[i] / rows[i]["step"] for i in idx), 3),
         "phases": phases,
@@ -417,7 +365,7 @@ def main(argv=None) -> int:
     for k, (c, _) in configs.items():
         c.run.out_dir = f"/tmp/rlvr-step-run/{abs(hash(k))}"
     counts = {k: count_phases(c, t) for k, (c, t) in configs.items()}
-    rows = timed_runs(configs, a.steps, counts)
+    rows = timed_runs(configs, a.steps, counts, a.threads)
     path = RESULTS / "step.json"
     results = json.loads(path.read_text()) if path.exists() else {"runs": {}}
     for k in configs:
