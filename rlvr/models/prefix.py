@@ -122,7 +122,7 @@ def score_shared_prefix(
     at = (Sr.unsqueeze(1) + cs.unsqueeze(0)).clamp_max(T - 1)
     suf_ids = torch.where(real_suf, ids.gather(1, at), torch.zeros((), dtype=ids.dtype, device=dev))
     suf_lab = torch.where(real_suf, lab.gather(1, at), torch.full((), -100, dtype=lab.dtype, device=dev))
-    cache.batch_select_indices(gor)  # (g, ...) -> (b, ...) rows of each row's group, differentiable
+    _select_rows(cache, gor)  # (g, ...) -> (b, ...) rows of each row's group, differentiable
     full_am = torch.cat([pre_am[gor], real_suf.long()], dim=1)
     suf_pos = Sr.unsqueeze(1) + cs.unsqueeze(0)
     out = model(input_ids=suf_ids, attention_mask=full_am, position_ids=suf_pos, use_cache=True, **{cache_kw: cache})
@@ -141,11 +141,24 @@ def score_shared_prefix(
 
     def place(pre, suf):
         flat = torch.cat([pre.reshape(-1), suf.reshape(-1), pre.new_zeros(1)])
-        return flat[idx]
+        return flat.index_select(0, idx.reshape(-1)).view(b, T)  # backward: index_add, no sort
 
     logprobs = place(pre_lp, suf_lp)
     entropy = place(pre_ent, suf_ent) if with_entropy else None
     return ScoreOutput(logprobs=logprobs, entropy=entropy)
+
+
+def _select_rows(cache, rows: torch.Tensor) -> None:
+    """cache rows -> cache rows[rows], in place. index_select (backward: one index_add) where the
+    cache exposes its layers' keys/values, else the cache's own batch_select_indices."""
+    layers = getattr(cache, "layers", None)
+    if layers and all(isinstance(getattr(la, "keys", None), torch.Tensor) and
+                      isinstance(getattr(la, "values", None), torch.Tensor) for la in layers):
+        for la in layers:
+            la.keys = la.keys.index_select(0, rows)
+            la.values = la.values.index_select(0, rows)
+    else:
+        cache.batch_select_indices(rows)
 
 
 def _forward_params(model):
