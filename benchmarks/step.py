@@ -32,6 +32,7 @@ kept, so "before" and "after" sit side by side).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -365,6 +366,7 @@ def main(argv=None) -> int:
     for k, (c, _) in configs.items():
         c.run.out_dir = f"/tmp/rlvr-step-run/{abs(hash(k))}"
     counts = {k: count_phases(c, t) for k, (c, t) in configs.items()}
+    gc.collect()  # the replays' model and tensors go now, not inside the first timed step
     rows = timed_runs(configs, a.steps, counts, a.threads)
     path = RESULTS / "step.json"
     results = json.loads(path.read_text()) if path.exists() else {"runs": {}}
