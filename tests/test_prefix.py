@@ -74,6 +74,21 @@ def test_shared_prefix_scores_and_gradients_equal_the_plain_forward(temperature)
     assert g_ref["model.embed_tokens.weight"].abs().sum() > 0
 
 
+def test_shared_prefix_falls_back_to_whole_rows_under_activation_checkpointing():
+    from rlvr.models.loading import enable_gradient_checkpointing
+    from rlvr.models.prefix import score_rows
+
+    model, _ = build_tiny_model(hidden_size=32, num_layers=2, num_heads=2, seed=0)
+    batch, _ = _grouped_batch(seed=2)
+    plain = score_tokens(model, batch.input_ids, batch.labels, batch.attention_mask).logprobs
+    enable_gradient_checkpointing(model)  # its training forward builds no KV cache
+    model.train()
+    out = score_rows(model, batch.input_ids, batch.labels, batch.attention_mask, batch.response_mask,
+                     shared_prefix=True)
+    out.logprobs.sum().backward()
+    assert torch.allclose(out.logprobs, plain, atol=1e-5)
+
+
 def _run(tmp_path, shared: str, *extra, monkeypatch=None):
     cfg = load_config(TrainConfig, None, TINY + [
         f"run.out_dir={tmp_path / shared}", "sampling.n_prompts=4", "sampling.group_size=4", "run.steps=3",

@@ -109,6 +109,9 @@ def score_shared_prefix(
     cache_kw = "cache" if "cache" in _forward_params(model) else "past_key_values"  # renamed in transformers 5.2x
     out = model(input_ids=pre_ids, attention_mask=pre_am, position_ids=pre_pos, use_cache=True)
     cache = getattr(out, cache_kw)
+    if cache is None:
+        raise RuntimeError("shared-prefix scoring needs the model's KV cache, but its forward returned none "
+                           "(use_cache off?); set algo.shared_prefix=false")
     pre_lp, pre_ent = logprobs_and_entropy(out.logits, pre_lab, chunk_size=chunk_size, with_entropy=with_entropy,
                                            temperature=temperature)  # (g, Smax)
     del out
@@ -174,8 +177,11 @@ def score_rows(model, input_ids, labels, attention_mask, response_mask=None, *, 
     tells where each row's prompt ends."""
     from rlvr.models.scoring import score_tokens
 
+    # activation checkpointing turns the training forward's KV cache off (transformers), so there is
+    # no prefix cache to share: such a model runs every row whole
+    checkpointing = model.training and getattr(model, "is_gradient_checkpointing", False)
     groups = (prefix_groups(input_ids, response_mask, attention_mask)
-              if shared_prefix and response_mask is not None else None)
+              if shared_prefix and response_mask is not None and not checkpointing else None)
     if groups is None:
         return score_tokens(model, input_ids, labels, attention_mask, with_entropy=with_entropy,
                             temperature=temperature, chunk_size=chunk_size)
