@@ -179,7 +179,9 @@ def score_rows(model, input_ids, labels, attention_mask, response_mask=None, *, 
 
     # activation checkpointing turns the training forward's KV cache off (transformers), so there is
     # no prefix cache to share: such a model runs every row whole
-    checkpointing = model.training and getattr(model, "is_gradient_checkpointing", False)
+    checkpointing = model.training and (getattr(model, "is_activation_checkpointing", None)  # transformers 5.x
+                                        if hasattr(type(model), "is_activation_checkpointing")
+                                        else getattr(model, "is_gradient_checkpointing", False))
     groups = (prefix_groups(input_ids, response_mask, attention_mask)
               if shared_prefix and response_mask is not None and not checkpointing else None)
     if groups is None:
