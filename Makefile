@@ -44,3 +44,7 @@ lint: $(STAMP)
 
 clean-venv:
 	rm -rf $(VENV)
+
+.PHONY: bench-step
+bench-step: $(STAMP)
+	$(BIN)/python benchmarks/step.py --compare algo.shared_prefix=false --compare rollout.shared_prefix=false

@@ -265,7 +265,7 @@ def test_dropping_finished_rows_changes_nothing(tiny, monkeypatch):
         h.remove()
     lengths = sorted(len(r.response_ids) for r in batched)
     assert lengths[0] <= 4 and lengths[-1] >= 8  # rows really finished at different steps
-    assert selects and selects[0] <= 9  # the 12-row batch was compacted at least once
+    assert selects and min(selects) <= 9  # the 12-row batch was compacted at least once
     assert [r.response_ids for r in batched] == [r.response_ids for r in alone]
     assert [r.response_ids for r in batched] == [r.response_ids for r in recompute]
     for a, b in zip(batched, alone, strict=True):

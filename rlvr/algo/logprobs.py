@@ -85,6 +85,9 @@ class _ChunkedLogprobEntropy(torch.autograd.Function):
                 picked = x.gather(1, lab.clamp_min(0).unsqueeze(1)).squeeze(1)
                 logp[s:e] = torch.where(lab != IGNORE_INDEX, picked - lse, torch.zeros_like(lse))
         ctx.save_for_backward(logits2d, labels1d if with_logp else None)
+        # an output nobody differentiates (the entropy of a loss without an entropy bonus, kept only
+        # as a metric) gets None in backward instead of zeros, and its (n, V) term is skipped
+        ctx.set_materialize_grads(False)
         ctx.chunk_size = chunk_size
         ctx.temperature = temperature
         ctx.with_logp = with_logp

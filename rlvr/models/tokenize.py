@@ -68,28 +68,36 @@ def build_training_batch(
     T = max(len(r) for r in rows)
     if T < 2:
         raise ValueError("every batch needs at least one sequence of >= 2 tokens")
-    B = len(rows)
-    ids = torch.full((B, T), pad_token_id, dtype=torch.long)
-    attn = torch.zeros((B, T), dtype=torch.long)
-    resp = torch.zeros((B, T - 1), dtype=torch.bool)
-    lps = torch.zeros((B, T - 1), dtype=torch.float32) if sampler_logprobs is not None else None
+    # built as padded Python lists and turned into tensors once (a tensor per row cost more than
+    # the training forward of a small model)
+    ids_l, attn_l, resp_l = [], [], []
+    lps_l = [] if sampler_logprobs is not None else None
     for i, (p, r, row) in enumerate(zip(prompt_ids, response_ids, rows, strict=True)):
         P, R = len(p), len(r)
         if P == 0 and R > 0:
             raise ValueError(f"row {i}: empty prompt; the first response token would have no context")
-        ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-        attn[i, : len(row)] = 1
-        if R:
-            m = torch.ones(R, dtype=torch.bool)
-            if loss_masks is not None:
-                if len(loss_masks[i]) != R:
-                    raise ValueError(f"row {i}: loss mask has {len(loss_masks[i])} entries for {R} tokens")
-                m = torch.tensor([bool(x) for x in loss_masks[i]], dtype=torch.bool)
-            resp[i, P - 1 : P - 1 + R] = m
-            if lps is not None and sampler_logprobs[i] is not None:
-                if len(sampler_logprobs[i]) != R:
-                    raise ValueError(f"row {i}: {len(sampler_logprobs[i])} sampler logprobs for {R} tokens")
-                lps[i, P - 1 : P - 1 + R] = torch.tensor(list(sampler_logprobs[i]), dtype=torch.float32)
+        pad = T - len(row)
+        ids_l.append(row + [pad_token_id] * pad)
+        attn_l.append([1] * len(row) + [0] * pad)
+        m = [True] * R
+        if R and loss_masks is not None:
+            if len(loss_masks[i]) != R:
+                raise ValueError(f"row {i}: loss mask has {len(loss_masks[i])} entries for {R} tokens")
+            m = [bool(x) for x in loss_masks[i]]
+        tail = T - 1 - (P - 1 + R) if R else 0
+        resp_l.append([False] * (P - 1) + m + [False] * tail if R else [False] * (T - 1))
+        if lps_l is not None:
+            lp = sampler_logprobs[i]
+            if R and lp is not None:
+                if len(lp) != R:
+                    raise ValueError(f"row {i}: {len(lp)} sampler logprobs for {R} tokens")
+                lps_l.append([0.0] * (P - 1) + [float(x) for x in lp] + [0.0] * tail)
+            else:
+                lps_l.append([0.0] * (T - 1))
+    ids = torch.tensor(ids_l, dtype=torch.long)
+    attn = torch.tensor(attn_l, dtype=torch.long)
+    resp = torch.tensor(resp_l, dtype=torch.bool)
+    lps = torch.tensor(lps_l, dtype=torch.float32) if lps_l is not None else None
     return TrainingBatch(
         input_ids=ids[:, :-1].contiguous(),
         labels=ids[:, 1:].contiguous(),

@@ -33,7 +33,8 @@ GeneratorBuilder = Callable[..., Generator]
 def _hf(rcfg, model, tokenizer, *, model_source, seed, default_batch_size) -> Generator:
     from rlvr.rollout.hf_generator import HFGenerator
 
-    return HFGenerator(model, tokenizer, batch_size=getattr(rcfg, "batch_size", 0) or max(64, default_batch_size))
+    return HFGenerator(model, tokenizer, batch_size=getattr(rcfg, "batch_size", 0) or max(64, default_batch_size),
+                       shared_prefix=getattr(rcfg, "shared_prefix", True))
 
 
 def _vllm(rcfg, model, tokenizer, *, model_source, seed, default_batch_size) -> Generator:

@@ -6,6 +6,7 @@ Plain functions with plain arguments; the trainers call them with fields of thei
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Sequence
 from pathlib import Path
@@ -252,6 +253,12 @@ def data_order(n: int, seed: int, epoch: int) -> list[int]:
     return order
 
 
+@functools.lru_cache(maxsize=4)
+def _data_order_cached(n: int, seed: int, epoch: int) -> tuple[int, ...]:
+    # every step of a run reads the same epoch's order: shuffle it once, not once per step
+    return tuple(data_order(n, seed, epoch))
+
+
 def take(items: Sequence[Any], position: int, count: int, seed: int) -> list[Any]:
     """`count` items starting at global position `position` of the endless shuffled stream
     (epoch e uses data_order(n, seed, e)). The data position saved in checkpoints is `position`."""
@@ -263,7 +270,7 @@ def take(items: Sequence[Any], position: int, count: int, seed: int) -> list[Any
     for k in range(position, position + count):
         epoch, i = divmod(k, n)
         if epoch not in cache:
-            cache[epoch] = data_order(n, seed, epoch)
+            cache[epoch] = _data_order_cached(n, seed, epoch)
         out.append(items[cache[epoch][i]])
     return out
 

@@ -294,6 +294,8 @@ class RolloutConfig:
     """hf (transformers, CPU or GPU, our own KV-cache loop) or vllm (GPU; pip install 'rlvr[vllm]')."""
     batch_size: int = 0
     """hf: sequences decoded together; 0 = the whole rollout batch (at least 64)."""
+    shared_prefix: bool = True
+    """hf: prefill each distinct prompt once and copy its KV cache to its samples; false = prefill every row."""
     device: str = ""
     """vllm: '' = colocated on the policy's GPU (model.device); cuda:N = a separate GPU (the CS336 setup)."""
     gpu_memory_utilization: float = 0.3
@@ -410,6 +412,9 @@ class AlgoConfig:
     reuse_logprobs_on_policy: bool = True
     """On-policy with one optimizer step per rollout batch: take old logprobs as logp.detach() of the
     training forward instead of a separate no-grad forward (same numbers, one forward saved)."""
+    shared_prefix: bool = True
+    """Training forwards run each group's prompt once and reuse its keys/values for the group's responses
+    (rlvr.models.prefix: same numbers up to float rounding, less work); false = every row whole."""
 
 
 @dataclass

@@ -39,6 +39,7 @@ from rlvr.algo import (
     whiten,
 )
 from rlvr.models import TrainingBatch, score_tokens
+from rlvr.models.prefix import score_rows
 from rlvr.rewards.types import Reward, Status
 from rlvr.train.batching import BatchPlan, micro_batches
 
@@ -175,6 +176,7 @@ class LossParts:
     kl: tuple[str, float, bool] | None = None
     entropy_coef: float = 0.0
     value: tuple[float, float | None] | None = None
+    shared_prefix: bool = False  # each group's prompt forwarded once (rlvr.models.prefix)
 
     @classmethod
     def from_algo(cls, algo) -> LossParts:
@@ -189,7 +191,7 @@ class LossParts:
         if getattr(algo, "critic", ""):
             value = (algo.value_coef, algo.value_clip or None)
         return cls(policy=policy, aggregate=LOSS_AGGREGATIONS[algo.aggregation], kl=kl,
-                   entropy_coef=algo.entropy_coef, value=value)
+                   entropy_coef=algo.entropy_coef, value=value, shared_prefix=getattr(algo, "shared_prefix", False))
 
 
 def micro_batch_loss(
@@ -219,8 +221,12 @@ def micro_batch_loss(
     batch = batch.to(device)
     advantages = advantages.to(device)
     shared_values = critic is not None and critic.shared
-    out = score_tokens(model, batch.input_ids, batch.labels, batch.attention_mask, with_entropy=True,
-                       temperature=temperature, with_hidden=shared_values)
+    if shared_values:  # the value head reads the hidden states of the one plain forward
+        out = score_tokens(model, batch.input_ids, batch.labels, batch.attention_mask, with_entropy=True,
+                           temperature=temperature, with_hidden=True)
+    else:
+        out = score_rows(model, batch.input_ids, batch.labels, batch.attention_mask, batch.response_mask,
+                         shared_prefix=parts.shared_prefix, with_entropy=True, temperature=temperature)
     logp, entropy = out.logprobs.float(), out.entropy.float()  # (b, T) each; fp32 loss math under bf16
     mask = batch.response_mask
     old = logp.detach() if old_logp is None else old_logp.to(device)
@@ -342,10 +348,11 @@ def _narrow(batch: TrainingBatch, width: int) -> TrainingBatch:
 
 @torch.no_grad()
 def batch_logprobs(model, batch: TrainingBatch, micro_batch_size: int, temperature: float = 1.0,
-                   micro_batch_tokens: int = 0) -> torch.Tensor:
+                   micro_batch_tokens: int = 0, shared_prefix: bool = False) -> torch.Tensor:
     """(N, T) float32 token logprobs of `batch` under `model`, no grad, in micro-batches of at most
     micro_batch_size rows and (when > 0) micro_batch_tokens padded tokens, like the training forward:
-    a token budget that bounds the backward must bound these forwards too."""
+    a token budget that bounds the backward must bound these forwards too. shared_prefix: each
+    group's prompt forwarded once (rlvr.models.prefix)."""
     was_training = model.training
     model.eval()
     out = torch.zeros(batch.labels.shape, dtype=torch.float32)
@@ -354,7 +361,8 @@ def batch_logprobs(model, batch: TrainingBatch, micro_batch_size: int, temperatu
         mb = batch.rows(torch.arange(chunk.start, chunk.stop))
         width = int(mb.attention_mask.sum(-1).max())
         mb = _narrow(mb, width)
-        lp = score_tokens(model, mb.input_ids, mb.labels, mb.attention_mask, temperature=temperature).logprobs
+        lp = score_rows(model, mb.input_ids, mb.labels, mb.attention_mask, mb.response_mask,
+                        shared_prefix=shared_prefix, temperature=temperature).logprobs
         out[chunk.start:chunk.stop, :width] = lp.float().cpu()
     model.train(was_training)
     return out

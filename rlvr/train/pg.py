@@ -354,8 +354,13 @@ def learn(model, optimizer, scheduler, batch, adv: torch.Tensor, kept: torch.Ten
         return out
     a, s, plan = cfg.algo, cfg.sampling, objective.plan
     model.train()
-    old_logp = ((old_logp_fn or batch_logprobs)(model, batch, plan.micro_batch, s.temperature, a.micro_batch_tokens)
-                if objective.needs_old_logprobs or old_logp_fn is not None else None)  # off-policy rows: always
+    if old_logp_fn is not None:  # off-policy rows (sampling ahead, partial rollouts): always recomputed
+        old_logp = old_logp_fn(model, batch, plan.micro_batch, s.temperature, a.micro_batch_tokens)
+    elif objective.needs_old_logprobs:
+        old_logp = batch_logprobs(model, batch, plan.micro_batch, s.temperature, a.micro_batch_tokens,
+                                  shared_prefix=a.shared_prefix)
+    else:
+        old_logp = None
     ref_logp = reference.logprobs(batch, plan.micro_batch, s.temperature, a.micro_batch_tokens)
     old_values = critic.values(model, batch, plan.micro_batch, a.micro_batch_tokens) if critic is not None else None
     targets = objective.targets(adv, batch.response_mask, old_logp, ref_logp, old_values, steps=steps)

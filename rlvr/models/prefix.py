@@ -1,0 +1,191 @@
+"""Shared-prefix scoring: each distinct prompt is run through the model once, its keys and values
+reused by every response that continues it.
+
+The G responses of a GRPO group share their prompt. `score_tokens` runs every row whole, so the
+prompt's P tokens are processed G times in each forward and backward. Here a micro-batch's rows are
+grouped by their prompt (the tokens before the first response label; rows need not be adjacent),
+and the step runs in two forwards:
+
+    prefix:  the group's prompt once, positions 0..S-1 (S = P - 1: the inputs whose labels are
+             prompt tokens, the same for every row of the group), with use_cache -> K/V (g rows)
+    suffix:  each row's inputs S..n-1 (the last prompt token and the response), attending to its
+             group's cached K/V (index_select g -> b rows, differentiable) and to itself
+
+Logprobs and entropy of the prefix positions come from the prefix forward (once per group), those
+of the suffix positions from the suffix forward; both land in the (B, T) layout `score_tokens`
+returns. Autograd runs through the cache: the prompt's gradient is the sum of its G rows', as in
+the unshared forward, so the numbers equal `score_tokens` up to float rounding (tests/test_prefix.py).
+The work on prompt tokens falls by G; with short prompts (the demo: 8 of 11 tokens) the step's
+FLOPs fall about 2.5x, with the long shared templates of real tasks by nearly G.
+
+Prefixes and suffixes are right-padded; an explicit 2-D attention mask (the prefix mask of the
+row's group, then the row's own) hides the pads, and position ids continue the prefix's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from rlvr.algo.logprobs import DEFAULT_CHUNK_SIZE, logprobs_and_entropy
+
+
+@dataclass
+class PrefixGroups:
+    """Rows grouped by shared prefix. prefix_len (g,) S of each group (>= 1); group_of_row (b,);
+    rep (g,) a row of each group (whose first S inputs are the prefix)."""
+
+    prefix_len: torch.Tensor
+    group_of_row: torch.Tensor
+    rep: torch.Tensor
+
+    @property
+    def n_groups(self) -> int:
+        return int(self.rep.numel())
+
+
+def prefix_groups(input_ids: torch.Tensor, response_mask: torch.Tensor, attention_mask: torch.Tensor,
+                  min_share: int = 2) -> PrefixGroups | None:
+    """Group the rows of a right-padded batch by their prompt: the inputs before the first response
+    label (S = index of the first True of response_mask). Returns None when sharing saves nothing
+    (no group has min_share rows, or some row has no response label: then score it whole)."""
+    if input_ids.shape[0] < min_share or not bool(response_mask.any(dim=-1).all()):
+        return None
+    first = response_mask.int().argmax(dim=-1)  # (b,) S of each row
+    lens = attention_mask.sum(-1)
+    if bool((first < 1).any()) or bool((first >= lens).any()):
+        return None
+    keys: dict[tuple, int] = {}
+    group_of_row, rep, plen = [], [], []
+    ids = input_ids.tolist()
+    for i, s in enumerate(first.tolist()):
+        key = tuple(ids[i][:s])
+        g = keys.get(key)
+        if g is None:
+            g = keys[key] = len(rep)
+            rep.append(i)
+            plen.append(s)
+        group_of_row.append(g)
+    if len(rep) > input_ids.shape[0] - (min_share - 1):  # fewer than min_share rows share anything
+        return None
+    return PrefixGroups(prefix_len=torch.tensor(plen), group_of_row=torch.tensor(group_of_row), rep=torch.tensor(rep))
+
+
+def score_shared_prefix(
+    model,
+    input_ids: torch.Tensor,
+    labels: torch.Tensor,
+    attention_mask: torch.Tensor,
+    groups: PrefixGroups,
+    *,
+    with_entropy: bool = False,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    temperature: float = 1.0,
+):
+    """`score_tokens` of a right-padded batch (input_ids, labels, attention_mask (b, T)), computed
+    with each group's prefix run once (see the module docstring). Returns rlvr.models.ScoreOutput
+    with logprobs and entropy (b, T) float32 (0 where attention_mask is 0); gradients flow when
+    called with grad enabled."""
+    from rlvr.models.scoring import ScoreOutput
+
+    dev = next(model.parameters()).device
+    b, T = input_ids.shape
+    S = groups.prefix_len.to(dev)  # (g,)
+    gor = groups.group_of_row.to(dev)  # (b,)
+    rep = groups.rep.to(dev)
+    ids, lab, am = input_ids.to(dev), labels.to(dev), attention_mask.to(dev)
+    n = am.sum(-1)  # (b,) real inputs of each row (right-padded)
+    g, Smax = groups.n_groups, int(S.max())
+
+    # prefix: right-padded (g, Smax), column j = position j; columns >= S of a group are masked
+    # out (pads at the end: no query ever sees only pads, so nothing turns NaN)
+    col = torch.arange(Smax, device=dev).unsqueeze(0)  # (1, Smax)
+    real_pre = col < S.unsqueeze(1)  # (g, Smax)
+    pre_ids = ids[rep, :Smax]
+    pre_lab = torch.where(real_pre, lab[rep, :Smax], torch.full((), -100, dtype=lab.dtype, device=dev))
+    pre_am = real_pre.long()
+    pre_pos = col.expand(g, Smax)
+    cache_kw = "cache" if "cache" in _forward_params(model) else "past_key_values"  # renamed in transformers 5.2x
+    out = model(input_ids=pre_ids, attention_mask=pre_am, position_ids=pre_pos, use_cache=True)
+    cache = getattr(out, cache_kw)
+    if cache is None:
+        raise RuntimeError("shared-prefix scoring needs the model's KV cache, but its forward returned none "
+                           "(use_cache off?); set algo.shared_prefix=false")
+    pre_lp, pre_ent = logprobs_and_entropy(out.logits, pre_lab, chunk_size=chunk_size, with_entropy=with_entropy,
+                                           temperature=temperature)  # (g, Smax)
+    del out
+
+    # suffix: row r's inputs S_r .. n_r - 1, right-padded to Lsuf
+    Sr = S[gor]  # (b,)
+    suf_len = n - Sr  # >= 1 (prefix_groups checked)
+    Lsuf = int(suf_len.max())
+    cs = torch.arange(Lsuf, device=dev)
+    real_suf = cs.unsqueeze(0) < suf_len.unsqueeze(1)  # (b, Lsuf)
+    at = (Sr.unsqueeze(1) + cs.unsqueeze(0)).clamp_max(T - 1)
+    suf_ids = torch.where(real_suf, ids.gather(1, at), torch.zeros((), dtype=ids.dtype, device=dev))
+    suf_lab = torch.where(real_suf, lab.gather(1, at), torch.full((), -100, dtype=lab.dtype, device=dev))
+    _select_rows(cache, gor)  # (g, ...) -> (b, ...) rows of each row's group, differentiable
+    full_am = torch.cat([pre_am[gor], real_suf.long()], dim=1)
+    suf_pos = Sr.unsqueeze(1) + cs.unsqueeze(0)
+    out = model(input_ids=suf_ids, attention_mask=full_am, position_ids=suf_pos, use_cache=True, **{cache_kw: cache})
+    suf_lp, suf_ent = logprobs_and_entropy(out.logits, suf_lab, chunk_size=chunk_size, with_entropy=with_entropy,
+                                           temperature=temperature)  # (b, Lsuf)
+    del out, cache
+
+    # back to the (b, T) layout: one gather from [prefix values, suffix values, 0]
+    t = torch.arange(T, device=dev).unsqueeze(0)  # (1, T)
+    in_pre = t < Sr.unsqueeze(1)
+    in_suf = (~in_pre) & (t < n.unsqueeze(1))
+    pre_idx = gor.unsqueeze(1) * Smax + t
+    suf_idx = g * Smax + torch.arange(b, device=dev).unsqueeze(1) * Lsuf + (t - Sr.unsqueeze(1))
+    zero = g * Smax + b * Lsuf
+    idx = torch.where(in_pre, pre_idx, torch.where(in_suf, suf_idx, torch.full((), zero, device=dev)))
+
+    def place(pre, suf):
+        flat = torch.cat([pre.reshape(-1), suf.reshape(-1), pre.new_zeros(1)])
+        return flat.index_select(0, idx.reshape(-1)).view(b, T)  # backward: index_add, no sort
+
+    logprobs = place(pre_lp, suf_lp)
+    entropy = place(pre_ent, suf_ent) if with_entropy else None
+    return ScoreOutput(logprobs=logprobs, entropy=entropy)
+
+
+def _select_rows(cache, rows: torch.Tensor) -> None:
+    """cache rows -> cache rows[rows], in place. index_select (backward: one index_add) where the
+    cache exposes its layers' keys/values, else the cache's own batch_select_indices."""
+    layers = getattr(cache, "layers", None)
+    if layers and all(isinstance(getattr(la, "keys", None), torch.Tensor) and
+                      isinstance(getattr(la, "values", None), torch.Tensor) for la in layers):
+        for la in layers:
+            la.keys = la.keys.index_select(0, rows)
+            la.values = la.values.index_select(0, rows)
+    else:
+        cache.batch_select_indices(rows)
+
+
+def _forward_params(model):
+    import inspect
+
+    return inspect.signature(type(model).forward).parameters
+
+
+def score_rows(model, input_ids, labels, attention_mask, response_mask=None, *, shared_prefix: bool = False,
+               with_entropy: bool = False, temperature: float = 1.0, chunk_size: int = DEFAULT_CHUNK_SIZE):
+    """`score_tokens` of a micro-batch, with its rows' shared prompts run once when shared_prefix
+    is on and some rows share one (prefix_groups); else the plain forward. response_mask (b, T)
+    tells where each row's prompt ends."""
+    from rlvr.models.scoring import score_tokens
+
+    # activation checkpointing turns the training forward's KV cache off (transformers), so there is
+    # no prefix cache to share: such a model runs every row whole
+    checkpointing = model.training and (getattr(model, "is_activation_checkpointing", None)  # transformers 5.x
+                                        if hasattr(type(model), "is_activation_checkpointing")
+                                        else getattr(model, "is_gradient_checkpointing", False))
+    groups = (prefix_groups(input_ids, response_mask, attention_mask)
+              if shared_prefix and response_mask is not None and not checkpointing else None)
+    if groups is None:
+        return score_tokens(model, input_ids, labels, attention_mask, with_entropy=with_entropy,
+                            temperature=temperature, chunk_size=chunk_size)
+    return score_shared_prefix(model, input_ids, labels, attention_mask, groups, with_entropy=with_entropy,
+                               temperature=temperature, chunk_size=chunk_size)
