@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from rlvr.rollout.types import Rollout, SamplingSpec, sequence_seed
+from rlvr.rollout.types import Rollout, SamplingSpec, WrappedGenerator, sequence_seed
 
 
 @dataclass
@@ -51,7 +51,7 @@ class _Group:
         return all(p.finish_reason is not None for p in self.parts)
 
 
-class PartialRollouts:
+class PartialRollouts(WrappedGenerator):
     """The trainer's sampler with partial rollouts; see the module docstring.
 
     generator: any Generator (local or RayGenerator) taking prompt_ids. sample(examples, prompts,
@@ -60,7 +60,7 @@ class PartialRollouts:
     def __init__(self, generator, tokenizer, segment_tokens: int):
         if segment_tokens < 1:
             raise ValueError(f"distributed.segment_tokens={segment_tokens} must be >= 1")
-        self.gen = generator
+        super().__init__(generator)
         self.tokenizer = tokenizer
         self.segment = segment_tokens
         self.active: list[_Group] = []  # groups with unfinished responses, oldest first
@@ -68,17 +68,6 @@ class PartialRollouts:
         self._uid = 0
         self.rounds = 0  # rounds of the last sample() call
         self.carried = 0  # unfinished responses left after the last call
-
-    # the Generator protocol, so the trainer can use it wherever it used the generator
-    @property
-    def weight_version(self) -> int:
-        return self.gen.weight_version
-
-    def update_weights(self, named_tensors, version: int) -> None:
-        self.gen.update_weights(named_tensors, version)
-
-    def sleep(self) -> None:
-        self.gen.sleep()
 
     def generate(self, prompts, spec, *, prompt_ids=None):
         return self.gen.generate(prompts, spec, prompt_ids=prompt_ids)  # evaluation: whole responses

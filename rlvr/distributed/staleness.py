@@ -25,19 +25,19 @@ from collections.abc import Callable
 import torch
 
 from rlvr.distributed.weights import cpu_state
-from rlvr.rollout.types import Rollout, SamplingSpec
+from rlvr.rollout.types import Rollout, SamplingSpec, WrappedGenerator
 
 Plan = Callable[[int, int], tuple[list[str], SamplingSpec]]  # (step, data_pos) -> (prompts, spec)
 
 
-class AheadSampler:
+class AheadSampler(WrappedGenerator):
     """A Generator around a RayGenerator that samples ahead; see the module docstring.
 
     plan(step, data_pos): the prompts and spec the trainer will ask for at `step` if the stream
     is at data_pos; prompts_per_step: how far data_pos moves per step."""
 
     def __init__(self, generator, plan: Plan, *, max_staleness: int, queue_size: int = 0, prompts_per_step: int):
-        self.gen = generator
+        super().__init__(generator)
         self.plan = plan
         self.max_staleness = max_staleness
         self.queue_size = queue_size or max_staleness
@@ -47,16 +47,6 @@ class AheadSampler:
         self.dropped = 0  # rollouts dropped for staleness, whole run
         self._step_dropped = 0
         self._unplanned = 0
-
-    @property
-    def weight_version(self) -> int:
-        return self.gen.weight_version
-
-    def update_weights(self, named_tensors, version: int) -> None:
-        self.gen.update_weights(named_tensors, version)
-
-    def sleep(self) -> None:
-        self.gen.sleep()
 
     def begin_step(self, step: int, data_pos: int) -> None:
         self.step = step

@@ -124,3 +124,23 @@ def sequence_seed(base_seed: int, group: int, sample_index: int) -> int:
     x = (x * 0xD6E8FEB86659FD93) & ((1 << 64) - 1)
     x ^= x >> 29
     return x & ((1 << 63) - 1)
+
+
+class WrappedGenerator:
+    """Base of a generator that wraps another (`self.gen`) and changes how it samples: the weight
+    version, weight pushes and sleep go to the wrapped engine, so the trainer can push weights to
+    the wrapper wherever it pushed them to the generator."""
+
+    def __init__(self, generator):
+        self.gen = generator
+
+    @property
+    def weight_version(self) -> int:
+        return self.gen.weight_version
+
+    def update_weights(self, named_tensors, version: int) -> None:
+        self.gen.update_weights(named_tensors, version)
+
+    def sleep(self) -> None:
+        self.gen.sleep()
+
