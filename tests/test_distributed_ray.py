@@ -125,9 +125,16 @@ def _weights_at_init() -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def test_two_data_parallel_learners_match_one(local_run, tmp_path):
-    local, local_rows = local_run
-    rows = _train(tmp_path / "dp", *RAY, "distributed.num_learners=2")
+def test_two_data_parallel_learners_match_one(tmp_path):
+    # The plain forward (algo.shared_prefix=false) on both sides: with the shared prefix, each learner
+    # forwards the prompts of its own half, so the gradients differ from one learner's by float noise
+    # (~1e-8, tests/test_prefix.py checks the split), and Adam turns noise on a near-zero gradient into
+    # a step of size lr: after 8 optimizer steps the weights differ by up to ~lr * 4, which would hide
+    # a real error. Without it every row's forward is the same computation in both runs.
+    plain = "algo.shared_prefix=false"
+    local = tmp_path / "local"
+    local_rows = _train(local, plain)
+    rows = _train(tmp_path / "dp", *RAY, "distributed.num_learners=2", plain)
     w1, w2 = _weights(local), _weights(tmp_path / "dp")
     worst = max(float((w1[k] - w2[k]).abs().max()) for k in w1)
     assert worst < 1e-5, worst  # float summation order only (two halves summed vs one batch)

@@ -143,3 +143,38 @@ def test_sampler_prefills_each_prompt_once_and_samples_the_same_tokens():
     for a, b in zip(out[True], out[False], strict=True):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
     assert len({tuple(r.response_ids) for r in out[True]}) > 3  # samples of a prompt differ
+
+
+def test_a_minibatch_split_in_two_with_global_normalizers_gives_the_same_gradient_with_shared_prefix():
+    """What data-parallel learners (rlvr.distributed.dp) do: each half of a minibatch, shuffled so
+    groups are cut across halves, backpropagated with the whole minibatch's normalizers; the sum
+    equals one backward over the whole minibatch, with the shared-prefix forward too."""
+    from rlvr.algo import loss_normalizers
+    from rlvr.rollout import HFGenerator, SamplingSpec, rollouts_to_batch
+    from rlvr.train.objective import accumulate_gradients
+    from rlvr.train.recipes import get_recipe
+
+    model, tok = build_tiny_model(hidden_size=32, num_layers=1, num_heads=2, seed=0)
+    ros = HFGenerator(model, tok, batch_size=16).generate(["1+2=", "3+4=", "5+6=", "7+8="],
+                                                          SamplingSpec(n=4, max_tokens=4, seed=1))
+    perm = torch.randperm(16, generator=torch.Generator().manual_seed(3))[:8]
+    batch = rollouts_to_batch(ros, tok.pad_token_id).rows(perm)
+    adv = torch.randn(16, generator=torch.Generator().manual_seed(4))[perm]
+    norm = loss_normalizers(batch.response_mask)
+    algo = load_config(TrainConfig, None, ["algo.kl_coef=0"], base=get_recipe("grpo")).algo
+    assert algo.shared_prefix  # the default
+
+    def grads(parts):
+        model.zero_grad()
+        for idx in parts:
+            accumulate_gradients(model, batch.rows(idx), adv[idx], None, None, algo, micro_batch_size=8,
+                                 norm_length=0, normalizers=norm)
+        return {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    whole, halves = grads([torch.arange(8)]), grads([torch.arange(4), torch.arange(4, 8)])
+    scale = max(float(g.abs().max()) for g in whole.values())
+    assert scale > 1e-3  # a real gradient
+    for k in whole:
+        torch.testing.assert_close(halves[k], whole[k], rtol=0, atol=1e-6 * scale)
+    one_half = grads([torch.arange(4)])  # a mutant that forgets the other half is far off
+    assert max(float((one_half[k] - whole[k]).abs().max()) for k in whole) > 1e-3 * scale
