@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
+from rlvr.config import ConfigError
 from rlvr.rollout.types import Generator, Rollout, SamplingSpec, sequence_seed
 
 
@@ -112,13 +113,22 @@ class RayPlacement:
         n_learners = getattr(dcfg, "num_learners", 1)
         if n_learners > 1:
             self.bundles += [{"CPU": float(dcfg.learner_cpus)}] * n_learners
+        need = {r: sum(b.get(r, 0.0) for b in self.bundles) for r in ("CPU", "GPU")}
+        have = ray.cluster_resources()
+        short = {r: (need[r], have.get(r, 0.0)) for r in need if need[r] > have.get(r, 0.0) + 1e-9}
+        hint = ("lower distributed.generator_cpus / scorer_cpus / learner_cpus (fractions such as 0.5 are fine), "
+                "distributed.generator_gpus or distributed.num_generators, or join a larger cluster with "
+                "distributed.ray_address")
+        if short and self._started:  # a local cluster does not grow: fail now, not after a timeout
+            ray.shutdown()
+            what = ", ".join(f"{v[0]:g} {r} but the cluster has {v[1]:g}" for r, v in short.items())
+            raise ConfigError(f"distributed.placement=ray: the actors need {what} (bundles {self.bundles}); {hint}")
         self.pg = placement_group(self.bundles, strategy="PACK")
         try:
             ray.get(self.pg.ready(), timeout=120)
         except Exception as e:
-            raise RuntimeError(
-                f"Ray could not reserve {self.bundles} (distributed.generator_cpus/generator_gpus/scorer_cpus "
-                f"x distributed.num_generators={n}); cluster has {ray.cluster_resources()}") from e
+            raise ConfigError(f"distributed.placement=ray: Ray could not reserve {self.bundles} within 120 s; "
+                              f"the cluster has {ray.cluster_resources()}; {hint}") from e
         self._scorer = None
         self._generator: RayGenerator | None = None
         self._learners = None
