@@ -93,15 +93,15 @@ def generate(
     ]
 
 
-def _knobs(digits, ops, operands: int) -> tuple[tuple[int, int], tuple[str, ...]]:
-    """Checked (digits range, ops) of generate/capacity."""
+def _knobs(digits, ops, operands: int, known: tuple[str, ...] = OPS) -> tuple[tuple[int, int], tuple[str, ...]]:
+    """Checked (digits range, ops) of generate/capacity; `known`: the operators the task has."""
     dig = (digits, digits) if isinstance(digits, int) else tuple(digits)
     if len(dig) != 2 or not 1 <= dig[0] <= dig[1]:
         raise ValueError(f"digits must be >= 1 (or a (lo, hi) range with lo <= hi), got {digits}")
     ops = tuple(ops)
-    bad = [o for o in ops if o not in OPS]
+    bad = [o for o in ops if o not in known]
     if bad or not ops:
-        raise ValueError(f"unknown ops {bad or ops}; known: {' '.join(OPS)}")
+        raise ValueError(f"unknown ops {bad or ops}; known: {' '.join(known)}")
     if operands < 2:
         raise ValueError(f"operands must be >= 2, got {operands}")
     if "/" in ops and operands != 2:

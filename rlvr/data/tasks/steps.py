@@ -28,6 +28,7 @@ import random
 
 from rlvr.data.example import Example
 from rlvr.data.jsonl import DataError
+from rlvr.data.tasks.arithmetic import _knobs as arithmetic_knobs
 from rlvr.data.tasks.base import Task
 from rlvr.data.tasks.synthetic import check_capacity, sample_unique, split_capacities, split_share
 
@@ -57,15 +58,7 @@ def worked_steps(terms: list[int], ops: list[str], width: int = 0) -> tuple[list
 
 
 def _knobs(digits, ops, operands: int, max_result: int = 0) -> tuple[tuple[int, int], tuple[str, ...]]:
-    dig = (digits, digits) if isinstance(digits, int) else tuple(digits)
-    if len(dig) != 2 or not 1 <= dig[0] <= dig[1]:
-        raise ValueError(f"digits must be >= 1 (or a (lo, hi) range with lo <= hi), got {digits}")
-    ops = tuple(ops)
-    bad = [o for o in ops if o not in OPS]
-    if bad or not ops:
-        raise ValueError(f"unknown ops {bad or ops}; known: {' '.join(OPS)}")
-    if operands < 2:
-        raise ValueError(f"operands must be >= 2, got {operands}")
+    dig, ops = arithmetic_knobs(digits, ops, operands, known=OPS)
     if max_result < 0:
         raise ValueError(f"max_result must be >= 0 (0 = no bound), got {max_result}")
     return dig, ops
