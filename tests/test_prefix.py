@@ -48,10 +48,24 @@ def test_prefix_groups_finds_each_prompt_and_its_length():
     assert prefix_groups(single.input_ids, single.response_mask, single.attention_mask) is None
 
 
-@pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_shared_prefix_scores_and_gradients_equal_the_plain_forward(temperature):
-    model, _ = build_tiny_model(hidden_size=32, num_layers=2, num_heads=2, seed=0)
-    batch, _ = _grouped_batch(seed=1)
+# (temperature, arch, KV heads, rows shuffled, cascade attention): contiguous equal groups take the
+# cascade's grouped matmul, shuffled rows its per-row gather; GQA (1 KV head for 4 query heads) groups
+# query heads as repeat_kv does; use_cascade=False is the KV-cache copy path.
+CASES = [(1.0, "qwen2", None, True, True), (0.7, "qwen2", None, False, True), (1.0, "llama", 1, False, True),
+         (1.0, "qwen2", 2, True, True), (1.0, "qwen2", None, True, False), (0.7, "llama", 1, False, False)]
+
+
+@pytest.mark.parametrize(("temperature", "arch", "kv_heads", "shuffle", "cascade"), CASES)
+def test_shared_prefix_scores_and_gradients_equal_the_plain_forward(temperature, arch, kv_heads, shuffle, cascade,
+                                                                    monkeypatch):
+    import rlvr.models.cascade as cas
+
+    calls = []
+    real = cas.cascade_attention
+    monkeypatch.setattr(cas, "cascade_attention", lambda *a, **k: (calls.append(k["rlvr_prefix"].group_size), real(*a, **k))[1])
+    heads = 4 if kv_heads else 2
+    model, _ = build_tiny_model(hidden_size=32, num_layers=2, num_heads=heads, num_kv_heads=kv_heads, arch=arch, seed=0)
+    batch, _ = _grouped_batch(seed=1, shuffle=shuffle)
     g = prefix_groups(batch.input_ids, batch.response_mask, batch.attention_mask)
     w = torch.randn(batch.labels.shape, generator=torch.Generator().manual_seed(0))
 
@@ -64,7 +78,9 @@ def test_shared_prefix_scores_and_gradients_equal_the_plain_forward(temperature)
     ref, g_ref = run(lambda: score_tokens(model, batch.input_ids, batch.labels, batch.attention_mask,
                                           with_entropy=True, temperature=temperature))
     got, g_got = run(lambda: score_shared_prefix(model, batch.input_ids, batch.labels, batch.attention_mask, g,
-                                                 with_entropy=True, temperature=temperature))
+                                                 with_entropy=True, temperature=temperature, use_cascade=cascade))
+    # the cascade ran once per layer, grouped (G=4) for contiguous groups, gathered per row otherwise
+    assert calls == ([0 if shuffle else 4] * 2 if cascade else [])
     assert torch.allclose(got.logprobs, ref.logprobs, atol=1e-5)
     assert torch.allclose(got.entropy, ref.entropy, atol=1e-5)
     assert bool((got.logprobs[batch.attention_mask == 0] == 0).all())
@@ -122,11 +138,13 @@ def test_training_with_shared_prefix_equals_the_plain_path(tmp_path, extra, monk
         assert f["grad_norm"] > 1e-3  # a real gradient was compared
 
 
-def test_sampler_prefills_each_prompt_once_and_samples_the_same_tokens():
+@pytest.mark.parametrize(("arch", "kv_heads"), [("qwen2", None), ("llama", 1)])
+def test_sampler_prefills_each_prompt_once_and_samples_the_same_tokens(arch, kv_heads):
     from rlvr.rollout import SamplingSpec
     from rlvr.rollout.hf_generator import HFGenerator
 
-    model, tok = build_tiny_model(hidden_size=32, num_layers=2, num_heads=2, seed=3)
+    model, tok = build_tiny_model(hidden_size=32, num_layers=2, num_heads=4 if kv_heads else 2, num_kv_heads=kv_heads,
+                                  arch=arch, seed=3)
     prompts = ["12+3=", "7+8+9=", "1="]
     spec = SamplingSpec(n=4, max_tokens=6, seed=5, temperature=1.0)
     out = {}

@@ -239,26 +239,27 @@ def test_spec_validation_names_the_field():
     assert SamplingSpec(stop="</answer>").stop == ("</answer>",)
 
 
-def test_dropping_finished_rows_changes_nothing(tiny, monkeypatch):
+@pytest.mark.parametrize("shared_prefix", [True, False])
+def test_dropping_finished_rows_changes_nothing(tiny, monkeypatch, shared_prefix):
     # EOS made fairly likely: responses end at different steps, so finished rows are dropped
-    # from the batch (and its KV cache) mid-generation; each row must still get exactly what it
-    # gets when decoded alone.
+    # from the batch (and its KV cache: the rows' own K/V under cascade attention, the whole
+    # DynamicCache otherwise) mid-generation; each row must still get exactly what it gets when
+    # decoded alone.
     from transformers import DynamicCache
+
+    from rlvr.models.cascade import SharedPrefixKV
 
     model, tok = tiny
     selects = []
-    original = DynamicCache.batch_select_indices
-    monkeypatch.setattr(
-        DynamicCache,
-        "batch_select_indices",
-        lambda self, idx: (selects.append(len(idx)), original(self, idx))[1],
-    )
+    for cls, name in ((DynamicCache, "batch_select_indices"), (SharedPrefixKV, "select_rows")):
+        original = getattr(cls, name)
+        monkeypatch.setattr(cls, name, lambda self, idx, _o=original: (selects.append(len(idx)), _o(self, idx))[1])
     h = model.lm_head.register_forward_hook(
         lambda _m, _i, out: out + 3.0 * (torch.arange(out.shape[-1]) == 2)
     )
     try:
         spec = SamplingSpec(n=4, max_tokens=16, seed=21)
-        batched = HFGenerator(model, tok, batch_size=12).generate(PROMPTS, spec)
+        batched = HFGenerator(model, tok, batch_size=12, shared_prefix=shared_prefix).generate(PROMPTS, spec)
         alone = HFGenerator(model, tok, batch_size=1).generate(PROMPTS, spec)
         recompute = HFGenerator(model, tok, batch_size=12, use_cache=False).generate(PROMPTS, spec)
     finally:

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 import torch
 
 from rlvr.algo.logprobs import DEFAULT_CHUNK_SIZE, logprobs_and_entropy
+from rlvr.models.cascade import SharedPrefixKV, attention
+from rlvr.models.cascade import supported as cascade_supported
 
 
 @dataclass
@@ -82,6 +84,7 @@ def score_shared_prefix(
     with_entropy: bool = False,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     temperature: float = 1.0,
+    use_cascade: bool = True,
 ):
     """`score_tokens` of a right-padded batch (input_ids, labels, attention_mask (b, T)), computed
     with each group's prefix run once (see the module docstring). Returns rlvr.models.ScoreOutput
@@ -107,7 +110,10 @@ def score_shared_prefix(
     pre_am = real_pre.long()
     pre_pos = col.expand(g, Smax)
     cache_kw = "cache" if "cache" in _forward_params(model) else "past_key_values"  # renamed in transformers 5.2x
-    out = model(input_ids=pre_ids, attention_mask=pre_am, position_ids=pre_pos, use_cache=True)
+    cascade = use_cascade and cascade_supported(model)
+    # right padding: a causal model's real positions never see the pads after them, so the cascade
+    # path needs no mask here (its suffix attention masks the pads of each prefix itself)
+    out = model(input_ids=pre_ids, attention_mask=None if cascade else pre_am, position_ids=pre_pos, use_cache=True)
     cache = getattr(out, cache_kw)
     if cache is None:
         raise RuntimeError("shared-prefix scoring needs the model's KV cache, but its forward returned none "
@@ -125,10 +131,16 @@ def score_shared_prefix(
     at = (Sr.unsqueeze(1) + cs.unsqueeze(0)).clamp_max(T - 1)
     suf_ids = torch.where(real_suf, ids.gather(1, at), torch.zeros((), dtype=ids.dtype, device=dev))
     suf_lab = torch.where(real_suf, lab.gather(1, at), torch.full((), -100, dtype=lab.dtype, device=dev))
-    _select_rows(cache, gor)  # (g, ...) -> (b, ...) rows of each row's group, differentiable
-    full_am = torch.cat([pre_am[gor], real_suf.long()], dim=1)
     suf_pos = Sr.unsqueeze(1) + cs.unsqueeze(0)
-    out = model(input_ids=suf_ids, attention_mask=full_am, position_ids=suf_pos, use_cache=True, **{cache_kw: cache})
+    pk = SharedPrefixKV.from_cache(cache, real_pre, gor) if cascade else None
+    if pk is not None:  # cascade attention: the rows attend to their group's K/V, never copied per row
+        with attention(model):
+            out = model(input_ids=suf_ids, position_ids=suf_pos, use_cache=False, rlvr_prefix=pk)
+        del pk
+    else:
+        _select_rows(cache, gor)  # (g, ...) -> (b, ...) rows of each row's group, differentiable
+        full_am = torch.cat([pre_am[gor], real_suf.long()], dim=1)
+        out = model(input_ids=suf_ids, attention_mask=full_am, position_ids=suf_pos, use_cache=True, **{cache_kw: cache})
     suf_lp, suf_ent = logprobs_and_entropy(out.logits, suf_lab, chunk_size=chunk_size, with_entropy=with_entropy,
                                            temperature=temperature)  # (b, Lsuf)
     del out, cache

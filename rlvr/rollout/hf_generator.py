@@ -18,6 +18,9 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
+from rlvr.models.cascade import SharedPrefixKV
+from rlvr.models.cascade import attention as cascade_attention
+from rlvr.models.cascade import supported as cascade_supported
 from rlvr.rollout.types import Rollout, SamplingSpec, resolve_prompt_ids, sequence_seed
 
 
@@ -99,6 +102,8 @@ class HFGenerator:
         # models without the argument (older or remote-code classes) get full logits.
         self._keep_kw = {"logits_to_keep": 1} if "logits_to_keep" in fwd else {}
         self.weight_version = 0
+        # decode steps attend to each prompt's K/V in place (rlvr.models.cascade) where the model allows
+        self._cascade = shared_prefix and use_cache and cascade_supported(model)
         eos = tokenizer.eos_token_id
         cfg_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
         ids = {eos} if eos is not None else set()
@@ -173,22 +178,35 @@ class HFGenerator:
         return out.logits[:, -1, :], cache
 
     def _prefill(self, ids, attn, prompt_of_row):
-        """The prompt forward: with shared_prefix, once per distinct prompt, then its last logits
-        and KV cache are indexed out to every row of that prompt."""
+        """The prompt forward: with shared_prefix, once per distinct prompt. Returns (last logits of
+        every row, cache, SharedPrefixKV or None). With cascade attention (rlvr.models.cascade) the
+        prompts' K/V stay one per prompt and the decode steps attend to them in place (the cache
+        returned is None); otherwise the prompt's KV cache is indexed out to every row."""
         uniq = list(dict.fromkeys(prompt_of_row))
         if not (self.shared_prefix and self.use_cache and len(uniq) < len(prompt_of_row)):
-            return self._forward(ids, attn, None)
+            return (*self._forward(ids, attn, None), None)
         first = {p: r for r, p in reversed(list(enumerate(prompt_of_row)))}  # a row of each prompt
         reps = torch.tensor([first[p] for p in uniq], dtype=torch.long, device=ids.device)
         logits, past = self._forward(ids[reps], attn[reps], None)
         where = {p: k for k, p in enumerate(uniq)}
         rows = torch.tensor([where[p] for p in prompt_of_row], dtype=torch.long, device=ids.device)
+        if self._cascade:
+            pk = SharedPrefixKV.from_cache(past, attn[reps].bool(), rows, append=True)
+            if pk is not None:
+                return logits[rows], None, pk
         if not hasattr(past, "batch_select_indices"):
-            return self._forward(ids, attn, None)
+            return (*self._forward(ids, attn, None), None)
         from rlvr.models.prefix import _select_rows
 
         _select_rows(past, rows)
-        return logits[rows], past
+        return logits[rows], past, None
+
+    def _decode_cascade(self, ids, attn, pk):
+        """One decode step of every row with cascade attention over its prompt's K/V (pk): logits (B, V)."""
+        pos = attn.sum(-1, keepdim=True) - 1  # the new token's position: real tokens before it
+        with cascade_attention(self.model):
+            out = self.model(input_ids=ids, position_ids=pos, use_cache=False, rlvr_prefix=pk, **self._keep_kw)
+        return out.logits[:, -1, :]
 
     def _generate_chunk(
         self, prompts, prompt_ids, chunk, spec: SamplingSpec, base_seed: int
@@ -219,7 +237,7 @@ class HFGenerator:
         max_stop = max((len(x) for x in spec.stop), default=0)
         window = max_stop + 16  # tokens decoded to look for a stop string that just completed
 
-        logits, past = self._prefill(ids, attn, [i for i, _ in chunk])
+        logits, past, pk = self._prefill(ids, attn, [i for i, _ in chunk])
         full_ids = ids
         live = list(range(B))  # original row of each row of the current (compacted) batch
         for step in range(spec.max_tokens):
@@ -258,10 +276,12 @@ class HFGenerator:
             if (
                 self.drop_finished
                 and len(still) <= 0.75 * len(live)
-                and (not self.use_cache or hasattr(past, "batch_select_indices"))
+                and (not self.use_cache or pk is not None or hasattr(past, "batch_select_indices"))
             ):
                 keep = torch.tensor(still, dtype=torch.long, device=dev)
-                if self.use_cache:
+                if pk is not None:
+                    pk.select_rows(keep)
+                elif self.use_cache:
                     past.batch_select_indices(keep)
                 else:
                     full_ids = full_ids[keep]
@@ -274,17 +294,21 @@ class HFGenerator:
                 device=dev,
             ).unsqueeze(-1)
             attn = torch.cat([attn, torch.ones((len(live), 1), dtype=torch.long, device=dev)], dim=1)
-            if self.use_cache:
+            if pk is not None:
+                logits = self._decode_cascade(nxt, attn, pk)
+            elif self.use_cache:
                 logits, past = self._forward(nxt, attn, past)
             else:
                 full_ids = torch.cat([full_ids, nxt], dim=1)
                 logits, _ = self._forward(full_ids, attn, None)
 
         rollouts = []
+        need = [r for r in range(B) if cut_text[r] is None]  # one batch decode (Rust) for all of them
+        for r, t in zip(need, self.tokenizer.batch_decode([resp[r] for r in need], skip_special_tokens=True),
+                        strict=True):
+            cut_text[r] = t
         for r, (i, j) in enumerate(chunk):
             text = cut_text[r]
-            if text is None:
-                text = self.tokenizer.decode(resp[r], skip_special_tokens=True)
             rollouts.append(
                 Rollout(
                     prompt=prompts[i],

@@ -107,8 +107,8 @@ def resolve_prompt_ids(tokenizer, prompts: list[str], prompt_ids: Sequence[Seque
     """The token ids each backend conditions on: `prompt_ids` when given (one per prompt), else the
     prompts encoded with add_special_tokens=True, so a BOS is added if the tokenizer adds one (as
     vLLM does) and Rollout.prompt_ids agree between backends."""
-    if prompt_ids is None:
-        return [tokenizer.encode(p) for p in prompts]
+    if prompt_ids is None:  # one batch call (the Rust tokenizer's encode_batch), as encode() one by one
+        return [list(x) for x in tokenizer(list(prompts), add_special_tokens=True)["input_ids"]] if prompts else []
     if len(prompt_ids) != len(prompts):
         raise ValueError(f"{len(prompt_ids)} prompt_ids for {len(prompts)} prompts")
     return prompt_ids

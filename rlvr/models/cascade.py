@@ -1,0 +1,165 @@
+"""Cascade attention over a shared prefix: the rows of a group attend to their prompt's keys and values
+once per group, never copied per row.
+
+The shared-prefix forward (rlvr.models.prefix) runs each group's prompt once and then each row's own
+tokens (the suffix). Handing the prompt's KV cache to the suffix forward the transformers way means
+copying it to every row (index_select g -> b rows) and, in the backward, scattering the rows' gradients
+back (one scatter_add per layer, key and value): at the demo's shapes that copy and its backward cost
+more than the attention itself. Here the suffix forward runs with this module's attention function
+instead (registered in transformers' AttentionInterface as "rlvr_cascade" and switched on only for that
+forward), which splits each query's attention in two parts with one softmax over both:
+
+    scores = [ q . K_prefix(group of the row) ,  q . K_own(keys of the row so far, causal) ] * scale
+    out    = softmax(scores)[prefix part] @ V_prefix(group)  +  softmax(scores)[own part] @ V_own
+
+When the rows come in contiguous groups of equal size G (the trainer's layout: prompt-major), the prefix
+part is one batched matmul per group and KV head over the G rows' queries stacked, (g, hkv, G*n_rep*L, d)
+x (g, hkv, d, S): no per-row copy of the cache at all. Otherwise the group's keys are gathered per row
+(the same work as the copy it replaces). Prefix positions that are padding are masked out; the own part
+is causal; padding at the right of a row is never seen by a real position (causal), so no other mask is
+needed. GQA is handled by grouping the n_rep query heads of each KV head, as `repeat_kv` does.
+
+The sampler uses the same function for its decode steps: `SharedPrefixKV(append=True)` keeps each row's
+generated keys and values (its own part) and appends the new token's at every call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import torch
+
+NAME = "rlvr_cascade"
+_REGISTERED = [False]
+
+
+@dataclass
+class SharedPrefixKV:
+    """The prefix keys/values of g groups and how b rows map onto them.
+
+    keys, values: per layer index, (g, hkv, S, d). key_ok: (g, S) bool, False at prefix padding.
+    group_of_row: (b,) long. group_size: G when rows are contiguous groups of G (row r belongs to group
+    r // G), else 0. append: keep the rows' own keys/values across calls (decoding)."""
+
+    keys: dict[int, torch.Tensor]
+    values: dict[int, torch.Tensor]
+    key_ok: torch.Tensor
+    group_of_row: torch.Tensor
+    group_size: int = 0
+    append: bool = False
+    own_keys: dict[int, torch.Tensor] = field(default_factory=dict)
+    own_values: dict[int, torch.Tensor] = field(default_factory=dict)
+
+    @classmethod
+    def from_cache(cls, cache, key_ok: torch.Tensor, group_of_row: torch.Tensor, *, append: bool = False):
+        """From a transformers cache whose layers expose `keys` and `values` (DynamicCache), or None
+        when it does not (the caller keeps its copying path then)."""
+        layers = getattr(cache, "layers", None)
+        if not layers or not all(isinstance(getattr(la, "keys", None), torch.Tensor)
+                                 and isinstance(getattr(la, "values", None), torch.Tensor) for la in layers):
+            return None
+        g = int(key_ok.shape[0])
+        b = int(group_of_row.numel())
+        G = b // g if g and b % g == 0 else 0
+        if G and not torch.equal(group_of_row.cpu(), torch.arange(g).repeat_interleave(G)):
+            G = 0
+        return cls(keys={i: la.keys for i, la in enumerate(layers)},
+                   values={i: la.values for i, la in enumerate(layers)},
+                   key_ok=key_ok.bool(), group_of_row=group_of_row, group_size=G, append=append)
+
+    def select_rows(self, keep: torch.Tensor) -> None:
+        """Keep only rows `keep` (decoding drops finished rows); groups are no longer contiguous."""
+        self.group_of_row = self.group_of_row.index_select(0, keep)
+        self.group_size = 0
+        for store in (self.own_keys, self.own_values):
+            for i, t in store.items():
+                store[i] = t.index_select(0, keep)
+
+
+def cascade_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+    """transformers attention-function signature. query (b, h, L, d); key, value (b, hkv, L, d): the rows'
+    own new tokens. The prefix comes from kwargs["rlvr_prefix"] (SharedPrefixKV); attention_mask is
+    ignored (see the module docstring for why none is needed). Returns ((b, L, h, d), None)."""
+    pk: SharedPrefixKV | None = kwargs.get("rlvr_prefix")
+    if pk is None:
+        raise RuntimeError("rlvr_cascade attention needs the rlvr_prefix argument (use rlvr.models.cascade.prefix_forward)")
+    layer = module.layer_idx
+    if pk.append:
+        if layer in pk.own_keys:
+            key = torch.cat([pk.own_keys[layer], key], dim=2)
+            value = torch.cat([pk.own_values[layer], value], dim=2)
+        pk.own_keys[layer], pk.own_values[layer] = key, value
+    kp, vp = pk.keys[layer], pk.values[layer]  # (g, hkv, S, d)
+    b, h, L, d = query.shape
+    hkv, T = key.shape[1], key.shape[2]  # T = earlier own tokens + these L
+    g, S = kp.shape[0], kp.shape[2]
+    n = h // hkv
+    q = query.reshape(b, hkv, n * L, d)  # query head kv*n + r -> KV head kv (as repeat_kv)
+    G = pk.group_size
+    if G:  # the G rows of a group stacked: one matmul per (group, KV head), the cache never copied
+        qg = q.view(g, G, hkv, n * L, d).transpose(1, 2).reshape(g, hkv, G * n * L, d)
+        s_pre = torch.matmul(qg, kp.transpose(-1, -2)).view(g, hkv, G, n * L, S).transpose(1, 2).reshape(b, hkv, n * L, S)
+        ok = pk.key_ok.repeat_interleave(G, dim=0)  # (b, S)
+    else:
+        gor = pk.group_of_row
+        kp, vp = kp.index_select(0, gor), vp.index_select(0, gor)
+        s_pre = torch.matmul(q, kp.transpose(-1, -2))
+        ok = pk.key_ok.index_select(0, gor)
+    s_own = torch.matmul(q, key.transpose(-1, -2))  # (b, hkv, n*L, T)
+    neg = torch.finfo(torch.float32).min
+    # query i of the L new tokens sits at own position T - L + i and sees own keys 0 .. T - L + i
+    qpos = torch.arange(T - L, T, device=query.device).repeat(n)  # (n*L,)
+    causal = torch.arange(T, device=query.device).unsqueeze(0) <= qpos.unsqueeze(1)  # (n*L, T)
+    scores = torch.cat([(s_pre.float() * scaling).masked_fill(~ok[:, None, None, :], neg),
+                        (s_own.float() * scaling).masked_fill(~causal, neg)], dim=-1)
+    p = torch.softmax(scores, dim=-1).to(query.dtype)
+    if dropout and module.training:
+        p = torch.nn.functional.dropout(p, p=dropout)
+    p_pre, p_own = p[..., :S], p[..., S:]
+    out = torch.matmul(p_own, value)  # (b, hkv, n*L, d)
+    if G:
+        pg = p_pre.reshape(g, G, hkv, n * L, S).transpose(1, 2).reshape(g, hkv, G * n * L, S)
+        out = out + torch.matmul(pg, vp).view(g, hkv, G, n * L, d).transpose(1, 2).reshape(b, hkv, n * L, d)
+    else:
+        out = out + torch.matmul(p_pre, vp)
+    return out.view(b, h, L, d).transpose(1, 2), None
+
+
+def register() -> None:
+    """Add "rlvr_cascade" to transformers' attention functions (once per process)."""
+    if _REGISTERED[0]:
+        return
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(NAME, lambda *a, **k: cascade_attention(*a, **k))  # looked up per call
+    _REGISTERED[0] = True
+
+
+def supported(model) -> bool:
+    """Whether `model` runs its attention through transformers' AttentionInterface (every decoder of
+    transformers 5.x: they read config._attn_implementation at each call) and passes keyword arguments
+    down to it. Checked once per model class by a test forward in tests; here: a decoder whose layers'
+    attention modules carry layer_idx and whose forward accepts **kwargs."""
+    import inspect
+
+    cfg = getattr(model, "config", None)
+    if cfg is None or not hasattr(cfg, "_attn_implementation"):
+        return False
+    if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", False):
+        return False  # a sliding window would need masking of old prefix keys
+    params = inspect.signature(type(model).forward).parameters
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+@contextlib.contextmanager
+def attention(model, name: str = NAME):
+    """Run the model's attention with `name` inside the block (restored after, also on error)."""
+    register()
+    cfg = model.config
+    old = cfg._attn_implementation
+    cfg._attn_implementation = name
+    try:
+        yield
+    finally:
+        cfg._attn_implementation = old
