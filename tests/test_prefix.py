@@ -90,6 +90,33 @@ def test_shared_prefix_scores_and_gradients_equal_the_plain_forward(temperature,
     assert g_ref["model.embed_tokens.weight"].abs().sum() > 0
 
 
+@pytest.mark.parametrize("cascade", [True, False])
+def test_shared_prefix_with_one_token_responses(cascade):
+    """Every response one token: the whole score comes from the prefix forward (no suffix forward);
+    mixed with longer ones: rows whose suffix is empty sit beside rows that have one."""
+    model, _ = build_tiny_model(hidden_size=32, num_layers=2, num_heads=2, seed=4)
+    prompts = [[5, 6, 7], [8, 9], [10, 11, 12, 13]]
+    for resp_len in ((1, 1, 1), (1, 3, 2)):
+        P = [p for p in prompts for _ in range(3)]
+        R = [[20 + k] * resp_len[k % 3] for k in range(9)]
+        batch = build_training_batch(P, R, 0)
+        g = prefix_groups(batch.input_ids, batch.response_mask, batch.attention_mask)
+        assert g is not None and g.n_groups == 3
+
+        def run(shared, batch=batch, g=g):
+            model.zero_grad()
+            args = (model, batch.input_ids, batch.labels, batch.attention_mask)
+            out = score_shared_prefix(*args, g, use_cascade=cascade) if shared else score_tokens(*args)
+            out.logprobs.sum().backward()
+            return out.logprobs.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}
+
+        (ref, g_ref), (got, g_got) = run(False), run(True)
+        torch.testing.assert_close(got, ref, atol=1e-5, rtol=0)
+        for k in g_ref:
+            torch.testing.assert_close(g_got[k], g_ref[k], atol=1e-5, rtol=0)
+        assert bool((got[batch.response_mask] < 0).all())  # every response token scored
+
+
 def test_shared_prefix_falls_back_to_whole_rows_under_activation_checkpointing():
     from rlvr.models.loading import enable_gradient_checkpointing
     from rlvr.models.prefix import score_rows

@@ -6,17 +6,19 @@ prompt's P tokens are processed G times in each forward and backward. Here a mic
 grouped by their prompt (the tokens before the first response label; rows need not be adjacent),
 and the step runs in two forwards:
 
-    prefix:  the group's prompt once, positions 0..S-1 (S = P - 1: the inputs whose labels are
-             prompt tokens, the same for every row of the group), with use_cache -> K/V (g rows)
-    suffix:  each row's inputs S..n-1 (the last prompt token and the response), attending to its
-             group's cached K/V (index_select g -> b rows, differentiable) and to itself
+    prefix:  the group's whole prompt once, inputs 0..S (S = P - 1: inputs 0..S-1 have prompt labels,
+             input S predicts the first response token), with use_cache -> K/V (g rows)
+    suffix:  each row's inputs S+1..n-1 (its response tokens but the last), attending to its group's
+             K/V and to itself; with cascade attention (rlvr.models.cascade) the group's K/V are read in
+             place, else they are index-selected g -> b rows (differentiable) into a KV cache
 
-Logprobs and entropy of the prefix positions come from the prefix forward (once per group), those
-of the suffix positions from the suffix forward; both land in the (B, T) layout `score_tokens`
-returns. Autograd runs through the cache: the prompt's gradient is the sum of its G rows', as in
-the unshared forward, so the numbers equal `score_tokens` up to float rounding (tests/test_prefix.py).
-The work on prompt tokens falls by G; with short prompts (the demo: 8 of 11 tokens) the step's
-FLOPs fall about 2.5x, with the long shared templates of real tasks by nearly G.
+Logprobs and entropy of the prompt positions come from the prefix forward (once per group), those of
+the first response token from the group's logits at input S (gathered per row: the label differs),
+the rest from the suffix forward; all land in the (B, T) layout `score_tokens` returns. Autograd runs
+through the shared K/V and logits: the prompt's gradient is the sum of its G rows', as in the unshared
+forward, so the numbers equal `score_tokens` up to float rounding (tests/test_prefix.py). The work on
+prompt tokens falls by G; with short prompts (the demo: 8 of 11 tokens) the step's FLOPs fall about
+3x, with the long shared templates of real tasks by nearly G.
 
 Prefixes and suffixes are right-padded; an explicit 2-D attention mask (the prefix mask of the
 row's group, then the row's own) hides the pads, and position ids continue the prefix's.
@@ -94,21 +96,22 @@ def score_shared_prefix(
 
     dev = next(model.parameters()).device
     b, T = input_ids.shape
-    S = groups.prefix_len.to(dev)  # (g,)
+    S = groups.prefix_len.to(dev)  # (g,) inputs whose labels are prompt tokens
     gor = groups.group_of_row.to(dev)  # (b,)
     rep = groups.rep.to(dev)
     ids, lab, am = input_ids.to(dev), labels.to(dev), attention_mask.to(dev)
     n = am.sum(-1)  # (b,) real inputs of each row (right-padded)
-    g, Smax = groups.n_groups, int(S.max())
+    g, P = groups.n_groups, int(S.max()) + 1
+    rows = torch.arange(b, device=dev)
 
-    # prefix: right-padded (g, Smax), column j = position j; columns >= S of a group are masked
-    # out (pads at the end: no query ever sees only pads, so nothing turns NaN)
-    col = torch.arange(Smax, device=dev).unsqueeze(0)  # (1, Smax)
-    real_pre = col < S.unsqueeze(1)  # (g, Smax)
-    pre_ids = ids[rep, :Smax]
-    pre_lab = torch.where(real_pre, lab[rep, :Smax], torch.full((), -100, dtype=lab.dtype, device=dev))
+    # prefix: the whole prompt, inputs 0..S of a group (its last input S predicts the first response
+    # token, whose label differs per row), right-padded to (g, P); columns > S of a group are pads
+    col = torch.arange(P, device=dev).unsqueeze(0)  # (1, P)
+    real_pre = col <= S.unsqueeze(1)  # (g, P)
+    pre_ids = ids[rep, :P]
+    pre_lab = torch.where(col < S.unsqueeze(1), lab[rep, :P], torch.full((), -100, dtype=lab.dtype, device=dev))
     pre_am = real_pre.long()
-    pre_pos = col.expand(g, Smax)
+    pre_pos = col.expand(g, P)
     cache_kw = "cache" if "cache" in _forward_params(model) else "past_key_values"  # renamed in transformers 5.2x
     cascade = use_cascade and cascade_supported(model)
     # right padding: a causal model's real positions never see the pads after them, so the cascade
@@ -119,47 +122,56 @@ def score_shared_prefix(
         raise RuntimeError("shared-prefix scoring needs the model's KV cache, but its forward returned none "
                            "(use_cache off?); set algo.shared_prefix=false")
     pre_lp, pre_ent = logprobs_and_entropy(out.logits, pre_lab, chunk_size=chunk_size, with_entropy=with_entropy,
-                                           temperature=temperature)  # (g, Smax)
-    del out
-
-    # suffix: row r's inputs S_r .. n_r - 1, right-padded to Lsuf
+                                           temperature=temperature)  # (g, P)
     Sr = S[gor]  # (b,)
-    suf_len = n - Sr  # >= 1 (prefix_groups checked)
+    # the first response token of each row, from its group's logits at input S (one (b, V) gather)
+    first_logits = out.logits[torch.arange(g, device=dev), S].index_select(0, gor).unsqueeze(1)  # (b, 1, V)
+    first_lp, first_ent = logprobs_and_entropy(first_logits, lab[rows, Sr].unsqueeze(1), chunk_size=chunk_size,
+                                               with_entropy=with_entropy, temperature=temperature)  # (b, 1)
+    del out, first_logits
+
+    # suffix: row r's inputs S_r + 1 .. n_r - 1 (its response tokens but the last), right-padded to Lsuf
+    suf_len = n - Sr - 1  # >= 0
     Lsuf = int(suf_len.max())
-    cs = torch.arange(Lsuf, device=dev)
-    real_suf = cs.unsqueeze(0) < suf_len.unsqueeze(1)  # (b, Lsuf)
-    at = (Sr.unsqueeze(1) + cs.unsqueeze(0)).clamp_max(T - 1)
-    suf_ids = torch.where(real_suf, ids.gather(1, at), torch.zeros((), dtype=ids.dtype, device=dev))
-    suf_lab = torch.where(real_suf, lab.gather(1, at), torch.full((), -100, dtype=lab.dtype, device=dev))
-    suf_pos = Sr.unsqueeze(1) + cs.unsqueeze(0)
-    pk = SharedPrefixKV.from_cache(cache, real_pre, gor) if cascade else None
-    if pk is not None:  # cascade attention: the rows attend to their group's K/V, never copied per row
-        with attention(model):
-            out = model(input_ids=suf_ids, position_ids=suf_pos, use_cache=False, rlvr_prefix=pk)
-        del pk
-    else:
-        _select_rows(cache, gor)  # (g, ...) -> (b, ...) rows of each row's group, differentiable
-        full_am = torch.cat([pre_am[gor], real_suf.long()], dim=1)
-        out = model(input_ids=suf_ids, attention_mask=full_am, position_ids=suf_pos, use_cache=True, **{cache_kw: cache})
-    suf_lp, suf_ent = logprobs_and_entropy(out.logits, suf_lab, chunk_size=chunk_size, with_entropy=with_entropy,
-                                           temperature=temperature)  # (b, Lsuf)
-    del out, cache
+    suf_lp = suf_ent = torch.zeros((b, 0), device=dev)
+    if Lsuf > 0:
+        cs = torch.arange(Lsuf, device=dev)
+        real_suf = cs.unsqueeze(0) < suf_len.unsqueeze(1)  # (b, Lsuf)
+        at = (Sr.unsqueeze(1) + 1 + cs.unsqueeze(0)).clamp_max(T - 1)
+        suf_ids = torch.where(real_suf, ids.gather(1, at), torch.zeros((), dtype=ids.dtype, device=dev))
+        suf_lab = torch.where(real_suf, lab.gather(1, at), torch.full((), -100, dtype=lab.dtype, device=dev))
+        suf_pos = Sr.unsqueeze(1) + 1 + cs.unsqueeze(0)
+        pk = SharedPrefixKV.from_cache(cache, real_pre, gor) if cascade else None
+        if pk is not None:  # cascade attention: the rows attend to their group's K/V, never copied per row
+            with attention(model):
+                out = model(input_ids=suf_ids, position_ids=suf_pos, use_cache=False, rlvr_prefix=pk)
+            del pk
+        else:
+            _select_rows(cache, gor)  # (g, ...) -> (b, ...) rows of each row's group, differentiable
+            full_am = torch.cat([pre_am[gor], real_suf.long()], dim=1)
+            out = model(input_ids=suf_ids, attention_mask=full_am, position_ids=suf_pos, use_cache=True,
+                        **{cache_kw: cache})
+        suf_lp, suf_ent = logprobs_and_entropy(out.logits, suf_lab, chunk_size=chunk_size, with_entropy=with_entropy,
+                                               temperature=temperature)  # (b, Lsuf)
+        del out
+    del cache
 
-    # back to the (b, T) layout: one gather from [prefix values, suffix values, 0]
+    # back to the (b, T) layout: one gather from [prefix values, first-token values, suffix values, 0]
     t = torch.arange(T, device=dev).unsqueeze(0)  # (1, T)
-    in_pre = t < Sr.unsqueeze(1)
-    in_suf = (~in_pre) & (t < n.unsqueeze(1))
-    pre_idx = gor.unsqueeze(1) * Smax + t
-    suf_idx = g * Smax + torch.arange(b, device=dev).unsqueeze(1) * Lsuf + (t - Sr.unsqueeze(1))
-    zero = g * Smax + b * Lsuf
-    idx = torch.where(in_pre, pre_idx, torch.where(in_suf, suf_idx, torch.full((), zero, device=dev)))
+    Sr1 = Sr.unsqueeze(1)
+    pre_idx = gor.unsqueeze(1) * P + t
+    first_idx = (g * P + rows).unsqueeze(1).expand(b, T)
+    suf_idx = g * P + b + rows.unsqueeze(1) * Lsuf + (t - Sr1 - 1)
+    zero = torch.full((), g * P + b + b * Lsuf, device=dev)
+    idx = torch.where(t < Sr1, pre_idx, torch.where(t == Sr1, first_idx,
+                                                    torch.where(t < n.unsqueeze(1), suf_idx, zero)))
 
-    def place(pre, suf):
-        flat = torch.cat([pre.reshape(-1), suf.reshape(-1), pre.new_zeros(1)])
+    def place(pre, first, suf):
+        flat = torch.cat([pre.reshape(-1), first.reshape(-1), suf.reshape(-1), pre.new_zeros(1)])
         return flat.index_select(0, idx.reshape(-1)).view(b, T)  # backward: index_add, no sort
 
-    logprobs = place(pre_lp, suf_lp)
-    entropy = place(pre_ent, suf_ent) if with_entropy else None
+    logprobs = place(pre_lp, first_lp, suf_lp)
+    entropy = place(pre_ent, first_ent, suf_ent) if with_entropy else None
     return ScoreOutput(logprobs=logprobs, entropy=entropy)
 
 

@@ -187,19 +187,36 @@ class HFGenerator:
             return (*self._forward(ids, attn, None), None)
         first = {p: r for r, p in reversed(list(enumerate(prompt_of_row)))}  # a row of each prompt
         reps = torch.tensor([first[p] for p in uniq], dtype=torch.long, device=ids.device)
-        logits, past = self._forward(ids[reps], attn[reps], None)
         where = {p: k for k, p in enumerate(uniq)}
         rows = torch.tensor([where[p] for p in prompt_of_row], dtype=torch.long, device=ids.device)
         if self._cascade:
-            pk = SharedPrefixKV.from_cache(past, attn[reps].bool(), rows, append=True)
-            if pk is not None:
-                return logits[rows], None, pk
+            got = self._prefill_cascade(ids[reps], attn[reps], rows)
+            if got is not None:
+                return got
+        logits, past = self._forward(ids[reps], attn[reps], None)
         if not hasattr(past, "batch_select_indices"):
             return (*self._forward(ids, attn, None), None)
         from rlvr.models.prefix import _select_rows
 
         _select_rows(past, rows)
         return logits[rows], past, None
+
+    def _prefill_cascade(self, ids, attn, rows):
+        """The prompts (left-padded ids, attn of the distinct prompts) forwarded right-padded with no
+        mask (a causal model's real positions never see the pads after them; the cascade masks them as
+        keys), so the model runs plain causal attention. Returns (last real logits of every row, None,
+        SharedPrefixKV) or None when the model's cache does not expose its keys and values."""
+        n = attn.sum(-1)  # (g,) real tokens of each prompt
+        L = ids.shape[1]
+        shift = (torch.arange(L, device=ids.device).unsqueeze(0) + (L - n).unsqueeze(1)) % L  # left -> right pad
+        r_ids, r_ok = ids.gather(1, shift), attn.gather(1, shift).bool()
+        pos = torch.arange(L, device=ids.device).unsqueeze(0).expand_as(r_ids)
+        out = self.model(input_ids=r_ids, position_ids=pos, use_cache=True)
+        pk = SharedPrefixKV.from_cache(getattr(out, self._cache_kw, None), r_ok, rows, append=True)
+        if pk is None:
+            return None
+        last = out.logits[torch.arange(len(n), device=ids.device), n - 1]  # (g, V)
+        return last[rows], None, pk
 
     def _decode_cascade(self, ids, attn, pk):
         """One decode step of every row with cascade attention over its prompt's K/V (pk): logits (B, V)."""
@@ -221,25 +238,30 @@ class HFGenerator:
         ids, attn = ids.to(dev), attn.to(dev)
         uniforms = None  # (B, max_tokens): step t of row b uses uniforms[b, t]
         if spec.temperature > 0:
-            rows = []
-            for i, j in chunk:
-                g = torch.Generator()  # CPU RNG: identical streams on CPU and GPU machines
+            uniforms = torch.empty((B, spec.max_tokens), dtype=torch.float64)
+            g = torch.Generator()  # CPU RNG: identical streams on CPU and GPU machines
+            for r, (i, j) in enumerate(chunk):
                 g.manual_seed(sequence_seed(base_seed, i, j))
-                rows.append(torch.rand(spec.max_tokens, generator=g, dtype=torch.float64))
-            uniforms = torch.stack(rows)
+                torch.rand(spec.max_tokens, generator=g, dtype=torch.float64, out=uniforms[r])
 
-        resp: list[list[int]] = [[] for _ in range(B)]
-        lps: list[list[float]] = [[] for _ in range(B)]
+        # Tokens and logprobs go into (B, max_tokens) tensors, one row write per step for all rows; the
+        # per-row Python work is only the stop-string check (when spec.stop is set) and the rows that end.
+        toks = torch.full((B, spec.max_tokens), self.pad_id, dtype=torch.long)
+        tlps = torch.zeros((B, spec.max_tokens), dtype=torch.float32)
+        n_tok = [spec.max_tokens] * B  # tokens kept per row (set when it finishes)
+        resp: list[list[int]] = [[] for _ in range(B)]  # kept as lists only for the stop-string check
         finish: list[str | None] = [None] * B
         stop_reason: list[str | None] = [None] * B
         cut_text: list[str | None] = [None] * B
+        done = torch.zeros(B, dtype=torch.bool)  # finished, by original row
         eos = torch.tensor(self.eos_ids, dtype=torch.long, device=dev)
+        eos_cpu = eos.cpu()
         max_stop = max((len(x) for x in spec.stop), default=0)
         window = max_stop + 16  # tokens decoded to look for a stop string that just completed
 
         logits, past, pk = self._prefill(ids, attn, [i for i, _ in chunk])
         full_ids = ids
-        live = list(range(B))  # original row of each row of the current (compacted) batch
+        live = torch.arange(B)  # original row of each row of the current (compacted) batch
         for step in range(spec.max_tokens):
             if step < spec.min_tokens and len(eos):
                 logits = logits.clone()
@@ -250,35 +272,44 @@ class HFGenerator:
             else:
                 logp = process_logits(logits, spec.temperature, spec.top_k, spec.top_p)
                 tok = sample_rows(logp, uniforms[live, step]).to(dev)
-            tok_lp = logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1).tolist()
-            tok_list = tok.tolist()
-            for pos, r in enumerate(live):
-                if finish[r] is not None:
-                    continue
-                resp[r].append(tok_list[pos])
-                lps[r].append(tok_lp[pos])
-                if tok_list[pos] in self.eos_ids:
-                    finish[r], stop_reason[r] = "stop", "<eos>"
-                elif spec.stop and len(resp[r]) >= spec.min_tokens:  # vLLM: stops count from min_tokens on
-                    hit = find_completed_stop(
-                        self.tokenizer, resp[r], spec.stop, spec.include_stop_str_in_output, window
-                    )
-                    if hit is not None:
-                        finish[r], stop_reason[r], cut_text[r] = "stop", hit[0], hit[1]
-                if finish[r] is None and len(resp[r]) >= spec.max_tokens:
+            tok_lp = logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1).float().cpu()
+            tok_c = tok.cpu()
+            act = ~done[live]  # (rows of the batch,) not finished before this step
+            rows = live[act]
+            toks[rows, step] = tok_c[act]
+            tlps[rows, step] = tok_lp[act]
+            ended = act & torch.isin(tok_c, eos_cpu) if len(eos_cpu) else torch.zeros_like(act)
+            for r in live[ended].tolist():
+                finish[r], stop_reason[r], n_tok[r] = "stop", "<eos>", step + 1
+            if spec.stop:
+                for pos, r in zip(act.nonzero().flatten().tolist(), rows.tolist(), strict=True):
+                    resp[r].append(int(tok_c[pos]))
+                    if finish[r] is None and step + 1 >= spec.min_tokens:  # vLLM: stops count from min_tokens on
+                        hit = find_completed_stop(
+                            self.tokenizer, resp[r], spec.stop, spec.include_stop_str_in_output, window
+                        )
+                        if hit is not None:
+                            finish[r], stop_reason[r], cut_text[r], n_tok[r] = "stop", hit[0], hit[1], step + 1
+                            ended[pos] = True
+            if step + 1 >= spec.max_tokens:
+                for r in live[act & ~ended].tolist():
                     finish[r] = "length"
-            still = [pos for pos, r in enumerate(live) if finish[r] is None]
-            if not still:
+                ended = act
+            done[live[ended]] = True
+            still = ~done[live]
+            n_still = int(still.sum())
+            if not n_still:
                 break
             # Drop finished rows once a quarter of the batch is done, so long tails of a few
             # unfinished responses do not pay for the whole batch (index_select of the cache
             # costs about one decode step, hence not on every single finish).
             if (
                 self.drop_finished
-                and len(still) <= 0.75 * len(live)
+                and n_still <= 0.75 * len(live)
                 and (not self.use_cache or pk is not None or hasattr(past, "batch_select_indices"))
             ):
-                keep = torch.tensor(still, dtype=torch.long, device=dev)
+                keep_cpu = still.nonzero().flatten()
+                keep = keep_cpu.to(dev)
                 if pk is not None:
                     pk.select_rows(keep)
                 elif self.use_cache:
@@ -286,13 +317,9 @@ class HFGenerator:
                 else:
                     full_ids = full_ids[keep]
                 attn = attn[keep]
-                live = [live[pos] for pos in still]
-                tok_list = [tok_list[pos] for pos in still]
-            nxt = torch.tensor(
-                [t if finish[r] is None else self.pad_id for t, r in zip(tok_list, live, strict=True)],
-                dtype=torch.long,
-                device=dev,
-            ).unsqueeze(-1)
+                live = live[keep_cpu]
+                tok_c = tok_c[keep_cpu]
+            nxt = torch.where(done[live], torch.full_like(tok_c, self.pad_id), tok_c).unsqueeze(-1).to(dev)
             attn = torch.cat([attn, torch.ones((len(live), 1), dtype=torch.long, device=dev)], dim=1)
             if pk is not None:
                 logits = self._decode_cascade(nxt, attn, pk)
@@ -303,9 +330,11 @@ class HFGenerator:
                 logits, _ = self._forward(full_ids, attn, None)
 
         rollouts = []
-        need = [r for r in range(B) if cut_text[r] is None]  # one batch decode (Rust) for all of them
-        for r, t in zip(need, self.tokenizer.batch_decode([resp[r] for r in need], skip_special_tokens=True),
-                        strict=True):
+        tok_rows, lp_rows = toks.tolist(), tlps.tolist()
+        resp = [tok_rows[r][: n_tok[r]] for r in range(B)]
+        lps = [lp_rows[r][: n_tok[r]] for r in range(B)]
+        need = [r for r in range(B) if cut_text[r] is None]
+        for r, t in zip(need, decode_batch(self.tokenizer, [resp[r] for r in need]), strict=True):
             cut_text[r] = t
         for r, (i, j) in enumerate(chunk):
             text = cut_text[r]
@@ -324,6 +353,15 @@ class HFGenerator:
                 )
             )
         return rollouts
+
+
+def decode_batch(tokenizer, seqs: list[list[int]]) -> list[str]:
+    """[tokenizer.decode(x, skip_special_tokens=True) for x in seqs], in one call of the Rust tokenizer
+    where that is the same thing (a fast tokenizer without clean-up of spaces); else one decode each."""
+    backend = getattr(tokenizer, "_tokenizer", None)
+    if seqs and hasattr(backend, "decode_batch") and not getattr(tokenizer, "clean_up_tokenization_spaces", True):
+        return backend.decode_batch(seqs, skip_special_tokens=True)
+    return [tokenizer.decode(x, skip_special_tokens=True) for x in seqs]
 
 
 def find_completed_stop(
