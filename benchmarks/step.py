@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/step.py [--steps 20] [--warmup 3] [--threads 1] [--init-from DIR]
         [--label after] [--compare algo.shared_prefix=false]
+        [--fresh --set model.hidden_size=512 --set model.intermediate_size=1024 --label h512]
 
 The workload is the demo's GRPO phase (rlvr.train.demo: the tiny Qwen2 model, sums of four digits,
 64 prompts x 8 samples, 4 new tokens, lr 5e-4, one optimizer step per rollout batch) started from
@@ -56,8 +57,9 @@ SFT_CACHE = Path("/tmp/rlvr-step-sft")
 # ------------------------------------------------------------------------------ the workload
 
 
-def demo_setup(init_from: str | None, threads: int, steps: int, overrides: list[str]):
-    """(TrainConfig, TaskData) of the demo's GRPO phase from an SFT checkpoint."""
+def demo_setup(init_from: str | None, threads: int, steps: int, overrides: list[str], fresh: bool = False):
+    """(TrainConfig, TaskData) of the demo's GRPO phase from an SFT checkpoint; fresh=True: from a
+    randomly initialized model of the size the overrides give (model.hidden_size=...), no SFT."""
     from rlvr.config import load_config
     from rlvr.train.config import TrainConfig
     from rlvr.train.demo import DemoConfig, _configs, demo_task
@@ -67,7 +69,9 @@ def demo_setup(init_from: str | None, threads: int, steps: int, overrides: list[
     sft_cfg, rl = _configs(cfg, Path(cfg.out_dir))
     task = demo_task(cfg)
     pool = list(task.train[cfg.sft_examples:])
-    if init_from is None:
+    if fresh:
+        init_from = ""
+    elif init_from is None:
         init_from = str(SFT_CACHE / "sft")
         if not (Path(init_from) / "checkpoints" / "latest").exists():
             sft_task = type(task)(**{**task.__dict__, "train": list(task.train[: cfg.sft_examples]),
@@ -353,6 +357,9 @@ def main(argv=None) -> int:
     ap.add_argument("--set", action="append", default=[], help="config override KEY=VALUE for the main run")
     ap.add_argument("--compare", action="append", default=[],
                     help="KEY=VALUE overrides of a second run interleaved with the main one")
+    ap.add_argument("--fresh", action="store_true",
+                    help="a randomly initialized model sized by --set model.hidden_size=... (no SFT checkpoint): the "
+                         "same step at other model sizes")
     ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", str(a.threads))
@@ -360,9 +367,10 @@ def main(argv=None) -> int:
     from rlvr.train.common import quiet_transformers
 
     quiet_transformers()
-    configs = {a.label: demo_setup(a.init_from, a.threads, a.steps, a.set)}
+    configs = {a.label: demo_setup(a.init_from, a.threads, a.steps, a.set, a.fresh)}
     if a.compare:
-        configs[f"{a.label} ({', '.join(a.compare)})"] = demo_setup(a.init_from, a.threads, a.steps, a.set + a.compare)
+        configs[f"{a.label} ({', '.join(a.compare)})"] = demo_setup(a.init_from, a.threads, a.steps, a.set + a.compare,
+                                                                    a.fresh)
     for k, (c, _) in configs.items():
         c.run.out_dir = f"/tmp/rlvr-step-run/{abs(hash(k))}"
     counts = {k: count_phases(c, t) for k, (c, t) in configs.items()}

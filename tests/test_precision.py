@@ -313,26 +313,34 @@ def test_gradient_checkpointing_recomputes_layers_and_keeps_gradients():
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-7, msg=n)
 
 
-def test_generation_still_uses_the_kv_cache_with_gradient_checkpointing():
+@pytest.mark.parametrize("shared_prefix", [True, False])
+def test_generation_still_uses_the_kv_cache_with_gradient_checkpointing(shared_prefix):
+    """Checkpointing turns the KV cache off in training mode; the sampler (eval mode) must still decode on
+    one: every forward returns a cache, or (shared prefix, cascade attention) decodes one token per row
+    on the prompt's cached keys/values."""
     from rlvr.rollout import HFGenerator, SamplingSpec
 
     base, tok = build_policy("tiny", **SMALL, seed=4)
     ckpt, _ = build_policy("tiny", **SMALL, seed=4, gradient_checkpointing=True)
-    outs, caches = [], []
+    outs, calls = [], []
     for model in (base, ckpt):
-        gen = HFGenerator(model, tok, batch_size=4)
-        forward = gen._forward
+        gen = HFGenerator(model, tok, batch_size=4, shared_prefix=shared_prefix)
+        kw = gen._cache_kw
 
-        def spy(ids, attn, past, forward=forward):
-            logits, cache = forward(ids, attn, past)
-            caches.append(cache is not None)
-            return logits, cache
+        def spy(_m, _a, kwargs, out, kw=kw):
+            cached = getattr(out, kw, None) is not None
+            cascade = kwargs.get("rlvr_prefix") is not None and kwargs["input_ids"].shape[1] == 1
+            calls.append("cache" if cached else "cascade" if cascade else "none")
 
-        gen._forward = spy
-        outs.append([r.response_ids for r in gen.generate(["1+2=", "33+4="], SamplingSpec(n=2, max_tokens=6, seed=1))])
+        h = model.register_forward_hook(spy, with_kwargs=True)
+        try:
+            outs.append([r.response_ids for r in gen.generate(["1+2=", "33+4="], SamplingSpec(n=2, max_tokens=6, seed=1))])
+        finally:
+            h.remove()
         assert model.training  # generate() restores train mode
     assert outs[0] == outs[1]
-    assert caches and all(caches)
+    assert calls and "none" not in calls
+    assert ("cascade" in calls) == shared_prefix  # the two prompts' samples decode on their prompt's K/V
 
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa", "auto"])

@@ -295,7 +295,7 @@ class RolloutConfig:
     batch_size: int = 0
     """hf: sequences decoded together; 0 = the whole rollout batch (at least 64)."""
     shared_prefix: bool = True
-    """hf: prefill each distinct prompt once and copy its KV cache to its samples; false = prefill every row."""
+    """hf: prefill each distinct prompt once; its samples decode on its keys/values in place (cascade attention; a copy of the KV cache where the model does not allow it); false = prefill every row."""
     device: str = ""
     """vllm: '' = colocated on the policy's GPU (model.device); cuda:N = a separate GPU (the CS336 setup)."""
     gpu_memory_utilization: float = 0.3
