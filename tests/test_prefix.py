@@ -20,15 +20,15 @@ from rlvr.train.config import TrainConfig
 from rlvr.train.pg import train
 
 
-def _grouped_batch(seed=0, groups=3, per_group=4, shuffle=True):
-    """Prompts of 2..6 tokens, each with per_group responses of 1..4 tokens, rows in random order."""
+def _grouped_batch(seed=0, groups=3, per_group=4, shuffle=True, resp_len=(1, 4)):
+    """Prompts of 2..6 tokens, each with per_group responses of resp_len tokens, rows in random order."""
     rng = random.Random(seed)
     P, R = [], []
     for _ in range(groups):
         p = [rng.randrange(4, 90) for _ in range(rng.randrange(2, 7))]
         for _ in range(per_group):
             P.append(p)
-            R.append([rng.randrange(4, 90) for _ in range(rng.randrange(1, 5))])
+            R.append([rng.randrange(4, 90) for _ in range(rng.randint(*resp_len))])
     order = list(range(len(P)))
     if shuffle:
         rng.shuffle(order)
@@ -51,13 +51,16 @@ def test_prefix_groups_finds_each_prompt_and_its_length():
 # (temperature, arch, KV heads, rows shuffled, cascade attention): contiguous equal groups take the
 # cascade's grouped matmul, shuffled rows its per-row gather; GQA (1 KV head for 4 query heads) groups
 # query heads as repeat_kv does; use_cascade=False is the KV-cache copy path.
-CASES = [(1.0, "qwen2", None, True, True), (0.7, "qwen2", None, False, True), (1.0, "llama", 1, False, True),
-         (1.0, "qwen2", 2, True, True), (1.0, "qwen2", None, True, False), (0.7, "llama", 1, False, False)]
+# Responses of 1..4 tokens take the cascade's broadcast own part, of 9..14 tokens its matmul one.
+CASES = [(1.0, "qwen2", None, True, True, (1, 4)), (0.7, "qwen2", None, False, True, (1, 4)),
+         (1.0, "llama", 1, False, True, (1, 4)), (1.0, "qwen2", 2, True, True, (1, 4)),
+         (1.0, "qwen2", None, True, False, (1, 4)), (0.7, "llama", 1, False, False, (1, 4)),
+         (1.0, "llama", 1, False, True, (9, 14)), (1.0, "qwen2", None, True, True, (9, 14))]
 
 
-@pytest.mark.parametrize(("temperature", "arch", "kv_heads", "shuffle", "cascade"), CASES)
+@pytest.mark.parametrize(("temperature", "arch", "kv_heads", "shuffle", "cascade", "resp_len"), CASES)
 def test_shared_prefix_scores_and_gradients_equal_the_plain_forward(temperature, arch, kv_heads, shuffle, cascade,
-                                                                    monkeypatch):
+                                                                    resp_len, monkeypatch):
     import rlvr.models.cascade as cas
 
     calls = []
@@ -65,7 +68,7 @@ def test_shared_prefix_scores_and_gradients_equal_the_plain_forward(temperature,
     monkeypatch.setattr(cas, "cascade_attention", lambda *a, **k: (calls.append(k["rlvr_prefix"].group_size), real(*a, **k))[1])
     heads = 4 if kv_heads else 2
     model, _ = build_tiny_model(hidden_size=32, num_layers=2, num_heads=heads, num_kv_heads=kv_heads, arch=arch, seed=0)
-    batch, _ = _grouped_batch(seed=1, shuffle=shuffle)
+    batch, _ = _grouped_batch(seed=1, shuffle=shuffle, resp_len=resp_len)
     g = prefix_groups(batch.input_ids, batch.response_mask, batch.attention_mask)
     w = torch.randn(batch.labels.shape, generator=torch.Generator().manual_seed(0))
 

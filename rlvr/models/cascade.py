@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import torch
 
 NAME = "rlvr_cascade"
+_SMALL_OWN = 8  # own keys up to which the own part is a broadcast product instead of a batched matmul
 _REGISTERED = [False]
 
 
@@ -106,7 +107,13 @@ def cascade_attention(module, query, key, value, attention_mask, scaling, dropou
         kp, vp = kp.index_select(0, gor), vp.index_select(0, gor)
         s_pre = torch.matmul(q, kp.transpose(-1, -2))
         ok = pk.key_ok.index_select(0, gor)
-    s_own = torch.matmul(q, key.transpose(-1, -2))  # (b, hkv, n*L, T)
+    # the rows' own part: (n*L x T) per row and head, tiny when responses are short; batched matmuls of
+    # tiny matrices cost ~3 us each on CPU, so up to _SMALL_OWN own keys it is a broadcast product + sum
+    small = T <= _SMALL_OWN
+    if small:
+        s_own = (q.unsqueeze(-2) * key.unsqueeze(-3)).sum(-1)  # (b, hkv, n*L, T)
+    else:
+        s_own = torch.matmul(q, key.transpose(-1, -2))  # (b, hkv, n*L, T)
     neg = torch.finfo(torch.float32).min
     # query i of the L new tokens sits at own position T - L + i and sees own keys 0 .. T - L + i
     qpos = torch.arange(T - L, T, device=query.device).repeat(n)  # (n*L,)
@@ -117,7 +124,10 @@ def cascade_attention(module, query, key, value, attention_mask, scaling, dropou
     if dropout and module.training:
         p = torch.nn.functional.dropout(p, p=dropout)
     p_pre, p_own = p[..., :S], p[..., S:]
-    out = torch.matmul(p_own, value)  # (b, hkv, n*L, d)
+    if small:
+        out = (p_own.unsqueeze(-1) * value.unsqueeze(-3)).sum(-2)  # (b, hkv, n*L, d)
+    else:
+        out = torch.matmul(p_own, value)  # (b, hkv, n*L, d)
     if G:
         pg = p_pre.reshape(g, G, hkv, n * L, S).transpose(1, 2).reshape(g, hkv, G * n * L, S)
         out = out + torch.matmul(pg, vp).view(g, hkv, G, n * L, d).transpose(1, 2).reshape(b, hkv, n * L, d)
