@@ -51,6 +51,7 @@ class SharedPrefixKV:
     append: bool = False
     own_keys: dict[int, torch.Tensor] = field(default_factory=dict)
     own_values: dict[int, torch.Tensor] = field(default_factory=dict)
+    _bias: torch.Tensor | None = None
 
     @classmethod
     def from_cache(cls, cache, key_ok: torch.Tensor, group_of_row: torch.Tensor, *, append: bool = False):
@@ -69,6 +70,13 @@ class SharedPrefixKV:
                    values={i: la.values for i, la in enumerate(layers)},
                    key_ok=key_ok.bool(), group_of_row=group_of_row, group_size=G, append=append)
 
+    def pad_bias(self) -> torch.Tensor:
+        """(g, S) float32: 0 at real prefix keys, the most negative float at prefix pads (made once)."""
+        if self._bias is None:
+            self._bias = torch.zeros(self.key_ok.shape, dtype=torch.float32, device=self.key_ok.device).masked_fill(
+                ~self.key_ok, torch.finfo(torch.float32).min)
+        return self._bias
+
     def select_rows(self, keep: torch.Tensor) -> None:
         """Keep only rows `keep` (decoding drops finished rows); groups are no longer contiguous."""
         self.group_of_row = self.group_of_row.index_select(0, keep)
@@ -84,7 +92,8 @@ def cascade_attention(module, query, key, value, attention_mask, scaling, dropou
     ignored (see the module docstring for why none is needed). Returns ((b, L, h, d), None)."""
     pk: SharedPrefixKV | None = kwargs.get("rlvr_prefix")
     if pk is None:
-        raise RuntimeError("rlvr_cascade attention needs the rlvr_prefix argument (use rlvr.models.cascade.prefix_forward)")
+        raise RuntimeError("rlvr_cascade attention needs the rlvr_prefix argument: run the forward inside "
+                           "rlvr.models.cascade.attention(model) with rlvr_prefix=SharedPrefixKV(...)")
     layer = module.layer_idx
     if pk.append:
         if layer in pk.own_keys:
@@ -96,30 +105,28 @@ def cascade_attention(module, query, key, value, attention_mask, scaling, dropou
     hkv, T = key.shape[1], key.shape[2]  # T = earlier own tokens + these L
     g, S = kp.shape[0], kp.shape[2]
     n = h // hkv
-    q = query.reshape(b, hkv, n * L, d)  # query head kv*n + r -> KV head kv (as repeat_kv)
+    q = query.reshape(b, hkv, n * L, d) * scaling  # query head kv*n + r -> KV head kv (as repeat_kv)
     G = pk.group_size
     if G:  # the G rows of a group stacked: one matmul per (group, KV head), the cache never copied
         qg = q.view(g, G, hkv, n * L, d).transpose(1, 2).reshape(g, hkv, G * n * L, d)
-        s_pre = torch.matmul(qg, kp.transpose(-1, -2)).view(g, hkv, G, n * L, S).transpose(1, 2).reshape(b, hkv, n * L, S)
-        ok = pk.key_ok.repeat_interleave(G, dim=0)  # (b, S)
+        s_pre = torch.matmul(qg, kp.transpose(-1, -2)).float() + pk.pad_bias()[:, None, None, :]  # prefix pads out
+        s_pre = s_pre.view(g, hkv, G, n * L, S).transpose(1, 2).reshape(b, hkv, n * L, S)
     else:
         gor = pk.group_of_row
         kp, vp = kp.index_select(0, gor), vp.index_select(0, gor)
-        s_pre = torch.matmul(q, kp.transpose(-1, -2))
-        ok = pk.key_ok.index_select(0, gor)
+        s_pre = torch.matmul(q, kp.transpose(-1, -2)).float() + pk.pad_bias().index_select(0, gor)[:, None, None, :]
     # the rows' own part: (n*L x T) per row and head, tiny when responses are short; batched matmuls of
     # tiny matrices cost ~3 us each on CPU, so up to _SMALL_OWN own keys it is a broadcast product + sum
     small = T <= _SMALL_OWN
     if small:
-        s_own = (q.unsqueeze(-2) * key.unsqueeze(-3)).sum(-1)  # (b, hkv, n*L, T)
+        s_own = (q.unsqueeze(-2) * key.unsqueeze(-3)).sum(-1).float()  # (b, hkv, n*L, T)
     else:
-        s_own = torch.matmul(q, key.transpose(-1, -2))  # (b, hkv, n*L, T)
-    neg = torch.finfo(torch.float32).min
-    # query i of the L new tokens sits at own position T - L + i and sees own keys 0 .. T - L + i
-    qpos = torch.arange(T - L, T, device=query.device).repeat(n)  # (n*L,)
-    causal = torch.arange(T, device=query.device).unsqueeze(0) <= qpos.unsqueeze(1)  # (n*L, T)
-    scores = torch.cat([(s_pre.float() * scaling).masked_fill(~ok[:, None, None, :], neg),
-                        (s_own.float() * scaling).masked_fill(~causal, neg)], dim=-1)
+        s_own = torch.matmul(q, key.transpose(-1, -2)).float()  # (b, hkv, n*L, T)
+    if L > 1:  # query i of the L new tokens sits at own position T - L + i and sees own keys 0 .. T - L + i
+        qpos = torch.arange(T - L, T, device=query.device).repeat(n)  # (n*L,)
+        causal = torch.arange(T, device=query.device).unsqueeze(0) <= qpos.unsqueeze(1)  # (n*L, T)
+        s_own = s_own.masked_fill(~causal, torch.finfo(torch.float32).min)
+    scores = torch.cat([s_pre, s_own], dim=-1)
     p = torch.softmax(scores, dim=-1).to(query.dtype)
     if dropout and module.training:
         p = torch.nn.functional.dropout(p, p=dropout)
