@@ -93,6 +93,40 @@ def test_shared_prefix_scores_and_gradients_equal_the_plain_forward(temperature,
     assert g_ref["model.embed_tokens.weight"].abs().sum() > 0
 
 
+@pytest.mark.parametrize("model_type", ["qwen3", "mistral"])
+def test_cascade_on_other_decoders_equals_the_plain_forward(model_type):
+    """Qwen3 (q/k norms) and Mistral from transformers' own configs: the cascade runs them (supported) and
+    the shared-prefix scores and gradients equal the plain forward; with an active sliding window the
+    model is not supported (the copy path runs it)."""
+    import transformers
+
+    from rlvr.models.cascade import supported
+
+    name = {"qwen3": "Qwen3", "mistral": "Mistral"}[model_type]
+    cfg = getattr(transformers, f"{name}Config")(vocab_size=100, hidden_size=32, intermediate_size=64,
+                                                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                                 head_dim=8, max_position_embeddings=64, sliding_window=None)
+    torch.manual_seed(0)
+    model = getattr(transformers, f"{name}ForCausalLM")(cfg)
+    assert supported(model)
+    batch, _ = _grouped_batch(seed=2, shuffle=False)
+    g = prefix_groups(batch.input_ids, batch.response_mask, batch.attention_mask)
+
+    def run(shared):
+        model.zero_grad()
+        args = (model, batch.input_ids, batch.labels, batch.attention_mask)
+        out = score_shared_prefix(*args, g) if shared else score_tokens(*args)
+        out.logprobs.sum().backward()
+        return out.logprobs.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}
+
+    (ref, g_ref), (got, g_got) = run(False), run(True)
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=0)
+    for k in g_ref:
+        assert float((g_got[k] - g_ref[k]).abs().max()) <= 1e-5 * float(g_ref[k].abs().max()) + 1e-8, k
+    cfg.sliding_window, cfg.use_sliding_window = 4, True
+    assert not supported(model)
+
+
 @pytest.mark.parametrize("cascade", [True, False])
 def test_shared_prefix_with_one_token_responses(cascade):
     """Every response one token: the whole score comes from the prefix forward (no suffix forward);

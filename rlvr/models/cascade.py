@@ -153,18 +153,22 @@ def register() -> None:
     _REGISTERED[0] = True
 
 
+# Decoders whose attention is plain softmax(q k^T * scale) v through transformers' AttentionInterface (no
+# logit soft-capping, no attention sinks), checked against the plain forward in tests/test_prefix.py.
+CASCADE_MODEL_TYPES = ("qwen2", "qwen3", "llama", "mistral")
+
+
 def supported(model) -> bool:
-    """Whether `model` runs its attention through transformers' AttentionInterface (every decoder of
-    transformers 5.x: they read config._attn_implementation at each call) and passes keyword arguments
-    down to it. Checked once per model class by a test forward in tests; here: a decoder whose layers'
-    attention modules carry layer_idx and whose forward accepts **kwargs."""
+    """Whether the cascade may run `model`'s attention: a model type of CASCADE_MODEL_TYPES (others keep
+    the KV-cache copy path, which is exact for any model), no active sliding window (old prefix keys
+    would have to be masked), and a forward that passes **kwargs down to the attention call."""
     import inspect
 
     cfg = getattr(model, "config", None)
-    if cfg is None or not hasattr(cfg, "_attn_implementation"):
+    if cfg is None or getattr(cfg, "model_type", None) not in CASCADE_MODEL_TYPES:
         return False
-    if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", False):
-        return False  # a sliding window would need masking of old prefix keys
+    if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", cfg.model_type == "mistral"):
+        return False
     params = inspect.signature(type(model).forward).parameters
     return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
