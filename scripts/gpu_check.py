@@ -11,7 +11,9 @@ Stages (each one's wall time is printed):
      GSM8K-like JSONL of generated arithmetic word problems. All saved under --work.
   2. train: `rlvr train rollout.backend=vllm rollout.sleep_mode=true ...` for --steps steps (a real
      subprocess, the command a user runs), then 3. the same with rollout.sleep_mode=false for
-     --steps-nosleep steps, each with its device memory sampled by nvidia-smi every 0.25 s.
+     --steps-nosleep steps, and 3b. with algo.shared_prefix=false (every row whole: what the shared-prefix
+     forward and its cascade attention gain on this GPU, in learner tokens/s and effective MFU) for
+     --steps-plain steps, each with its device memory sampled by nvidia-smi every 0.25 s.
      The reward is `language` (share of Latin-script words): a random model's outputs differ in it
      (the Greek fillers), so advantages are non-zero, the learner's weights move, and a failed weight
      push would show in rollout/logprob_diff_*. The task's own r1_zero reward would be 0 for every
@@ -68,9 +70,10 @@ BPE_VOCAB = {"qwen2.5-0.5b": 4096, "tiny": 400}
 # proves the plumbing (tests/test_gpu_check_script.py runs it).
 PROFILES: dict[str, dict] = {
     "cuda": dict(shape="qwen2.5-0.5b", dtype="bfloat16", n_prompts=64, group_size=8, max_tokens=256, steps=5,
-                 steps_nosleep=2, lr=1e-4, num_train=2048, num_eval=64, micro_batch_tokens=16384,
+                 steps_nosleep=2, steps_plain=3, lr=1e-4, num_train=2048, num_eval=64, micro_batch_tokens=16384,
                  gpu_memory_utilization=0.3, max_model_len=1024, logprob_tol=0.1),
     "cpu": dict(shape="tiny", dtype="float32", n_prompts=4, group_size=4, max_tokens=24, steps=3, steps_nosleep=2,
+                steps_plain=2,
                 lr=3e-3, num_train=256, num_eval=8, micro_batch_tokens=0, gpu_memory_utilization=0.3,
                 max_model_len=512, logprob_tol=1e-3),
 }
@@ -516,13 +519,30 @@ def report(a, built: dict, runs: dict, bare: dict, env_info: dict, timings: dict
               f"| learner MFU | {_pct(med['mfu'])} | "
               f"6 x {built['n_params']:,} x tokens / time/train / "
               f"{'n/a (CPU)' if peak is None else f'{peak:g} TFLOP/s'} |"]
+    if "plain" in runs:
+        _, d_plain = step_table(runs["plain"]["rows"], rollout_batch, built["n_params"], built["prompt_tokens_mean"],
+                                peak)
+        lp = d_plain[1:] or d_plain
+        plain = {k: _median([d[k] for d in lp]) for k in ("learner_tok_s", "mfu")}
+        t_shared = _median([r.get("time/train") for r in main_rows[1:] or main_rows])
+        t_plain = _median([r.get("time/train") for r in runs["plain"]["rows"][1:] or runs["plain"]["rows"]])
+        lines += ["", "## Shared prefix (default) vs every row whole (`algo.shared_prefix=false`)", "",
+                  "The same trained tokens counted on both sides (every row's prompt + response), so the shared",
+                  "prefix's MFU is an effective one: it does fewer FLOPs for the same tokens.", "",
+                  "| learner | time/train s (median of steps 2..) | tokens/s | MFU |", "|---|---|---|---|",
+                  f"| shared prefix, cascade attention | {_fmt(t_shared)} | {_fmt(med['learner_tok_s'], ',.0f')} | "
+                  f"{_pct(med['mfu'])} |",
+                  f"| every row whole | {_fmt(t_plain)} | {_fmt(plain['learner_tok_s'], ',.0f')} | "
+                  f"{_pct(plain['mfu'])} |"]
     lines += ["", "## Peak memory", "",
               "| run | steps | device peak GiB (nvidia-smi, all processes) | device before the run GiB | "
               "learner max mem/cuda_peak_gb | max mem/rss_peak_gb |", "|---|---|---|---|---|---|"]
     for name, run in runs.items():
         rows = run["rows"]
         smi, base = run.get("smi_peak_mib"), run.get("smi_baseline_mib")
-        lines.append(f"| rollout.sleep_mode={'true' if name == 'sleep' else 'false'} | {len(rows)} | "
+        label = {"sleep": "rollout.sleep_mode=true", "nosleep": "rollout.sleep_mode=false",
+                 "plain": "algo.shared_prefix=false"}[name]
+        lines.append(f"| {label} | {len(rows)} | "
                      f"{_fmt(smi / 1024 if smi is not None else None, '.1f')} | "
                      f"{_fmt(base / 1024 if base is not None else None, '.1f')} | "
                      f"{_fmt(_max_metric(rows, 'mem/cuda_peak_gb'), '.1f')} | "
@@ -531,6 +551,14 @@ def report(a, built: dict, runs: dict, bare: dict, env_info: dict, timings: dict
     if "nosleep" in runs:
         verdicts.append(("no-sleep run logged every step", len(runs["nosleep"]["rows"]) == a.steps_nosleep,
                          f"{len(runs['nosleep']['rows'])} of {a.steps_nosleep}"))
+    if "plain" in runs:
+        prow = runs["plain"]["rows"]
+        pdiff = _max_metric(prow, "rollout/logprob_diff_mean")
+        verdicts.append(("plain-forward run logged every step", len(prow) == a.steps_plain,
+                         f"{len(prow)} of {a.steps_plain}"))
+        verdicts.append(("plain forward: sampler vs trainer logprob diff within tolerance, as the shared one",
+                         pdiff is not None and pdiff <= a.logprob_tol,
+                         f"rollout/logprob_diff_mean at most {_fmt(pdiff)} (tol {a.logprob_tol:g})"))
     lines += ["", "## Checks", ""] + [f"- [{'PASS' if ok else 'FAIL'}] {n}: {d}" for n, ok, d in verdicts]
     ok = all(v for _, v, _ in verdicts)
     raw = {"config": vars(a), "built": built, "env": env_info, "timings_s": timings, "bare": bare,
@@ -572,7 +600,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--dry-run", action="store_true", help="= --backend hf --device cpu (tiny shape)")
     ap.add_argument("--shape", choices=sorted(SHAPES))
     ap.add_argument("--dtype", choices=["bfloat16", "float32"])
-    for key in ("n_prompts", "group_size", "max_tokens", "steps", "steps_nosleep", "num_train", "num_eval",
+    for key in ("n_prompts", "group_size", "max_tokens", "steps", "steps_nosleep", "steps_plain", "num_train", "num_eval",
                 "micro_batch_tokens", "max_model_len"):
         ap.add_argument("--" + key.replace("_", "-"), type=int, dest=key)
     for key in ("lr", "gpu_memory_utilization", "logprob_tol"):
@@ -623,13 +651,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[gpu_check]   {built['n_params']:,} parameters, {timings['build']:.0f} s", flush=True)
 
     runs: dict[str, dict] = {}
-    for name, steps, sleep_mode in (("sleep", a.steps, True), ("nosleep", a.steps_nosleep, False)):
+    # "plain": the learner without the shared-prefix forward (every row whole), to measure what the
+    # shared prefix and its cascade attention (rlvr.models.prefix, rlvr.models.cascade) do on this GPU
+    for name, steps, sleep_mode, extra in (("sleep", a.steps, True, []), ("nosleep", a.steps_nosleep, False, []),
+                                           ("plain", a.steps_plain, True, ["algo.shared_prefix=false"])):
         if steps <= 0:
             continue
-        t0 = stage(f"train: {steps} steps, rollout.sleep_mode={str(sleep_mode).lower()}")
+        t0 = stage(f"train: {steps} steps, rollout.sleep_mode={str(sleep_mode).lower()} {' '.join(extra)}")
         run_dir = work / f"run_{name}"
         cmd = [sys.executable, "-m", "rlvr.cli", "train",
-               *trainer_overrides(a, built, run_dir, steps, sleep_mode)]
+               *trainer_overrides(a, built, run_dir, steps, sleep_mode), *extra]
         mem = GpuMemorySampler(gpu_index) if use_smi else None
         run_logged(cmd, work / f"train_{name}.log", env, a.timeout_s, mem)
         runs[name] = {"rows": read_metrics(run_dir), "run_dir": str(run_dir), "command": " ".join(cmd[2:])}
