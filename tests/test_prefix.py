@@ -260,3 +260,21 @@ def test_a_minibatch_split_in_two_with_global_normalizers_gives_the_same_gradien
         torch.testing.assert_close(halves[k], whole[k], rtol=0, atol=1e-6 * scale)
     one_half = grads([torch.arange(4)])  # a mutant that forgets the other half is far off
     assert max(float((one_half[k] - whole[k]).abs().max()) for k in whole) > 1e-3 * scale
+
+
+def test_cascade_in_bfloat16_is_as_close_to_float32_as_the_plain_forward():
+    """bf16 (the GPU dtype): the shared-prefix scores are no further from the float32 scores than the plain
+    bf16 forward's (its own part is summed in float32, as a matmul accumulates)."""
+    model, _ = build_tiny_model(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, seed=0)
+    batch, _ = _grouped_batch(seed=1, shuffle=False)
+    g = prefix_groups(batch.input_ids, batch.response_mask, batch.attention_mask)
+    args = (batch.input_ids, batch.labels, batch.attention_mask)
+    ref = score_tokens(model, *args).logprobs
+    model = model.to(torch.bfloat16)
+    plain = score_tokens(model, *args).logprobs
+    shared = score_shared_prefix(model, *args, g).logprobs
+    real = batch.attention_mask.bool()
+    err_plain = float((plain - ref)[real].abs().max())
+    err_shared = float((shared - ref)[real].abs().max())
+    assert 0 < err_plain < 0.05  # bf16 really rounds, and not absurdly
+    assert err_shared <= 1.5 * err_plain, (err_shared, err_plain)

@@ -119,7 +119,8 @@ def cascade_attention(module, query, key, value, attention_mask, scaling, dropou
     # tiny matrices cost ~3 us each on CPU, so up to _SMALL_OWN own keys it is a broadcast product + sum
     small = T <= _SMALL_OWN
     if small:
-        s_own = (q.unsqueeze(-2) * key.unsqueeze(-3)).sum(-1).float()  # (b, hkv, n*L, T)
+        # in float32, as a matmul accumulates (a no-op for float32 models)
+        s_own = (q.float().unsqueeze(-2) * key.float().unsqueeze(-3)).sum(-1)  # (b, hkv, n*L, T)
     else:
         s_own = torch.matmul(q, key.transpose(-1, -2)).float()  # (b, hkv, n*L, T)
     if L > 1:  # query i of the L new tokens sits at own position T - L + i and sees own keys 0 .. T - L + i
@@ -132,7 +133,7 @@ def cascade_attention(module, query, key, value, attention_mask, scaling, dropou
         p = torch.nn.functional.dropout(p, p=dropout)
     p_pre, p_own = p[..., :S], p[..., S:]
     if small:
-        out = (p_own.unsqueeze(-1) * value.unsqueeze(-3)).sum(-2)  # (b, hkv, n*L, d)
+        out = (p_own.float().unsqueeze(-1) * value.float().unsqueeze(-3)).sum(-2).to(query.dtype)  # (b, hkv, n*L, d)
     else:
         out = torch.matmul(p_own, value)  # (b, hkv, n*L, d)
     if G:
