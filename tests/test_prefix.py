@@ -269,10 +269,11 @@ def test_cascade_in_bfloat16_is_as_close_to_float32_as_the_plain_forward():
     batch, _ = _grouped_batch(seed=1, shuffle=False)
     g = prefix_groups(batch.input_ids, batch.response_mask, batch.attention_mask)
     args = (batch.input_ids, batch.labels, batch.attention_mask)
-    ref = score_tokens(model, *args).logprobs
-    model = model.to(torch.bfloat16)
-    plain = score_tokens(model, *args).logprobs
-    shared = score_shared_prefix(model, *args, g).logprobs
+    with torch.no_grad():
+        ref = score_tokens(model, *args).logprobs
+        model = model.to(torch.bfloat16)
+        plain = score_tokens(model, *args).logprobs
+        shared = score_shared_prefix(model, *args, g).logprobs
     real = batch.attention_mask.bool()
     err_plain = float((plain - ref)[real].abs().max())
     err_shared = float((shared - ref)[real].abs().max())
