@@ -8,7 +8,10 @@ the loop with and without the KV cache.
 Batch layout: prompts are left-padded to the longest prompt of the micro-batch; positions are
 counted over real tokens only (so a padded row computes the same logits as an unpadded one,
 up to float rounding). Rows that finished decode a pad token nobody reads until a quarter of the
-batch is done; then finished rows are dropped from the batch and its KV cache.
+batch is done; then finished rows are dropped from the batch and its KV cache. With the shared
+prefix and cascade attention, each distinct prompt is prefilled once (right-padded, no mask) and the
+decode steps attend to its keys/values in place, the rows' own generated keys/values appended per
+step (rlvr.models.cascade.SharedPrefixKV).
 """
 
 from __future__ import annotations
@@ -69,8 +72,9 @@ class HFGenerator:
     use_cache: decode with the KV cache (False recomputes the whole prefix every step; only
     for benchmarks and checks). drop_finished: remove finished rows from the batch and cache
     once a quarter of it is done (False only for benchmarks). shared_prefix: the prompt of rows that
-    share one (the n samples of a prompt) is prefilled once and its KV cache copied to the rows
-    (rollout.shared_prefix; False prefills every row).
+    share one (the n samples of a prompt) is prefilled once and the rows decode on its keys/values in
+    place (cascade attention, rlvr.models.cascade; for models it does not support, the KV cache is
+    copied to the rows) (rollout.shared_prefix; False prefills every row).
     """
 
     def __init__(
