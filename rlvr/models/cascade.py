@@ -26,6 +26,9 @@ generated keys and values (its own part) and appends the new token's at every ca
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -163,15 +166,18 @@ def supported(model) -> bool:
     """Whether the cascade may run `model`'s attention: a model type of CASCADE_MODEL_TYPES (others keep
     the KV-cache copy path, which is exact for any model), no active sliding window (old prefix keys
     would have to be masked), and a forward that passes **kwargs down to the attention call."""
-    import inspect
-
     cfg = getattr(model, "config", None)
     if cfg is None or getattr(cfg, "model_type", None) not in CASCADE_MODEL_TYPES:
         return False
     if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", cfg.model_type == "mistral"):
         return False
-    params = inspect.signature(type(model).forward).parameters
-    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in forward_params(type(model)).values())
+
+
+@functools.cache
+def forward_params(model_cls) -> Mapping[str, inspect.Parameter]:
+    """The parameters of a model class's forward (inspected once per class: scoring asks every micro-batch)."""
+    return inspect.signature(model_cls.forward).parameters
 
 
 @contextlib.contextmanager

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from rlvr.algo.logprobs import DEFAULT_CHUNK_SIZE, logprobs_and_entropy
-from rlvr.models.cascade import SharedPrefixKV, attention
+from rlvr.models.cascade import SharedPrefixKV, attention, forward_params
 from rlvr.models.cascade import supported as cascade_supported
 
 
@@ -112,7 +112,7 @@ def score_shared_prefix(
     pre_lab = torch.where(col < S.unsqueeze(1), lab[rep, :P], torch.full((), -100, dtype=lab.dtype, device=dev))
     pre_am = real_pre.long()
     pre_pos = col.expand(g, P)
-    cache_kw = "cache" if "cache" in _forward_params(model) else "past_key_values"  # renamed in transformers 5.2x
+    cache_kw = "cache" if "cache" in forward_params(type(model)) else "past_key_values"  # renamed in transformers 5.2x
     cascade = use_cascade and cascade_supported(model)
     # right padding: a causal model's real positions never see the pads after them, so the cascade
     # path needs no mask here (its suffix attention masks the pads of each prefix itself)
@@ -187,11 +187,6 @@ def _select_rows(cache, rows: torch.Tensor) -> None:
     else:
         cache.batch_select_indices(rows)
 
-
-def _forward_params(model):
-    import inspect
-
-    return inspect.signature(type(model).forward).parameters
 
 
 def score_rows(model, input_ids, labels, attention_mask, response_mask=None, *, shared_prefix: bool = False,
