@@ -48,24 +48,30 @@ def test_prefix_groups_finds_each_prompt_and_its_length():
     assert prefix_groups(single.input_ids, single.response_mask, single.attention_mask) is None
 
 
-# (temperature, arch, KV heads, rows shuffled, cascade attention): contiguous equal groups take the
-# cascade's grouped matmul, shuffled rows its per-row gather; GQA (1 KV head for 4 query heads) groups
-# query heads as repeat_kv does; use_cascade=False is the KV-cache copy path.
-# Responses of 1..4 tokens take the cascade's broadcast own part, of 9..14 tokens its matmul one.
-CASES = [(1.0, "qwen2", None, True, True, (1, 4)), (0.7, "qwen2", None, False, True, (1, 4)),
-         (1.0, "llama", 1, False, True, (1, 4)), (1.0, "qwen2", 2, True, True, (1, 4)),
-         (1.0, "qwen2", None, True, False, (1, 4)), (0.7, "llama", 1, False, False, (1, 4)),
-         (1.0, "llama", 1, False, True, (9, 14)), (1.0, "qwen2", None, True, True, (9, 14))]
+# (temperature, arch, KV heads, rows shuffled, cascade attention, response lengths, stacked): contiguous
+# equal groups take the cascade's stacked attention (one masked SDPA per group over the prefix and all G
+# rows' own keys) while G x T <= _STACK_OWN, else (stacked=False sets it to 0) its grouped prefix matmul;
+# shuffled rows its per-row gather; GQA (1 KV head for 4 query heads) groups query heads as repeat_kv
+# does; use_cascade=False is the KV-cache copy path. Outside the stacked attention, responses of 1..4
+# tokens take the broadcast own part, of 9..14 tokens the matmul one.
+CASES = [(1.0, "qwen2", None, True, True, (1, 4), True), (0.7, "qwen2", None, False, True, (1, 4), True),
+         (1.0, "llama", 1, False, True, (1, 4), True), (1.0, "qwen2", 2, True, True, (1, 4), True),
+         (1.0, "qwen2", None, True, False, (1, 4), True), (0.7, "llama", 1, False, False, (1, 4), True),
+         (1.0, "llama", 1, False, True, (9, 14), True), (1.0, "qwen2", None, True, True, (9, 14), True),
+         (0.7, "llama", 1, False, True, (1, 4), False), (1.0, "qwen2", 2, False, True, (9, 14), False)]
 
 
-@pytest.mark.parametrize(("temperature", "arch", "kv_heads", "shuffle", "cascade", "resp_len"), CASES)
+@pytest.mark.parametrize(("temperature", "arch", "kv_heads", "shuffle", "cascade", "resp_len", "stacked"), CASES)
 def test_shared_prefix_scores_and_gradients_equal_the_plain_forward(temperature, arch, kv_heads, shuffle, cascade,
-                                                                    resp_len, monkeypatch):
+                                                                    resp_len, stacked, monkeypatch):
     import rlvr.models.cascade as cas
 
-    calls = []
-    real = cas.cascade_attention
+    calls, stacks = [], []
+    real, real_stacked = cas.cascade_attention, cas._stacked
     monkeypatch.setattr(cas, "cascade_attention", lambda *a, **k: (calls.append(k["rlvr_prefix"].group_size), real(*a, **k))[1])
+    monkeypatch.setattr(cas, "_stacked", lambda *a, **k: (stacks.append(1), real_stacked(*a, **k))[1])
+    if not stacked:
+        monkeypatch.setattr(cas, "_STACK_OWN", 0)
     heads = 4 if kv_heads else 2
     model, _ = build_tiny_model(hidden_size=32, num_layers=2, num_heads=heads, num_kv_heads=kv_heads, arch=arch, seed=0)
     batch, _ = _grouped_batch(seed=1, shuffle=shuffle, resp_len=resp_len)
@@ -84,6 +90,7 @@ def test_shared_prefix_scores_and_gradients_equal_the_plain_forward(temperature,
                                                  with_entropy=True, temperature=temperature, use_cascade=cascade))
     # the cascade ran once per layer, grouped (G=4) for contiguous groups, gathered per row otherwise
     assert calls == ([0 if shuffle else 4] * 2 if cascade else [])
+    assert len(stacks) == (2 if cascade and stacked and not shuffle else 0)
     assert torch.allclose(got.logprobs, ref.logprobs, atol=1e-5)
     assert torch.allclose(got.entropy, ref.entropy, atol=1e-5)
     assert bool((got.logprobs[batch.attention_mask == 0] == 0).all())
