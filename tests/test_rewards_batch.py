@@ -55,6 +55,28 @@ def test_deterministic_across_worker_counts():
     assert a == b
 
 
+def test_identical_response_and_example_pairs_are_scored_once():
+    calls = []
+
+    def counting(response: str, example) -> Reward:
+        calls.append((response, example.reference))
+        return Reward(float(response == example.reference), {}, Status.CORRECT)
+
+    a, b = SimpleExample("7", {}), SimpleExample("7", {})  # equal references, distinct examples
+    responses = ["7", "8", "7", "7", "8", "7"]
+    examples = [a, a, a, b, a, b]
+    seen = []
+    for workers in (1, 3):
+        calls.clear()
+        seen.clear()
+        out = score_batch(counting, responses, examples, workers=workers, progress=seen.append)
+        assert [r.total for r in out] == [1.0, 0.0, 1.0, 1.0, 0.0, 1.0]
+        # ("7", a), ("8", a), ("7", b): one call each, whatever the worker count
+        assert sorted(calls) == [("7", "7"), ("7", "7"), ("8", "7")]
+        assert out[2] is out[0] and out[5] is out[3] and out[3] is not out[0]
+        assert max(seen) == 6  # progress counts every row, copies included
+
+
 def test_examples_as_dicts_and_length_mismatch():
     out = score_batch("countdown", ["<answer>1+2</answer>"], [{"reference": "", "meta": {"numbers": [1, 2], "target": 3}}])
     assert out[0].status is Status.CORRECT

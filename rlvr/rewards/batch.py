@@ -151,7 +151,8 @@ def score_batch(
     workers: threads (and at least this many verifier processes). timeout_s: deadline per
       symbolic check (isolate=False) or per whole reward call (isolate=True); default
       RLVR_VERIFIER_TIMEOUT_S or 3 s. counters: updated in place if given.
-    progress: called with the number of items finished so far (from worker threads)."""
+    progress: called with the number of items finished so far (from worker threads).
+    An identical (response, example object) pair is scored once and its Reward shared."""
     if len(responses) != len(examples):
         raise ValueError(f"{len(responses)} responses but {len(examples)} examples")
     if workers < 1:
@@ -188,24 +189,35 @@ def score_batch(
             with verifier_timeout(timeout):
                 out[i] = _safe(fn, responses[i], exs[i])
 
-    def run_chunk(indices: range) -> None:
+    # An identical (response, example) pair is scored once (a verifiable reward is a function of the two;
+    # a group's samples often agree: 357 distinct of the demo's 512), the copies take its Reward.
+    n = len(responses)
+    first: dict[tuple[str, int], int] = {}
+    source = [first.setdefault((responses[i], id(examples[i])), i) for i in range(n)]
+    todo = list(first.values())
+    copies = [0] * n
+    for i in source:
+        copies[i] += 1
+
+    def run_chunk(indices: Sequence[int]) -> None:
         for i in indices:
             one(i)
             if progress is not None:
-                done[0] += 1
+                done[0] += copies[i]
                 progress(done[0])
 
-    n = len(responses)
-    if workers == 1 or n <= 1:
-        run_chunk(range(n))
+    m = len(todo)
+    if workers == 1 or m <= 1:
+        run_chunk(todo)
     else:
         # interleaved chunks keep slow items (symbolic checks) spread over the threads
-        chunks = [range(k, n, workers) for k in range(min(workers, n))]
+        chunks = [todo[k::workers] for k in range(min(workers, m))]
         with ThreadPoolExecutor(max_workers=len(chunks), thread_name_prefix="rlvr-score") as ex:
             futures = [ex.submit(contextvars.copy_context().run, run_chunk, c) for c in chunks]
             for f in futures:
                 f.result()
-    rewards: list[Reward] = [r if r is not None else Reward(0.0, {}, Status.ERROR, "not scored") for r in out]
+    rewards: list[Reward] = [out[j] if out[j] is not None else Reward(0.0, {}, Status.ERROR, "not scored")
+                             for j in source]
     if counters is not None:
         counters.add(rewards, time.perf_counter() - t0)
     return rewards
