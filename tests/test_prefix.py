@@ -48,30 +48,35 @@ def test_prefix_groups_finds_each_prompt_and_its_length():
     assert prefix_groups(single.input_ids, single.response_mask, single.attention_mask) is None
 
 
-# (temperature, arch, KV heads, rows shuffled, cascade attention, response lengths, stacked): contiguous
-# equal groups take the cascade's stacked attention (one masked SDPA per group over the prefix and all G
-# rows' own keys) while G x T <= _STACK_OWN, else (stacked=False sets it to 0) its grouped prefix matmul;
-# shuffled rows its per-row gather; GQA (1 KV head for 4 query heads) groups query heads as repeat_kv
-# does; use_cascade=False is the KV-cache copy path. Outside the stacked attention, responses of 1..4
-# tokens take the broadcast own part, of 9..14 tokens the matmul one.
-CASES = [(1.0, "qwen2", None, True, True, (1, 4), True), (0.7, "qwen2", None, False, True, (1, 4), True),
-         (1.0, "llama", 1, False, True, (1, 4), True), (1.0, "qwen2", 2, True, True, (1, 4), True),
-         (1.0, "qwen2", None, True, False, (1, 4), True), (0.7, "llama", 1, False, False, (1, 4), True),
-         (1.0, "llama", 1, False, True, (9, 14), True), (1.0, "qwen2", None, True, True, (9, 14), True),
-         (0.7, "llama", 1, False, True, (1, 4), False), (1.0, "qwen2", 2, False, True, (9, 14), False)]
+# (temperature, arch, KV heads, rows shuffled, cascade attention, response lengths, path): the cascade's
+# branches, as chosen by default ("auto") or forced: contiguous equal groups with few own keys (G x T <=
+# _STACK_OWN) take the stacked attention (one masked SDPA per group over the prefix and all G rows' own
+# keys); suffixes of _ROWS_SDPA_FROM new tokens or more one fused SDPA per row over [gathered prefix, own
+# keys] ("rows"); otherwise ("split") the grouped prefix matmul (contiguous groups) or the per-row gather
+# (shuffled), with a broadcast own part up to 8 own keys and a matmul one beyond. GQA (1 KV head for 4
+# query heads) groups query heads as repeat_kv does; use_cascade=False is the KV-cache copy path.
+CASES = [(1.0, "qwen2", None, True, True, (1, 4), "auto"), (0.7, "qwen2", None, False, True, (1, 4), "auto"),
+         (1.0, "llama", 1, False, True, (1, 4), "auto"), (1.0, "qwen2", 2, True, True, (1, 4), "auto"),
+         (1.0, "qwen2", None, True, False, (1, 4), "auto"), (0.7, "llama", 1, False, False, (1, 4), "auto"),
+         (1.0, "llama", 1, False, True, (9, 14), "auto"), (1.0, "qwen2", None, True, True, (9, 14), "auto"),
+         (0.7, "llama", 1, False, True, (1, 4), "split"), (1.0, "qwen2", 2, False, True, (9, 14), "split"),
+         (1.0, "llama", 1, False, True, (33, 40), "auto"), (0.7, "qwen2", 2, True, True, (33, 40), "auto"),
+         (1.0, "llama", 1, True, True, (1, 14), "rows"), (1.0, "qwen2", None, False, True, (1, 4), "rows")]
 
 
-@pytest.mark.parametrize(("temperature", "arch", "kv_heads", "shuffle", "cascade", "resp_len", "stacked"), CASES)
+@pytest.mark.parametrize(("temperature", "arch", "kv_heads", "shuffle", "cascade", "resp_len", "path"), CASES)
 def test_shared_prefix_scores_and_gradients_equal_the_plain_forward(temperature, arch, kv_heads, shuffle, cascade,
-                                                                    resp_len, stacked, monkeypatch):
+                                                                    resp_len, path, monkeypatch):
     import rlvr.models.cascade as cas
 
-    calls, stacks = [], []
-    real, real_stacked = cas.cascade_attention, cas._stacked
+    calls, ran = [], []
+    real, real_stacked, real_rows = cas.cascade_attention, cas._stacked, cas._rows_sdpa
     monkeypatch.setattr(cas, "cascade_attention", lambda *a, **k: (calls.append(k["rlvr_prefix"].group_size), real(*a, **k))[1])
-    monkeypatch.setattr(cas, "_stacked", lambda *a, **k: (stacks.append(1), real_stacked(*a, **k))[1])
-    if not stacked:
+    monkeypatch.setattr(cas, "_stacked", lambda *a, **k: (ran.append("stacked"), real_stacked(*a, **k))[1])
+    monkeypatch.setattr(cas, "_rows_sdpa", lambda *a, **k: (ran.append("rows"), real_rows(*a, **k))[1])
+    if path != "auto":
         monkeypatch.setattr(cas, "_STACK_OWN", 0)
+        monkeypatch.setattr(cas, "_ROWS_SDPA_FROM", 1 if path == "rows" else 10**9)
     heads = 4 if kv_heads else 2
     model, _ = build_tiny_model(hidden_size=32, num_layers=2, num_heads=heads, num_kv_heads=kv_heads, arch=arch, seed=0)
     batch, _ = _grouped_batch(seed=1, shuffle=shuffle, resp_len=resp_len)
@@ -90,7 +95,12 @@ def test_shared_prefix_scores_and_gradients_equal_the_plain_forward(temperature,
                                                  with_entropy=True, temperature=temperature, use_cascade=cascade))
     # the cascade ran once per layer, grouped (G=4) for contiguous groups, gathered per row otherwise
     assert calls == ([0 if shuffle else 4] * 2 if cascade else [])
-    assert len(stacks) == (2 if cascade and stacked and not shuffle else 0)
+    if path == "auto":  # which branch the defaults chose, per layer
+        want = ("rows" if resp_len[0] >= cas._ROWS_SDPA_FROM else
+                "stacked" if not shuffle and 4 * resp_len[1] <= cas._STACK_OWN else None)
+        assert ran == ([want] * 2 if cascade and want else [])
+    else:
+        assert ran == (["rows"] * 2 if path == "rows" else [])
     assert torch.allclose(got.logprobs, ref.logprobs, atol=1e-5)
     assert torch.allclose(got.entropy, ref.entropy, atol=1e-5)
     assert bool((got.logprobs[batch.attention_mask == 0] == 0).all())

@@ -19,6 +19,14 @@ x (g, hkv, d, S): no per-row copy of the cache at all. Otherwise the group's key
 is causal; padding at the right of a row is never seen by a real position (causal), so no other mask is
 needed. GQA is handled by grouping the n_rep query heads of each KV head, as `repeat_kv` does.
 
+Two more branches choose by shape. Contiguous groups with few own keys (G x T <= _STACK_OWN) attend in
+one masked SDPA per group over [prefix, all G rows' own keys] (the other rows' keys masked out): the
+split softmax's dozen small ops cost more than G times the own part's few FLOPs there. Long suffixes
+(_ROWS_SDPA_FROM new tokens or more) run one fused SDPA per row over [the group's prefix keys gathered
+to the row, its own keys]: the split path keeps (L x S+T) score matrices for the backward, which at
+1024-token responses made it 1.9x slower than forwarding every row whole and doubled its memory
+(benchmarks/long_responses.py), while the gather costs little next to a long suffix's attention.
+
 The sampler uses the same function for its decode steps: `SharedPrefixKV(append=True)` keeps each row's
 generated keys and values (its own part) and appends the new token's at every call.
 """
@@ -39,6 +47,7 @@ _SMALL_OWN = 8  # own keys up to which the own part is a broadcast product inste
 # masked attention (the other rows' keys masked out): G times the own part's few FLOPs, one fused kernel
 # instead of the split softmax's dozen small ops (fwd+bwd 4 vs 7-9 ms a layer at the demo's shapes)
 _STACK_OWN = 64
+_ROWS_SDPA_FROM = 32  # new tokens per row from which each row is one fused SDPA over [prefix, own keys]
 _REGISTERED = [False]
 
 
@@ -101,6 +110,18 @@ class SharedPrefixKV:
                                           own.expand(g, -1, -1)], dim=2).unsqueeze(1)
         return self._masks[key]
 
+    def rows_mask(self, L: int, T: int) -> torch.Tensor:
+        """(b, 1, L, S + T) bool for _rows_sdpa: new token l of a row sees its group's real prefix keys and
+        its own keys 0 .. T - L + l (made once per shape and call)."""
+        key = ("rows", L, T)
+        if key not in self._masks:
+            dev = self.key_ok.device
+            b, S = int(self.group_of_row.numel()), self.key_ok.shape[1]
+            causal = torch.arange(T, device=dev)[None, :] <= (torch.arange(L, device=dev) + (T - L))[:, None]
+            self._masks[key] = torch.cat([self.key_ok.index_select(0, self.group_of_row)[:, None, :].expand(b, L, S),
+                                          causal.expand(b, L, T)], dim=2).unsqueeze(1)
+        return self._masks[key]
+
     def select_rows(self, keep: torch.Tensor) -> None:
         """Keep only rows `keep` (decoding drops finished rows); groups are no longer contiguous."""
         self.group_of_row = self.group_of_row.index_select(0, keep)
@@ -132,6 +153,8 @@ def cascade_attention(module, query, key, value, attention_mask, scaling, dropou
     G = pk.group_size
     if G and G * T <= _STACK_OWN:
         return _stacked(pk, query, key, kp, vp, value, scaling, dropout if module.training else 0.0), None
+    if L >= _ROWS_SDPA_FROM:
+        return _rows_sdpa(pk, query, key, kp, vp, value, scaling, dropout if module.training else 0.0), None
     q = query.reshape(b, hkv, n * L, d) * scaling  # query head kv*n + r -> KV head kv (as repeat_kv)
     if G:  # the G rows of a group stacked: one matmul per (group, KV head), the cache never copied
         qg = q.view(g, G, hkv, n * L, d).transpose(1, 2).reshape(g, hkv, G * n * L, d)
@@ -183,6 +206,22 @@ def _stacked(pk: SharedPrefixKV, query, key, kp, vp, value, scaling, dropout):
         q, torch.cat([kp, ko], dim=2), torch.cat([vp, vo], dim=2), attn_mask=pk.stacked_mask(n, L, T),
         dropout_p=dropout, scale=scaling)  # (g, hkv, G*n*L, d)
     return out.view(g, hkv, G, n, L, d).permute(0, 2, 4, 1, 3, 5).reshape(b, L, h, d)
+
+
+def _rows_sdpa(pk: SharedPrefixKV, query, key, kp, vp, value, scaling, dropout):
+    """Long suffixes: each row attends to [its group's prefix keys, its own keys (causal)] in one fused
+    SDPA (memory linear in the keys: no (L x S+T) score matrix kept for the backward); the prefix K/V is
+    gathered per row, which costs little next to the attention of a long suffix. Returns (b, L, h, d)."""
+    b, h, L, d = query.shape
+    hkv, T = key.shape[1], key.shape[2]
+    gor = pk.group_of_row
+    k = torch.cat([kp.index_select(0, gor), key], dim=2)
+    v = torch.cat([vp.index_select(0, gor), value], dim=2)
+    if h != hkv:  # GQA: query head kv*n + r reads KV head kv (as repeat_kv)
+        k, v = k.repeat_interleave(h // hkv, dim=1), v.repeat_interleave(h // hkv, dim=1)
+    out = torch.nn.functional.scaled_dot_product_attention(query, k, v, attn_mask=pk.rows_mask(L, T),
+                                                           dropout_p=dropout, scale=scaling)
+    return out.transpose(1, 2)
 
 
 def register() -> None:
