@@ -62,6 +62,11 @@ REFUSED = [
     ("train", ["data.template=r1zero"], ["data.template='r1zero' is unknown", "'r1_zero'", "{question}"]),
     ("train", ["data.task=gsm8"], ["data.task='gsm8' is unknown", "'gsm8k'"]),
     ("train", ["data.reward=r1"], ["data.reward='r1'", "r1_zero"]),
+    # your own checker as 'module:function': one that does not load is named with why
+    ("train", ["data.reward=no_such_module_xyz:score"],
+     ["data.reward='no_such_module_xyz:score'", "ModuleNotFoundError", "PYTHONPATH"]),
+    ("train", ["data.reward=json:no_such_fn"], ["data.reward='json:no_such_fn'", "AttributeError", "no_such_fn"]),
+    ("train", ["data.reward=json:decoder"], ["data.reward='json:decoder'", "is not a function"]),
     ("train", ["sampling.max_tokens=0"], ["sampling.max_tokens=0 must be >= 1"]),
     ("train", ["sampling.top_p=0"], ["sampling.top_p=0.0 must be in (0, 1]"]),
     ("train", ["rollout.backend=sglang"], ["rollout.backend='sglang' is unknown", "'vllm'"]),

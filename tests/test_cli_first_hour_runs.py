@@ -53,6 +53,34 @@ def test_gsm8k_without_eval_path_trains_and_says_it_is_not_evaluated(tmp_path):
     assert not any(k.startswith("eval/") for k in _rows(run)[-1])
 
 
+def test_a_reward_function_of_your_own_from_the_config(tmp_path):
+    """data.reward='module:function': a checker of the user's, importable (here via PYTHONPATH), scores
+    the rollouts of `rlvr train`; its parts reach the metrics, and a response it crashes on scores 0
+    (an ERROR status) instead of ending the run."""
+    (tmp_path / "my_checker.py").write_text(
+        "from rlvr.rewards.types import Reward, Status\n"
+        "def digits(response, example):\n"
+        "    if '9' in response:\n"
+        "        raise RuntimeError('checker bug')\n"
+        "    share = sum(c.isdigit() for c in response) / max(len(response), 1)\n"
+        "    return Reward(share, {'digits': share}, Status.CORRECT if share > 0.5 else Status.INCORRECT)\n")
+    run = tmp_path / "run"
+    res = _rlvr("train", *TINY, "data.reward=my_checker:digits", "run.steps=2", f"run.out_dir={run}",
+                cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)})
+    assert res.returncode == 0, res.stderr
+    rows = _rows(run)
+    assert [r["step"] for r in rows] == [1, 2]
+    samples = [json.loads(x) for x in (run / "samples.jsonl").read_text().splitlines() if x.strip()]
+    assert samples
+    for r in rows:
+        assert 0.0 <= r["reward/digits"] <= 1.0
+    for smp in samples:  # every logged sample scored by the user's function (or counted as its error)
+        text = smp["response"]
+        want = 0.0 if "9" in text else sum(c.isdigit() for c in text) / max(len(text), 1)
+        assert smp["reward"] == pytest.approx(want), smp
+    assert yaml.safe_load((run / "config.yaml").read_text())["data"]["reward"] == "my_checker:digits"
+
+
 def test_a_diverging_run_stops_naming_the_step_and_keeps_its_last_checkpoint(tmp_path):
     """Item 3: a run whose loss becomes NaN used to train on NaN for every step, save a NaN
     checkpoint and exit 0. A huge learning rate without clipping makes the logits overflow."""

@@ -111,7 +111,7 @@ def test_unknown_kl_in_is_a_config_error():
 TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
         "data.num_train=80", "data.num_eval=8", "data.digits=1", "sampling.n_prompts=4", "sampling.group_size=4",
         "sampling.max_tokens=4", "run.steps=2", "run.progress=false", "run.num_threads=1", "optim.lr=1e-2",
-        "data.reward=language"]
+        "data.reward=dense_reward:letter_share"]
 
 
 def test_loop_with_kl_in_reward_and_whitening(tmp_path, monkeypatch):
@@ -127,7 +127,7 @@ def test_loop_with_kl_in_reward_and_whitening(tmp_path, monkeypatch):
     monkeypatch.setattr(objective, "token_advantages", spy)  # Objective looks it up at call time
     cfg = load_config(TrainConfig, None, TINY + [f"run.out_dir={tmp_path}", "algo.kl_in=reward", "algo.kl_coef=0.1",
                                                  "algo.whiten_advantages=true",
-                                                 # seed 1: reward variance at step 1, so the policy moves
+                                                 # a dense reward: variance at step 1, so the policy moves
                                                  "run.seed=1"], base=get_recipe("grpo"))
     res = train(cfg)
     rows = [json.loads(x) for x in (res.run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -18,8 +18,9 @@ from rlvr.train.recipes import RECIPES, get_recipe
 TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
         "data.num_train=80", "data.num_eval=8", "data.digits=1", "sampling.n_prompts=4", "sampling.group_size=4",
         "sampling.max_tokens=4", "run.steps=2", "run.progress=false", "run.num_threads=1", "optim.lr=1e-2",
-        # dense reward (share of letters): a random tiny model gets reward variance, hence gradients
-        "data.reward=language"]
+        # dense reward (tests/dense_reward.py, share of letters): a random tiny model's samples differ in
+        # reward, hence gradients, whatever the sampler's random stream
+        "data.reward=dense_reward:letter_share"]
 
 
 def _rows(run_dir):

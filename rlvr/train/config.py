@@ -84,7 +84,8 @@ class DataConfig:
     template: str = ""
     """Prompt template name (r1_zero, question_only, ...); '' = the task's default."""
     reward: str = ""
-    """Reward function name from rlvr.rewards; '' = the task's default checker."""
+    """Reward function: a name from rlvr.rewards, a weighted sum 'r1_zero:1,language:0.1', or your own
+    'module:function' ((response, example) -> Reward, importable); '' = the task's default checker."""
     reward_workers: int = 1
     """Threads (and verifier processes) that score a rollout batch (rlvr.rewards.score_batch)."""
     reward_timeout_s: float = 0.0
@@ -173,12 +174,16 @@ class DataConfig:
             c.error(f"data.template={self.template!r} is unknown; known: "
                     f"{', '.join(repr(k) for k in sorted(PROMPT_TEMPLATES))}, or a template text containing {{question}}")
         if self.reward:
-            from rlvr.rewards import get_reward_fn
+            from rlvr.rewards.batch import resolve_reward_fn
 
             try:
-                get_reward_fn(self.reward)
+                if not callable(resolve_reward_fn(self.reward)):
+                    raise TypeError(f"{self.reward} is not a function")
             except (KeyError, ValueError, TypeError) as exc:
                 c.error(f"data.reward={self.reward!r}: {_error_text(exc)}")
+            except (ImportError, AttributeError) as exc:  # a 'module:function' of the user's that does not load
+                c.error(f"data.reward={self.reward!r}: {type(exc).__name__}: {exc} (a 'module:function' reward must "
+                        "be importable from here: installed, or its folder on PYTHONPATH)")
         elif task is not None and template_ok:
             try:
                 task.reward_name(self.template or None)

@@ -89,7 +89,7 @@ def _load_task_data(data_cfg, tokenizer=None, need_train: bool = True) -> TaskDa
     task's own, so the training reward and the evaluation metric cannot drift apart.
     """
     from rlvr.data import get_task
-    from rlvr.rewards import get_reward_fn
+    from rlvr.rewards.batch import resolve_reward_fn
 
     task = get_task(data_cfg.task)
     template = data_cfg.template or task.default_template
@@ -109,7 +109,7 @@ def _load_task_data(data_cfg, tokenizer=None, need_train: bool = True) -> TaskDa
         held_out = task.generate(data_cfg.num_eval, "test", data_cfg.seed, **_difficulty(data_cfg))
     else:
         held_out = []
-    reward_fn = get_reward_fn(data_cfg.reward) if data_cfg.reward else task.reward_fn(template)
+    reward_fn = resolve_reward_fn(data_cfg.reward) if data_cfg.reward else task.reward_fn(template)
     if getattr(data_cfg, "verifier_tolerance", ""):
         from rlvr.rewards.functions import with_tolerance
 
