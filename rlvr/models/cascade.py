@@ -126,6 +126,7 @@ class SharedPrefixKV:
         """Keep only rows `keep` (decoding drops finished rows); groups are no longer contiguous."""
         self.group_of_row = self.group_of_row.index_select(0, keep)
         self.group_size = 0
+        self._masks.clear()  # they were made for the old rows
         for store in (self.own_keys, self.own_values):
             for i, t in store.items():
                 store[i] = t.index_select(0, keep)
