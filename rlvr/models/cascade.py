@@ -51,6 +51,13 @@ _ROWS_SDPA_FROM = 32  # new tokens per row from which each row is one fused SDPA
 _REGISTERED = [False]
 
 
+def _own_causal(n: int, L: int, T: int, device) -> torch.Tensor:
+    """(n*L, T) bool: query (head rep r, new token l) of a row sits at own position T - L + l and sees its
+    own keys 0 .. T - L + l (the n query heads of a KV head stacked, as the attention paths lay them out)."""
+    qpos = torch.arange(T - L, T, device=device).repeat(n)
+    return torch.arange(T, device=device)[None, :] <= qpos[:, None]
+
+
 @dataclass
 class SharedPrefixKV:
     """The prefix keys/values of g groups and how b rows map onto them.
@@ -99,13 +106,9 @@ class SharedPrefixKV:
         its group's real prefix keys and row i's own keys 0 .. T - L + l (made once per shape and call)."""
         key = (n, L, T)
         if key not in self._masks:
-            G, dev = self.group_size, self.key_ok.device
+            G = self.group_size
             g, S = self.key_ok.shape
-            row_q = torch.arange(G, device=dev).repeat_interleave(n * L)
-            pos_q = (torch.arange(L, device=dev) + (T - L)).repeat(G * n)
-            row_k = torch.arange(G, device=dev).repeat_interleave(T)
-            pos_k = torch.arange(T, device=dev).repeat(G)
-            own = (row_q[:, None] == row_k[None, :]) & (pos_k[None, :] <= pos_q[:, None])
+            own = torch.block_diag(*[_own_causal(n, L, T, self.key_ok.device)] * G)  # a row sees only its own keys
             self._masks[key] = torch.cat([self.key_ok[:, None, :].expand(g, G * n * L, S),
                                           own.expand(g, -1, -1)], dim=2).unsqueeze(1)
         return self._masks[key]
@@ -115,9 +118,8 @@ class SharedPrefixKV:
         its own keys 0 .. T - L + l (made once per shape and call)."""
         key = ("rows", L, T)
         if key not in self._masks:
-            dev = self.key_ok.device
             b, S = int(self.group_of_row.numel()), self.key_ok.shape[1]
-            causal = torch.arange(T, device=dev)[None, :] <= (torch.arange(L, device=dev) + (T - L))[:, None]
+            causal = _own_causal(1, L, T, self.key_ok.device)
             self._masks[key] = torch.cat([self.key_ok.index_select(0, self.group_of_row)[:, None, :].expand(b, L, S),
                                           causal.expand(b, L, T)], dim=2).unsqueeze(1)
         return self._masks[key]
@@ -174,9 +176,7 @@ def cascade_attention(module, query, key, value, attention_mask, scaling, dropou
     else:
         s_own = torch.matmul(q, key.transpose(-1, -2)).float()  # (b, hkv, n*L, T)
     if L > 1:  # query i of the L new tokens sits at own position T - L + i and sees own keys 0 .. T - L + i
-        qpos = torch.arange(T - L, T, device=query.device).repeat(n)  # (n*L,)
-        causal = torch.arange(T, device=query.device).unsqueeze(0) <= qpos.unsqueeze(1)  # (n*L, T)
-        s_own = s_own.masked_fill(~causal, torch.finfo(torch.float32).min)
+        s_own = s_own.masked_fill(~_own_causal(n, L, T, query.device), torch.finfo(torch.float32).min)
     scores = torch.cat([s_pre, s_own], dim=-1)
     p = torch.softmax(scores, dim=-1).to(query.dtype)
     if dropout and module.training:

@@ -22,6 +22,7 @@ machine's speed by nature. Timeouts and errors are counted in `ScoreCounters`, n
 
 from __future__ import annotations
 
+import collections
 import contextvars
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -195,9 +196,7 @@ def score_batch(
     first: dict[tuple[str, int], int] = {}
     source = [first.setdefault((responses[i], id(examples[i])), i) for i in range(n)]
     todo = list(first.values())
-    copies = [0] * n
-    for i in source:
-        copies[i] += 1
+    copies = collections.Counter(source)
 
     def run_chunk(indices: Sequence[int]) -> None:
         for i in indices:
