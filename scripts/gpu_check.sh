@@ -19,7 +19,7 @@
 # Exit status 0 only if every check passes.
 #
 # Environment: VENV (default .venv-gpu; .venv with --dry-run), PYTHON (interpreter that creates the venv,
-# default python3; vLLM 0.34 needs 3.11 to 3.14), WHEELHOUSE (a folder of wheels: install from it with
+# default python3; vLLM 0.32 needs 3.11 to 3.14), WHEELHOUSE (a folder of wheels: install from it with
 # --no-index, for machines without PyPI), RLVR_GPU_REINSTALL=1 (reinstall even if the venv looks ready).
 # Any other argument goes to scripts/gpu_check.py (--steps 4, --keep-work, --work DIR, --out FILE, ...).
 set -euo pipefail
@@ -73,7 +73,7 @@ else
         probe="$probe; import importlib.metadata as m; assert m.version('vllm') == '$pinned', m.version('vllm')"
     fi
     if [ "${RLVR_GPU_REINSTALL:-0}" = 1 ] || ! "$VENV/bin/python" -c "$probe" >/dev/null 2>&1; then
-        # its own venv: vLLM brings its own CUDA torch (torch==2.14.0 for vllm 0.34.0); never mix it
+        # its own venv: vLLM brings its own CUDA torch (torch==2.13.0, a CUDA build, for vllm 0.32.0); never mix it
         # into the CPU venv, whose torch is the 2.13.0 CPU build
         [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
         pip_flags=(--disable-pip-version-check)

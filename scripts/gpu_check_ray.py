@@ -7,7 +7,7 @@ Builds the model, tokenizer and data of scripts/gpu_check.py, then runs `rlvr tr
 `distributed.placement=ray` (one generator actor holding a vLLM engine with
 distributed.generator_gpus=0.5 on a GPU, the learner in the driver on the same GPU):
   1. synchronous: the weights reach the engine through the object store and VLLMGenerator's
-     update_weights (vLLM's own load_weights path); checks at every step that the rollouts carry
+     update_weights (vLLM's in-place reload_weights path); checks at every step that the rollouts carry
      version step-1 and that sampler and learner logprobs agree (rollout/logprob_diff_max below the
      profile's tolerance: a failed push would show as a large gap from step 2 on);
   2. distributed.max_staleness=1: checks rollout/staleness <= 1 at every step and the same logprob

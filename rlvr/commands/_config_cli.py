@@ -101,15 +101,17 @@ def _warn_ignored_model_keys(cfg) -> None:
 def run_trainer(fn, cfg, *, resume: bool, **kwargs):
     """Run a trainer (train, train_sft) with the command line's error policy: a config, data or
     run-directory problem found before the run starts is `error: ...` exit 2; a run that diverged
-    (NaN/inf) is `error: ...` exit 1; everything else is a bug and keeps its traceback."""
+    (NaN/inf) or whose rollout engine failed (start, weight push, push check) is `error: ...` exit 1;
+    everything else is a bug and keeps its traceback."""
     from rlvr.config import ConfigError
+    from rlvr.rollout.types import EngineError
     from rlvr.train.batching import BatchConfigError
     from rlvr.train.session import TrainingDiverged
     from rlvr.train.tasks import TaskDataError
 
     try:
         return fn(cfg, resume=resume, **kwargs)
-    except TrainingDiverged as exc:
+    except (TrainingDiverged, EngineError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     except (ConfigError, BatchConfigError, TaskDataError, FileExistsError, FileNotFoundError,

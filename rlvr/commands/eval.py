@@ -201,13 +201,14 @@ def eval(  # noqa: A001 - the command is called `eval`
                f"{_decoding(cfg, spec)}{budget_note}{settings}")
 
     from rlvr.rollout import build_generator, with_thinking_budget
+    from rlvr.rollout.types import EngineError
 
     if cfg.rollout.backend != "hf":
         _say(f"starting the {cfg.rollout.backend} engine ...")
     try:
         base_gen = build_generator(cfg.rollout, model, tok, model_source=model_source, seed=cfg.run.seed,
                                    default_batch_size=cfg.sampling.batch_size)
-    except (KeyError, ImportError, ValueError) as exc:
+    except (KeyError, ImportError, ValueError, EngineError) as exc:
         fail(str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc))
     load_s = time.perf_counter() - t0
     _say(f"loaded in {load_s:.1f} s; generating {len(examples)} x {spec.n} responses ...")
@@ -227,7 +228,7 @@ def eval(  # noqa: A001 - the command is called `eval`
         try:
             results[budget] = evaluate(generator, examples, prompts, None, spec, chunk_size=cfg.sampling.batch_size,
                                        scorer=task_scorer(task, cfg.data), on_chunk=progress)
-        except ValueError as exc:  # e.g. a thinking budget with a backend that cannot take prompt ids
+        except (ValueError, EngineError) as exc:  # e.g. a thinking budget with a backend that cannot take prompt ids
             fail(str(exc))
 
     def metrics_of(budget: int) -> dict[str, Any]:

@@ -71,8 +71,8 @@ class DataParallelGradients:
         self.actors = actors
 
     def __call__(self, model, batch, advantages, old_logp, ref_logp, algo, *, micro_batch_size: int,
-                 norm_length: int, temperature: float = 1.0, micro_batch_tokens: int = 0, stats=None,
-                 row_entropy=None, row_ids=None, critic=None, old_values=None, returns=None) -> float:
+                 norm_length: int, temperature: float = 1.0, truncation=None, micro_batch_tokens: int = 0,
+                 stats=None, row_entropy=None, row_ids=None, critic=None, old_values=None, returns=None) -> float:
         import ray
 
         from rlvr.algo import loss_normalizers
@@ -85,7 +85,7 @@ class DataParallelGradients:
         norm = loss_normalizers(batch.response_mask, constant=float(norm_length) if norm_length else None)
         state = ray.put(cpu_state(model.state_dict().items()))
         kwargs = {"micro_batch_size": micro_batch_size, "norm_length": norm_length, "temperature": temperature,
-                  "micro_batch_tokens": micro_batch_tokens}
+                  "truncation": truncation, "micro_batch_tokens": micro_batch_tokens}
         ids = list(row_ids) if row_ids is not None else list(range(n))
         shards = _shards(n, len(self.actors)) + [(n, n)] * max(0, len(self.actors) - n)
         calls = []

@@ -98,8 +98,8 @@ class BehaviourPolicy:
 
     def old_logprobs_fn(self, rollouts: list[Rollout], current: int):
         """None when every token of `rollouts` was sampled by version `current` (the learner's
-        usual forward), else a function (model, batch, micro_batch, temperature, micro_batch_tokens)
-        -> (B, T) logprobs where each response token is scored under the version that sampled it
+        usual forward), else a function (model, batch, micro_batch, temperature, micro_batch_tokens,
+        truncation=None) -> (B, T) logprobs where each response token is scored under the version that sampled it
         (Rollout.segments for partial rollouts, else Rollout.weight_version). Row i of the batch
         is rollouts[i]."""
         segs = [ro.segments or [(0, ro.weight_version)] for ro in rollouts]
@@ -111,10 +111,10 @@ class BehaviourPolicy:
             raise RuntimeError(f"behaviour policy versions {missing} are not kept (have {sorted(self.snapshots)})")
         plens = [len(ro.prompt_ids) for ro in rollouts]
 
-        def fn(model, batch, micro_batch, temperature, micro_batch_tokens):
+        def fn(model, batch, micro_batch, temperature, micro_batch_tokens, truncation=None):
             from rlvr.train.objective import batch_logprobs
 
-            out = batch_logprobs(model, batch, micro_batch, temperature, micro_batch_tokens)
+            out = batch_logprobs(model, batch, micro_batch, temperature, micro_batch_tokens, truncation=truncation)
             if self.scratch is None:
                 self.scratch = copy.deepcopy(self._model)
             T = out.shape[1]
@@ -122,7 +122,7 @@ class BehaviourPolicy:
                 rows = [i for i, s in enumerate(segs) if any(x == v for _, x in s)]
                 self.scratch.load_state_dict(self.snapshots[v])
                 lp = batch_logprobs(self.scratch, batch.rows(torch.tensor(rows)), micro_batch, temperature,
-                                    micro_batch_tokens)
+                                    micro_batch_tokens, truncation=truncation)
                 for r, i in enumerate(rows):
                     bounds = [k for k, _ in segs[i]] + [T]
                     for (k, x), end in zip(segs[i], bounds[1:], strict=True):

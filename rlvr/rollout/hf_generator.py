@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
+from rlvr.algo.logprobs import kept_mask
 from rlvr.models.cascade import SharedPrefixKV
 from rlvr.models.cascade import attention as cascade_attention
 from rlvr.models.cascade import supported as cascade_supported
@@ -31,19 +32,12 @@ def process_logits(logits: torch.Tensor, temperature: float, top_k: int, top_p: 
     """logits (B, V) -> log-probabilities (B, V) float32 of the distribution sampled from:
     softmax(logits / temperature) restricted to the top_k tokens and then to the smallest set
     whose mass reaches top_p (the most likely token is always kept), renormalized. Removed
-    tokens get -inf. temperature must be > 0."""
+    tokens get -inf. temperature must be > 0. The kept set is rlvr.algo.logprobs.kept_mask, the
+    rule the trainer scores with (algo Truncation), so sampler and trainer truncate alike."""
     x = logits.float() / temperature
-    V = x.shape[-1]
-    if top_k and 0 < top_k < V:
-        kth = torch.topk(x, top_k, dim=-1).values[:, -1:]  # (B, 1)
-        x = x.masked_fill(x < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_x, order = torch.sort(x, dim=-1, descending=True)
-        probs = torch.softmax(sorted_x, dim=-1)
-        before = probs.cumsum(-1) - probs  # mass of strictly more likely tokens
-        drop_sorted = before >= top_p  # keep a token while the mass before it is < top_p
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        x = x.masked_fill(drop, float("-inf"))
+    keep = kept_mask(x, top_k, top_p)
+    if keep is not None:
+        x = x.masked_fill(~keep, float("-inf"))
     return torch.log_softmax(x, dim=-1)
 
 

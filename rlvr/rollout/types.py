@@ -79,6 +79,11 @@ class Rollout:
     segments: list[tuple[int, int]] | None = None
 
 
+class EngineError(RuntimeError):
+    """A rollout engine failed (start, weight push, generation, the push check); the message names
+    the setting to look at. Commands print it as `error: ...` (exit 1), without a traceback."""
+
+
 class Generator(Protocol):
     """A sampler the trainer talks to without knowing the backend (transformers or vLLM)."""
 

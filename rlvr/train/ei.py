@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from rlvr.algo import Truncation
 from rlvr.config import ConfigError
 from rlvr.rewards.types import Reward, Status
 from rlvr.train.common import (
@@ -171,8 +172,10 @@ def sampled_entropy(rollouts: Sequence[Any]) -> float:
     return total / max(1, tokens)
 
 
-def sample_entropy(model, batch, *, micro_batch_size: int, temperature: float) -> tuple[float, list[float]]:
-    """Mean token entropy (nats) of the sampling distribution (logits / temperature) over the
+def sample_entropy(model, batch, *, micro_batch_size: int, temperature: float,
+                   truncation=None) -> tuple[float, list[float]]:
+    """Mean token entropy (nats) of the sampling distribution (logits / temperature, truncated to the
+    sampler's top-k / top-p with truncation: rlvr.algo.logprobs.Truncation) over the
     response tokens of `batch` (all of a round's samples), from one no-grad forward per micro-batch
     under the weights that sampled them; also each row's mean. Token-weighted, like `entropy` of
     `rlvr train`."""
@@ -186,7 +189,7 @@ def sample_entropy(model, batch, *, micro_batch_size: int, temperature: float) -
             for s in range(0, batch.input_ids.shape[0], micro_batch_size):
                 mb = batch.rows(torch.arange(s, min(s + micro_batch_size, batch.input_ids.shape[0])))
                 ent = score_tokens(model, mb.input_ids, mb.labels, mb.attention_mask, with_entropy=True,
-                                   temperature=temperature).entropy.float().cpu()
+                                   temperature=temperature, truncation=truncation).entropy.float().cpu()
                 mask = mb.response_mask
                 per_row = (ent * mask).sum(-1)
                 total += float(per_row.sum())
@@ -266,7 +269,8 @@ def train_ei(
             if a.exact_entropy or any(ro.logprobs is None for ro in rollouts):
                 with timer("entropy"):
                     entropy, row_entropy = sample_entropy(model, rollouts_to_batch(rollouts, tokenizer.pad_token_id),
-                                                          micro_batch_size=micro, temperature=s.temperature or 1.0)
+                                                          micro_batch_size=micro, temperature=s.temperature or 1.0,
+                                                          truncation=Truncation.of(s.top_k, s.top_p))
             else:
                 entropy, row_entropy = sampled_entropy(rollouts), None
             with timer("train"):

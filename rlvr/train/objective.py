@@ -8,8 +8,13 @@ training loop has no `if algo.x` in it:
     loss = accumulate_gradients(model, batch, targets.advantages, old_logp, ref_logp, objective.parts, ...)
 
 The per-token loss is assembled from parts resolved once (`LossParts.from_algo`): the policy term
-(a POLICY_LOSSES function with its clip/tau bound), the aggregation, an optional KL term, an
+(a POLICY_LOSSES function with its clip/tau bound) with its optional rollout correction (importance
+weights sampler -> trainer, rlvr.algo.correction), the aggregation, an optional KL term, an
 optional entropy bonus and an optional value term (PPO's critic, rlvr.train.critic).
+
+Every forward (training, old, reference) scores the distribution the sampler drew from: softmax of
+the logits / sampling.temperature, truncated to sampling.top_k / top_p when those are on
+(`Objective.truncation`, rlvr.algo.logprobs.Truncation).
 
 It declares what it needs: `needs_old_logprobs(plan)` (a separate no-grad forward before the
 first update, which on-policy with one optimizer step equals logp.detach() of the training
@@ -26,6 +31,8 @@ import torch
 
 from rlvr.algo import (
     LOSS_AGGREGATIONS,
+    TRUNCATED_LOGPROB,
+    Truncation,
     compute_advantages,
     dapo_overlong_penalty,
     gae,
@@ -35,6 +42,7 @@ from rlvr.algo import (
     loss_normalizers,
     masked_mean,
     policy_loss,
+    rollout_correction,
     value_loss,
     whiten,
 )
@@ -169,7 +177,8 @@ class LossParts:
     policy(logp, old_logp, adv, mask) -> (per-token loss, stats): a POLICY_LOSSES function with its
     clip ranges / tau bound; aggregate(per_token, mask, norm): a LOSS_AGGREGATIONS function; kl:
     (estimator, coef, in_loss) or None; entropy_coef; value: (coef, clip or None) of PPO's value
-    loss, or None."""
+    loss, or None; correction: (mode, cap, low) of algo.rollout_correction (a ROLLOUT_CORRECTIONS
+    name, `auto` resolved), or None."""
 
     policy: Callable
     aggregate: Callable
@@ -177,9 +186,12 @@ class LossParts:
     entropy_coef: float = 0.0
     value: tuple[float, float | None] | None = None
     shared_prefix: bool = False  # each group's prompt forwarded once (rlvr.models.prefix)
+    correction: tuple[str, float, float] | None = None
 
     @classmethod
-    def from_algo(cls, algo) -> LossParts:
+    def from_algo(cls, algo, correction: str | None = None) -> LossParts:
+        """LossParts of an AlgoConfig (a LossParts is returned as is). correction: algo.rollout_correction
+        with `auto` resolved (Objective.correction); None resolves it here as for the hf backend."""
         if isinstance(algo, LossParts):
             return algo
         policy = functools.partial(
@@ -190,8 +202,19 @@ class LossParts:
         value = None
         if getattr(algo, "critic", ""):
             value = (algo.value_coef, algo.value_clip or None)
+        mode = correction or resolve_rollout_correction(getattr(algo, "rollout_correction", "auto"), "hf")
+        corr = None if mode == "none" else (mode, algo.rollout_correction_cap, algo.rollout_correction_low)
         return cls(policy=policy, aggregate=LOSS_AGGREGATIONS[algo.aggregation], kl=kl,
-                   entropy_coef=algo.entropy_coef, value=value, shared_prefix=getattr(algo, "shared_prefix", False))
+                   entropy_coef=algo.entropy_coef, value=value, shared_prefix=getattr(algo, "shared_prefix", False),
+                   correction=corr)
+
+
+def resolve_rollout_correction(mode: str, backend: str) -> str:
+    """algo.rollout_correction with `auto` resolved: token_tis for the vllm backend (its kernels and bf16
+    numerics are not the trainer's), none for any other (the hf sampler is the trainer's own code)."""
+    if mode != "auto":
+        return mode
+    return "token_tis" if backend == "vllm" else "none"
 
 
 def micro_batch_loss(
@@ -204,6 +227,7 @@ def micro_batch_loss(
     algo,
     *,
     temperature: float = 1.0,
+    truncation: Truncation | None = None,
     critic=None,
     old_values: torch.Tensor | None = None,
     returns: torch.Tensor | None = None,
@@ -212,9 +236,18 @@ def micro_batch_loss(
     summing backward() over the micro-batches of a minibatch gives the minibatch gradient.
 
     batch: (b, T) tensors; advantages (b,) or (b, T) per token; old_logp, ref_logp (b, T) or None (old None = on-policy:
-    logp.detach() is used). algo: LossParts or an AlgoConfig (resolved here). critic (with
+    logp.detach() is used). algo: LossParts or an AlgoConfig (resolved here). temperature, truncation: the
+    sampling distribution the policy is scored under (sampling.temperature, top_k / top_p). critic (with
     old_values, returns (b, T)): adds value_coef * the clipped value loss, token-mean over the
     minibatch. Returns (loss scalar, detached stats).
+
+    With a rollout correction (parts.correction) and the batch's sampler logprobs, the policy term of
+    each token is multiplied by its detached weight (rlvr.algo.correction: old vs sampler logprobs); a
+    token the correction masks, or whose label is outside the trainer's truncated support, leaves the
+    per-token loss altogether (policy, KL and entropy terms). The aggregation's normalizers still count
+    it: they are fixed from the whole minibatch's response mask before any forward, so the
+    split-invariance of rlvr.algo.aggregation holds and masking scales the step down by the masked share
+    (as TRL's masks) instead of re-weighting the tokens that stay.
     """
     parts = LossParts.from_algo(algo)
     device = next(model.parameters()).device
@@ -223,20 +256,34 @@ def micro_batch_loss(
     shared_values = critic is not None and critic.shared
     if shared_values:  # the value head reads the hidden states of the one plain forward
         out = score_tokens(model, batch.input_ids, batch.labels, batch.attention_mask, with_entropy=True,
-                           temperature=temperature, with_hidden=True)
+                           temperature=temperature, with_hidden=True, truncation=truncation)
     else:
         out = score_rows(model, batch.input_ids, batch.labels, batch.attention_mask, batch.response_mask,
-                         shared_prefix=parts.shared_prefix, with_entropy=True, temperature=temperature)
+                         shared_prefix=parts.shared_prefix, with_entropy=True, temperature=temperature,
+                         truncation=truncation)
     logp, entropy = out.logprobs.float(), out.entropy.float()  # (b, T) each; fp32 loss math under bf16
     mask = batch.response_mask
     old = logp.detach() if old_logp is None else old_logp.to(device)
     per_token, meta = parts.policy(logp, old, advantages, mask)
     stats = {k: v.detach() for k, v in meta.items()}
-    if batch.sampler_logprobs is not None:
+    keep = None  # response tokens that stay in the loss; None = all of them (no truncation, no correction)
+    if truncation is not None and truncation.active:
+        # a label outside the trainer's kept set has no probability under pi_K: its logprob is the floor,
+        # without gradient (rlvr.algo.logprobs), and the token leaves the loss
+        keep = mask.bool() & (logp.detach() > TRUNCATED_LOGPROB) & (old > TRUNCATED_LOGPROB)
+    sampler = batch.sampler_logprobs.to(device) if batch.sampler_logprobs is not None else None
+    if sampler is not None:
         # |sampler - trainer| logprob of the sampled tokens, against the policy that sampled them
-        diff = (old.detach() - batch.sampler_logprobs.to(device)).abs()
-        stats["logprob_diff"] = masked_mean(diff, mask)
-        stats["logprob_diff_max"] = (diff * mask).max() if mask.any() else diff.new_zeros(())
+        seen = mask if keep is None else keep
+        diff = (old.detach() - sampler).abs()
+        stats["logprob_diff"] = masked_mean(diff, seen)
+        stats["logprob_diff_max"] = (diff * seen).max() if seen.any() else diff.new_zeros(())
+        if parts.correction is not None:  # importance weights sampler -> trainer (rlvr.algo.correction)
+            mode, cap, low = parts.correction
+            corr = rollout_correction(mode, old, sampler, mask, cap=cap, low=low)
+            per_token = per_token * corr.weight
+            keep = corr.keep if keep is None else keep & corr.keep
+            stats.update(corr.stats)
     if parts.kl is not None:
         estimator, coef, in_loss = parts.kl
         if ref_logp is None:
@@ -249,9 +296,11 @@ def micro_batch_loss(
             # the penalty is already in the advantages (token_advantages); only the metric here,
             # with the same meaning as in the loss mode: KL of the current policy to the reference
             kl = kl_estimate(estimator, logp.detach(), ref_logp)  # (b, T)
-        stats["kl"] = masked_mean(kl.detach(), mask)
+        stats["kl"] = masked_mean(kl.detach(), mask if keep is None else keep)
     if parts.entropy_coef > 0:
         per_token = per_token - parts.entropy_coef * entropy
+    if keep is not None:
+        per_token = torch.where(keep, per_token, torch.zeros((), dtype=per_token.dtype, device=per_token.device))
     stats["entropy"] = masked_mean(entropy.detach(), mask)
     stats["row_entropy"] = masked_mean(entropy.detach(), mask, dim=-1)  # (b,) mean entropy per response
     loss = parts.aggregate(per_token, mask, norm)
@@ -280,6 +329,7 @@ def accumulate_gradients(
     micro_batch_size: int,
     norm_length: int,
     temperature: float = 1.0,
+    truncation: Truncation | None = None,
     micro_batch_tokens: int = 0,
     stats: StepStats | None = None,
     row_entropy: dict[int, float] | None = None,
@@ -296,6 +346,7 @@ def accumulate_gradients(
     accumulated gradient does not depend on how it is split. Gradients are added to .grad (the
     caller zeroes them). row_entropy, if given, receives the mean token entropy of each row, keyed
     by row_ids[row] (default: the row's index in `batch`). algo: LossParts or an AlgoConfig.
+    temperature, truncation: the sampling distribution scored (micro_batch_loss).
     critic, old_values, returns (b, T): PPO's value term (see micro_batch_loss). normalizers: the
     LossNormalizers of the whole minibatch when `batch` is one worker's share of it (data-parallel
     learners, rlvr.distributed.dp); None = computed from `batch`.
@@ -317,7 +368,8 @@ def accumulate_gradients(
         loss, meta = micro_batch_loss(
             model, mb, advantages[idx] if advantages.dim() == 1 else advantages[idx, :width],
             cut(old_logp, idx, width), cut(ref_logp, idx, width), norm, parts, temperature=temperature,
-            critic=critic, old_values=cut(old_values, idx, width), returns=cut(returns, idx, width),
+            truncation=truncation, critic=critic, old_values=cut(old_values, idx, width),
+            returns=cut(returns, idx, width),
         )
         loss.backward()
         total += float(loss.detach())
@@ -327,12 +379,20 @@ def accumulate_gradients(
                 row_entropy[row_ids[j] if row_ids is not None else j] = e
         if stats is not None:
             w = float(mb.response_mask.sum())
+            # the rollout correction's statistics are over its units (tokens or responses)
+            units = float(meta.pop("correction_units", w))
             for k, v in meta.items():
-                if k in ("ratio_min", "ratio_max", "logprob_diff_max"):
+                if k.startswith("correction_") and units == 0:
+                    continue  # nothing was weighted: no mean, and no min/max of nothing
+                if k in _EXTREMES:
                     stats.extreme(k, float(v))
                 else:
-                    stats.add(k, float(v), w)
+                    stats.add(k, float(v), units if k.startswith("correction_") else w)
     return total
+
+
+# micro-batch statistics kept as the step's min / max (StepStats.extreme), not token-weighted means
+_EXTREMES = ("ratio_min", "ratio_max", "logprob_diff_max", "correction_ratio_min", "correction_ratio_max")
 
 
 def _narrow(batch: TrainingBatch, width: int) -> TrainingBatch:
@@ -348,11 +408,13 @@ def _narrow(batch: TrainingBatch, width: int) -> TrainingBatch:
 
 @torch.no_grad()
 def batch_logprobs(model, batch: TrainingBatch, micro_batch_size: int, temperature: float = 1.0,
-                   micro_batch_tokens: int = 0, shared_prefix: bool = False) -> torch.Tensor:
+                   micro_batch_tokens: int = 0, shared_prefix: bool = False,
+                   truncation: Truncation | None = None) -> torch.Tensor:
     """(N, T) float32 token logprobs of `batch` under `model`, no grad, in micro-batches of at most
     micro_batch_size rows and (when > 0) micro_batch_tokens padded tokens, like the training forward:
     a token budget that bounds the backward must bound these forwards too. shared_prefix: each
-    group's prompt forwarded once (rlvr.models.prefix)."""
+    group's prompt forwarded once (rlvr.models.prefix). temperature, truncation: the sampling
+    distribution scored (sampling.temperature, top_k / top_p)."""
     was_training = model.training
     model.eval()
     out = torch.zeros(batch.labels.shape, dtype=torch.float32)
@@ -362,7 +424,7 @@ def batch_logprobs(model, batch: TrainingBatch, micro_batch_size: int, temperatu
         width = int(mb.attention_mask.sum(-1).max())
         mb = _narrow(mb, width)
         lp = score_rows(model, mb.input_ids, mb.labels, mb.attention_mask, mb.response_mask,
-                        shared_prefix=shared_prefix, temperature=temperature).logprobs
+                        shared_prefix=shared_prefix, temperature=temperature, truncation=truncation).logprobs
         out[chunk.start:chunk.stop, :width] = lp.float().cpu()
     model.train(was_training)
     return out
@@ -406,6 +468,14 @@ class Objective:
     group_size: int
     max_tokens: int
     plan: BatchPlan
+    rollout_backend: str = "hf"  # rollout.backend: what algo.rollout_correction=auto resolves to
+    truncation: Truncation | None = None  # sampling.top_k / top_p: every forward scores the truncated distribution
+    correction: str = field(init=False)  # algo.rollout_correction, auto resolved at construction
+    _noted: bool = field(default=False, init=False, repr=False)
+
+    def __post_init__(self):
+        self.correction = resolve_rollout_correction(getattr(self.algo, "rollout_correction", "auto"),
+                                                     self.rollout_backend)
 
     @property
     def norm_length(self) -> int:
@@ -426,7 +496,16 @@ class Objective:
 
     @functools.cached_property
     def parts(self) -> LossParts:
-        return LossParts.from_algo(self.algo)
+        return LossParts.from_algo(self.algo, correction=self.correction)
+
+    def correction_note(self, batch: TrainingBatch | None) -> str | None:
+        """A status line, the first time only, when the correction is on but the generator gave no sampler
+        logprobs: those rows are trained with weight 1 (no correction), which is not an error."""
+        if self.correction == "none" or batch is None or batch.sampler_logprobs is not None or self._noted:
+            return None
+        self._noted = True
+        return (f"note: algo.rollout_correction={self.correction}, but the generator returned no sampler logprobs: "
+                "those rollouts are trained without the correction (weight 1)")
 
     @property
     def needs_critic(self) -> bool:

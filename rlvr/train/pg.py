@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from rlvr.algo import KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
+from rlvr.algo import KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES, Truncation
 from rlvr.algo.advantages import ADVANTAGE_ESTIMATORS
 from rlvr.config import ConfigError
 from rlvr.rewards.types import Reward, Status
@@ -237,7 +237,10 @@ def train(
     task = data if data is not None else load_task_data(cfg.data, tokenizer, episodes=True)
     if not task.train:
         raise TaskDataError(f"data: task {task.name!r} has no training examples")
-    objective = Objective(a, s.group_size, s.max_tokens, plan)
+    # auto resolved here, once (rlvr.train.objective.resolve_rollout_correction); every forward scores the
+    # distribution the sampler drew from (temperature, and top_k / top_p when on)
+    objective = Objective(a, s.group_size, s.max_tokens, plan, rollout_backend=cfg.rollout.backend,
+                          truncation=Truncation.of(s.top_k, s.top_p))
     reference = ReferencePolicy(model, enabled=objective.needs_reference, refresh_every=a.ref_refresh_every)
     critic = (Critic(model, mode=a.critic, lr=a.critic_lr or cfg.optim.lr, grad_clip=cfg.optim.grad_clip)
               if objective.needs_critic else None)
@@ -249,6 +252,8 @@ def train(
     placement, wrap, behaviour = _placement(cfg, model, tokenizer, task, plan)
     generator = placement.generator(cfg.rollout, model, tokenizer, model_source=session.model_source(cfg.model),
                                     seed=r.seed, default_batch_size=plan.rollout_batch)
+    engine = generator  # the engine itself, before any sampling wrapper
+    push_check = _push_check(cfg, task)
     sampler = with_thinking_budget(generator, s.thinking_budget, s.stop_thinking_text)
     if wrap is not None:  # distributed.max_staleness / segment_tokens: sampling ahead, partial rollouts
         sampler = generator = wrap(generator)
@@ -257,6 +262,8 @@ def train(
                                               scheduler=scheduler, verbose=r.progress, extras=extras)
     if start_step:  # the checkpoint's weights replaced those the generator was built with
         generator.update_weights(model.named_parameters(), version=start_step)
+    if push_check is not None:
+        push_check(engine, model, tokenizer, start_step)
     if behaviour is not None:
         behaviour.record(start_step, model)
     reference.start(run.path, start_step)
@@ -288,6 +295,8 @@ def train(
             with timer("train"):
                 kept = torch.nonzero(keep).squeeze(1)
                 batch = rollouts_to_batch([rollouts[i] for i in kept.tolist()], tokenizer.pad_token_id) if len(kept) else None
+                if (note := objective.correction_note(batch)) is not None:
+                    session.say(note, r.progress)
                 old_fn = None if behaviour is None else behaviour.old_logprobs_fn(
                     [rollouts[i] for i in kept.tolist()], current=step - 1)
                 learned = learn(model, optimizer, scheduler, batch, adv[kept], kept, objective, reference,
@@ -301,6 +310,8 @@ def train(
                             "them all: no update (loss is empty until a group has a reward spread)", r.progress)
             with timer("sync"):
                 generator.update_weights(model.named_parameters(), version=step)
+                if push_check is not None:  # the engine samples from what was just pushed, or the run stops
+                    push_check(engine, model, tokenizer, step)
                 reference.after_step(step, model, run.path, last_ckpt)
                 if behaviour is not None:
                     behaviour.record(step, model)
@@ -315,6 +326,8 @@ def train(
                 with timer("eval"):
                     metrics.update(eval_prefixed(eval_policy(sampler, task, cfg, greedy=r.eval_greedy, step=step)))
             metrics.update(timer.metrics() | memory_stats(cfg.model.device) | placement.metrics())
+            if push_check is not None:
+                metrics.update(push_check.last)
             if wrap is not None:
                 metrics.update(sampler.metrics())
             if r.log_samples_every and (step % r.log_samples_every == 0 or step == 1):
@@ -353,15 +366,16 @@ def learn(model, optimizer, scheduler, batch, adv: torch.Tensor, kept: torch.Ten
     if n == 0:
         return out
     a, s, plan = cfg.algo, cfg.sampling, objective.plan
+    tr = objective.truncation  # sampling.top_k / top_p: every forward scores the truncated distribution
     model.train()
     if old_logp_fn is not None:  # off-policy rows (sampling ahead, partial rollouts): always recomputed
-        old_logp = old_logp_fn(model, batch, plan.micro_batch, s.temperature, a.micro_batch_tokens)
+        old_logp = old_logp_fn(model, batch, plan.micro_batch, s.temperature, a.micro_batch_tokens, truncation=tr)
     elif objective.needs_old_logprobs:
         old_logp = batch_logprobs(model, batch, plan.micro_batch, s.temperature, a.micro_batch_tokens,
-                                  shared_prefix=a.shared_prefix)
+                                  shared_prefix=a.shared_prefix, truncation=tr)
     else:
         old_logp = None
-    ref_logp = reference.logprobs(batch, plan.micro_batch, s.temperature, a.micro_batch_tokens)
+    ref_logp = reference.logprobs(batch, plan.micro_batch, s.temperature, a.micro_batch_tokens, truncation=tr)
     old_values = critic.values(model, batch, plan.micro_batch, a.micro_batch_tokens) if critic is not None else None
     targets = objective.targets(adv, batch.response_mask, old_logp, ref_logp, old_values, steps=steps)
     token_adv = targets.advantages  # (B,) or (B, T)
@@ -376,9 +390,9 @@ def learn(model, optimizer, scheduler, batch, adv: torch.Tensor, kept: torch.Ten
             idx = order[chunk.start : chunk.stop]
             out.losses.append((grad_fn or accumulate_gradients)(
                 model, batch.rows(idx), token_adv[idx],
-                None if old_logp is None else old_logp[idx], None if ref_logp is None else ref_logp[idx], a,
-                micro_batch_size=plan.micro_batch, micro_batch_tokens=a.micro_batch_tokens,
-                norm_length=objective.norm_length, temperature=s.temperature, stats=out.stats,
+                None if old_logp is None else old_logp[idx], None if ref_logp is None else ref_logp[idx],
+                objective.parts, micro_batch_size=plan.micro_batch, micro_batch_tokens=a.micro_batch_tokens,
+                norm_length=objective.norm_length, temperature=s.temperature, truncation=tr, stats=out.stats,
                 row_entropy=out.row_entropy, row_ids=kept[idx].tolist(), critic=critic,
                 old_values=_rows(targets.old_values, idx), returns=_rows(targets.returns, idx)))
             if not all(map(_finite, out.losses)):
@@ -485,6 +499,20 @@ def sample_groups(sampler, task, cfg: TrainConfig, objective: Objective, step: i
             keep = keep_groups.repeat_interleave(s.group_size)
     return Sampled(rollouts=rollouts, examples=examples, rewards=rewards, lengths=lengths, shaped=shaped,
                    adv=adv, keep=keep, zero_var=zero_var, data_pos=data_pos, rounds=rounds)
+
+
+def _push_check(cfg: TrainConfig, task):
+    """The health check after each weight push (rlvr.rollout.push_check), or None: only engines that
+    hold their own copy of the weights (vllm) can drift from the learner; hf shares its module."""
+    rc = cfg.rollout
+    if rc.backend != "vllm" or not rc.push_check:
+        return None
+    from rlvr.rollout.push_check import PushCheck
+    from rlvr.train import session
+
+    prompts = [task.prompt(ex) for ex in task.train[:2]]
+    return PushCheck(prompts, tol=rc.push_check_tol, max_tokens=min(16, cfg.sampling.max_tokens), seed=cfg.run.seed,
+                     say=session.say)  # a warning is printed even with run.progress=false
 
 
 def _placement(cfg: TrainConfig, model, tokenizer, task, plan: BatchPlan):
@@ -629,6 +657,13 @@ def step_metrics(rewards, rollouts, shaped, zero_var, keep, learned: Learned, st
     # generator holds the learner's weights; large after a failed weight push or a dtype mismatch
     m["rollout/logprob_diff_mean"] = means.get("logprob_diff")
     m["rollout/logprob_diff_max"] = stats.maxs.get("logprob_diff_max")
+    # algo.rollout_correction: the ratio trainer/sampler per token or response before truncation, and the
+    # shares whose weight was capped / that left the loss (absent when the correction is off)
+    m["rollout/correction_ratio_mean"] = means.get("correction_ratio_mean")
+    m["rollout/correction_ratio_min"] = stats.mins.get("correction_ratio_min")
+    m["rollout/correction_ratio_max"] = stats.maxs.get("correction_ratio_max")
+    m["rollout/correction_truncated"] = means.get("correction_truncated")
+    m["rollout/correction_masked"] = means.get("correction_masked")
     # rollouts are sampled by the weights of the previous step (version step - 1) in this synchronous loop
     versions = [ro.weight_version for ro in rollouts]
     m["rollout/policy_version"] = min(versions)

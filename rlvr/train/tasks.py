@@ -37,7 +37,7 @@ class TaskData:
     def sampling_spec(self, s, *, seed: int | None, n: int | None = None, temperature: float | None = None,
                       logprobs: bool = True):
         """SamplingSpec for this task from a sampling config section `s` (SamplingConfig or
-        EvalSamplingConfig: top_p, max_tokens, stop, keep_stop; temperature and the group size /
+        EvalSamplingConfig: top_p, top_k (if it has one), max_tokens, stop, keep_stop; temperature and the group size /
         n unless given). Stop strings: the task's, then the section's extra ones."""
         from rlvr.rollout import SamplingSpec
 
@@ -47,6 +47,7 @@ class TaskData:
             n=n,
             temperature=s.temperature if temperature is None else temperature,
             top_p=s.top_p,
+            top_k=getattr(s, "top_k", 0),
             max_tokens=s.max_tokens,
             min_tokens=min(getattr(s, "min_tokens", 0), s.max_tokens),
             stop=tuple(dict.fromkeys((*self.stop, *s.stop))),
