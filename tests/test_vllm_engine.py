@@ -249,6 +249,7 @@ def _cli(*args, cwd, timeout=300) -> subprocess.CompletedProcess:
     # a fresh process, as a user's: without the identities of this process's engine (shared memory names)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "TORCHINDUCTOR_"))}
     env["RLVR_NUM_THREADS"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), env.get("PYTHONPATH", "")])  # dense_reward
     return subprocess.run([sys.executable, "-m", "rlvr.cli", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
@@ -261,7 +262,8 @@ TINY_VLLM = ["model.hidden_size=64", "model.num_heads=2", "model.intermediate_si
 def test_rlvr_train_with_the_vllm_backend_end_to_end(tmp_path):
     out = tmp_path / "run"
     res = _cli("train", *TINY_VLLM, "run.steps=3", f"run.out_dir={out}", "sampling.n_prompts=4",
-               "sampling.group_size=4", "optim.lr=3e-3", "run.progress=false", cwd=tmp_path)
+               "sampling.group_size=4", "optim.lr=3e-3", "run.progress=false", "data.reward=dense_reward:letter_share",
+               cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "held-out:" in res.stdout
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
@@ -269,6 +271,7 @@ def test_rlvr_train_with_the_vllm_backend_end_to_end(tmp_path):
     for r in rows:
         assert r["rollout/logprob_diff_max"] < TOL  # step s sampled by version s-1, scored by the same
         assert r["rollout/push_gap_mean"] < TOL  # the push after step s verified
+        assert r["grad_norm"] > 0  # the policy moves every step (a dense reward), so a lost push would show
     samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
     assert {s.get("weight_version", s["step"] - 1) == s["step"] - 1 for s in samples} == {True}
 

@@ -526,11 +526,12 @@ def filter(  # noqa: A001 - the command is called `filter`
         fail(f"data.template={template}: {exc}")
 
     from rlvr.rollout import build_generator, with_thinking_budget
+    from rlvr.rollout.types import EngineError
 
     try:
         base_gen = build_generator(cfg.rollout, model, tok, model_source=model_source, seed=cfg.run.seed,
                                    default_batch_size=cfg.sampling.batch_size * max(k, no_reasoning_k))
-    except (KeyError, ImportError, ValueError) as exc:
+    except (KeyError, ImportError, ValueError, EngineError) as exc:
         fail(str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc))
     generator = with_thinking_budget(base_gen, cfg.sampling.thinking_budget, cfg.sampling.stop_thinking_text)
     _say(f"loaded in {time.perf_counter() - t0:.1f} s")
@@ -545,9 +546,12 @@ def filter(  # noqa: A001 - the command is called `filter`
                 bar.update(done - bar.completed)
 
             # The no-reasoning prompt closes the think block itself: no thinking budget around it.
-            return estimate_pass_rates(generator if prompt is None else base_gen, task, examples, spec_,
-                                       prompt=prompt, scorer=scorer, chunk_size=cfg.sampling.batch_size,
-                                       on_progress=progress)
+            try:
+                return estimate_pass_rates(generator if prompt is None else base_gen, task, examples, spec_,
+                                           prompt=prompt, scorer=scorer, chunk_size=cfg.sampling.batch_size,
+                                           on_progress=progress)
+            except EngineError as exc:  # the engine failed mid-run: one line, not vLLM's traceback
+                fail(str(exc))
 
     # ---- 2. solved without reasoning
     no_reasoning = None
