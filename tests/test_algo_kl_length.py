@@ -47,6 +47,53 @@ def test_k1_k3_unbiased_exactly_and_k3_nonnegative():
     assert torch.isfinite(KL_ESTIMATORS["k3"](torch.tensor([0.0]), torch.tensor([500.0]))).all()
 
 
+# Exact expectations over a 3-token softmax (float64). The sample y is drawn from pi, so E_{y~pi}[.]
+# weights by pi(y) WITHOUT differentiating through the weights: E[grad k(logp(y), ref(y))] in the
+# loss, E[k(y) grad logp(y)] with k detached in the reward (the score-function gradient of a penalty).
+# Closed forms for softmax logits theta, d = log pi - log ref:
+#   grad_theta KL(pi || ref) = pi * (d - KL(pi || ref));   grad_theta KL(ref || pi) = pi - ref.
+# theta = [2, 0, -1], ref logits [0, 1, 0.5]: pi = [0.8438, 0.1142, 0.0420], ref = [0.1863, 0.5065, 0.3072].
+THETA = [2.0, 0.0, -1.0]
+REF_LOGITS = [0.0, 1.0, 0.5]
+GRAD_KL_PI_REF = [0.4131, -0.2867, -0.1265]  # grad KL(pi || ref)
+GRAD_KL_REF_PI = [0.6575, -0.3923, -0.2652]  # grad KL(ref || pi)
+
+
+def _expected_grad(name: str, where: str) -> list[float]:
+    theta = torch.tensor(THETA, dtype=torch.float64, requires_grad=True)
+    logp = torch.log_softmax(theta, -1)
+    ref = torch.log_softmax(torch.tensor(REF_LOGITS, dtype=torch.float64), -1)
+    pi = logp.detach().exp()  # sampling weights: not differentiated
+    if where == "loss":
+        (pi * KL_ESTIMATORS[name](logp, ref)).sum().backward()
+    else:  # reward: -coef * k is a reward, its policy gradient (as a loss) is E[k grad logp]
+        (pi * KL_ESTIMATORS[name](logp.detach(), ref) * logp).sum().backward()
+    return theta.grad.tolist()
+
+
+def test_kl_estimator_gradients_exact_enumeration():
+    pi = torch.softmax(torch.tensor(THETA, dtype=torch.float64), -1)
+    ref = torch.softmax(torch.tensor(REF_LOGITS, dtype=torch.float64), -1)
+    d = pi.log() - ref.log()
+    fwd = (pi * (d - (pi * d).sum())).tolist()  # independent closed forms
+    rev = (pi - ref).tolist()
+    assert fwd == pytest.approx(GRAD_KL_PI_REF, abs=1e-4)
+    assert rev == pytest.approx(GRAD_KL_REF_PI, abs=1e-4)
+    # in the loss: k1 regularises nothing, k2 descends KL(pi || ref), k3 descends KL(ref || pi)
+    assert _expected_grad("k1", "loss") == pytest.approx([0.0, 0.0, 0.0], abs=1e-15)
+    assert _expected_grad("k2", "loss") == pytest.approx(fwd, abs=1e-12)
+    assert _expected_grad("k3", "loss") == pytest.approx(rev, abs=1e-12)
+    # k1_clamped: E[1[d > 0] grad logp] = grad pi(S), S = {y: pi(y) > ref(y)} = {0}: pi_0 (e_0 - pi)
+    s = pi[0].item()
+    assert _expected_grad("k1_clamped", "loss") == pytest.approx(
+        [s * (1 - s), -s * pi[1].item(), -s * pi[2].item()], abs=1e-12)
+    # in the reward: only k1 gives grad KL(pi || ref); k3's is grad KL(pi||ref) - grad KL(ref||pi)
+    assert _expected_grad("k1", "reward") == pytest.approx(fwd, abs=1e-12)
+    assert _expected_grad("k3", "reward") == pytest.approx([a - b for a, b in zip(fwd, rev, strict=True)], abs=1e-12)
+    assert _expected_grad("k3", "reward") == pytest.approx([-0.2443, 0.1056, 0.1387], abs=1e-4)
+    assert _expected_grad("k2", "reward") == pytest.approx([-0.0267, -0.0072, 0.0339], abs=1e-4)
+
+
 def test_kl_shaped_rewards():
     # right- and left-padded rows; kl 0.1 everywhere, coef 0.5 -> -0.05 on valid tokens;
     # terminal reward 1.0 / 2.0 added on the last valid token (index 2 and 3); empty row gets 0

@@ -143,9 +143,9 @@ def test_unparsable_and_empty_program():
     ex = SimpleExample("", {"tests": {"io": [{"stdin": "x\n", "stdout": ""}]}})
     none = code_reward("I would print nothing.", ex)
     assert none.status is Status.UNPARSABLE and none.total == 0.0 and none.parts["format"] == 0.0
-    # An empty program would "match" the empty expected output: it is rejected before running.
+    # An empty program would "match" the empty expected output: it fails every test without running.
     empty = code_reward(block("# nothing to do\npass\n"), ex)
-    assert empty.status is Status.UNPARSABLE and empty.total == 0.0
+    assert empty.status is Status.INCORRECT and empty.total == 0.0 and empty.parts["format"] == 0.0
     assert code_reward(block("input()\n"), ex).total == 1.0  # a real program that prints nothing
     assert code_format_reward(block("x = 1\n"), ex).total == 1.0
     assert code_format_reward("no code", ex).total == 0.0
@@ -465,3 +465,59 @@ def test_raising_function_never_matches_empty_or_none_expectation():
     assert honest.n_passed == 2
     silent = run_tests("def solve(x):\n    pass\n", task_from_meta(meta))  # returns None for both
     assert [t.status for t in silent.tests] == [TestStatus.FAILED, TestStatus.PASSED]
+
+
+# ---- verdict categories a grader expects (empty program, huge integer, C-stack overflow) ----------
+
+SQUARE_CALLS = {"entry_point": "f", "tests": {"calls": [{"args": [3], "expected": 9}]}, "time_limit_s": 0.5}
+SQUARE_ASSERTS = {"entry_point": "f", "tests": {"asserts": ["assert f(3) == 9"]}, "time_limit_s": 0.5}
+SQUARE_IO = {"tests": {"io": [{"stdin": "3\n", "stdout": "9\n"}]}, "time_limit_s": 0.5}
+
+
+def test_empty_program_is_a_failed_program_not_a_format_failure():
+    for meta in (SQUARE_CALLS, SQUARE_IO, {"tests": {"io": [{"stdin": "x\n", "stdout": ""}]}}):
+        ex = SimpleExample("", meta)
+        for response in ("```python\n```", "```python\n\n\n```", block("# nothing to do\npass\n")):
+            r = code_reward(response, ex)
+            assert r.status is Status.INCORRECT, (response, r)
+            assert r.total == 0.0 and r.parts["tests"] == 0.0 and "empty program" in r.info
+    no_block = code_reward("I would print nothing.", SimpleExample("", SQUARE_IO))
+    assert no_block.status is Status.UNPARSABLE and "no code block" in no_block.info
+
+
+@pytest.mark.parametrize("meta", [SQUARE_CALLS, SQUARE_ASSERTS], ids=["calls", "asserts"])
+@pytest.mark.parametrize("lift", [False, True], ids=["digit_limit", "limit_lifted"])
+def test_huge_integer_result_is_an_error_not_a_timeout(meta, lift):
+    # int -> str of a huge int hits Python's digit limit at once (ValueError); a candidate that lifts
+    # the limit (sys.set_int_max_str_digits(0)) would make the answer's encoding spin to the deadline
+    code = ("import sys\nsys.set_int_max_str_digits(0)\n" if lift else "") + "def f(n):\n    return 10 ** 10 ** 6\n"
+    report = run_tests(code, task_from_meta(meta))
+    (t,) = report.tests
+    assert t.status is TestStatus.ERROR, t
+    assert "ValueError" in t.detail and "digits" in t.detail, t
+    assert code_reward(block(code), SimpleExample("", meta)).status is Status.INCORRECT
+
+
+C_STACK_BOMBS = {
+    # a __repr__ that recurses through C (repr -> __repr__ -> repr ...) with the recursion limit lifted
+    "repr": "import sys\nsys.setrecursionlimit(10 ** 9)\nclass A:\n    def __repr__(self):\n"
+            "        return repr(self.x)\na = A()\na.x = a\n",
+    # Python -> C (functools.reduce) -> Python ...: every level uses the C stack
+    "reduce": "import functools, sys\nsys.setrecursionlimit(10 ** 9)\n"
+              "g = lambda n: functools.reduce(lambda x, y: g(n + 1), [1, 2])\n",
+}
+
+
+@pytest.mark.parametrize("meta,call", [(SQUARE_IO, "print(repr(a) if 'a' in dir() else g(0))\n"),
+                                       (SQUARE_CALLS, "def f(n):\n    return repr(a) if 'a' in globals() else g(0)\n"),
+                                       (SQUARE_ASSERTS, "def f(n):\n    return repr(a) if 'a' in globals() else g(0)\n")],
+                         ids=["io", "calls", "asserts"])
+@pytest.mark.parametrize("bomb", sorted(C_STACK_BOMBS))
+def test_c_stack_overflow_is_a_crash_named_by_its_signal(meta, call, bomb):
+    code = C_STACK_BOMBS[bomb] + call
+    report = run_tests(code, task_from_meta(meta))
+    (t,) = report.tests
+    assert t.status is TestStatus.ERROR, t  # a crash, neither a timeout nor an output-cap kill
+    assert "killed by signal SIGSEGV" in t.detail, t
+    r = code_reward(block(code), SimpleExample("", meta))
+    assert r.status is Status.INCORRECT and "SIGSEGV" in r.info, r

@@ -199,8 +199,8 @@ def test_online_helpers_keep_unmeasured_problems_and_survive_a_checkpoint():
 
 
 def test_no_reasoning_prompts_close_the_think_block_and_grade_it_with_the_response():
+    from rlvr.data.templates import empty_think_block
     from rlvr.rewards import get_reward_fn
-    from rlvr.rollout.thinking import _empty_think_block
 
     r1 = get_task("arithmetic")
     ex = r1.generate(1, "train", 0, digits=2)[0]
@@ -212,9 +212,9 @@ def test_no_reasoning_prompts_close_the_think_block_and_grade_it_with_the_respon
     # Qwen3 style: the non-thinking block its chat template writes, as a thinking budget of 0 does
     chat = "<|im_start|>user\n2+2=<|im_end|>\n<|im_start|>assistant\n"
     text, block = no_reasoning_prompt(lambda e: chat)(ex)
-    assert block == "<think>\n\n</think>\n\n" and text == _empty_think_block(chat, "<think>", "</think>")
+    assert block == "<think>\n\n</think>\n\n" and text == chat + empty_think_block(chat, "qwen3")
     text, block = no_reasoning_prompt(lambda e: "Q <think>", style="qwen3")(ex)
-    assert text == _empty_think_block("Q <think>", "<think>", "</think>")
+    assert text == "Q <think>" + empty_think_block("Q <think>", "qwen3")
 
     examples, script = _examples(4, kinds=("trivial", "always", "half", "never"))
     counts = estimate_pass_rates(ScriptedPolicy(script), _task(), examples, SamplingSpec(n=2, seed=0),

@@ -242,6 +242,15 @@ def test_bad_trainer_state_and_missing_checkpoint(tmp_path):
         load_checkpoint(tmp_path, model=model)
 
 
+def test_checkpoint_with_extras_points_latest_at_its_step(tmp_path):
+    model, extra = torch.nn.Linear(2, 2), torch.nn.Linear(1, 1)
+    save_checkpoint(tmp_path, 3, model=model, extras={"critic": extra})
+    assert (tmp_path / "checkpoints" / "latest").read_text().strip() == "step_000003"
+    save_checkpoint(tmp_path, 3, model=model, extras={"critic": extra})  # re-saving a step swaps the folder
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step_000003"]
+    assert not [p for p in (tmp_path / "checkpoints").iterdir() if p.name.startswith(".tmp")]
+
+
 def test_exception_mid_save_keeps_previous(tmp_path):
     model, opt, _ = _linear()
     save_checkpoint(tmp_path, 1, model=model, optimizer=opt, trainer_state={"s": 1})

@@ -92,3 +92,26 @@ def test_gradient_matches_independent_sequence_score_formula(setup):
     (-(adv * seq_logp).sum() / adv.shape[0]).backward()
     ref = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
     _assert_same(ours, ref, atol=1e-5)
+
+
+@pytest.mark.parametrize("recipe", ["rloo", "reinforce_with_baseline", "reinforce"])
+def test_reinforce_losses_off_policy_are_importance_weighted(setup, recipe):
+    """From the second minibatch (or epoch) on, the rollouts come from pi_old != pi_theta: the REINFORCE
+    losses then weight each token by ratio = pi_theta / pi_old (verl's and TRL's losses all carry the ratio),
+    so the gradient is -(1/S) sum_i A_i sum_t ratio_it grad log pi(y_it); at ratio 1 it is REINFORCE."""
+    model, batch, adv = setup
+    algo = _algo(recipe, num_minibatches=2)  # seq_mean_token_sum
+    now = batch_logprobs(model, batch, micro_batch_size=16)
+    g = torch.Generator().manual_seed(5)
+    # an old policy that gave the sampled tokens other probabilities: ratios in exp([-0.3, 0.3])
+    old = now + 0.6 * (torch.rand(now.shape, generator=g) - 0.5)
+    a = adv if recipe != "reinforce" else torch.linspace(0.0, 1.0, adv.shape[0])  # raw rewards for no_baseline
+    ours = _grads(model, batch, a, algo, 4, old_logp=old)
+    model.zero_grad(set_to_none=True)
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits.float()
+    logp = torch.log_softmax(logits, -1).gather(-1, batch.labels.unsqueeze(-1)).squeeze(-1)  # (S, T)
+    ratio = torch.exp(logp.detach() - old) * batch.response_mask
+    assert float(ratio[batch.response_mask].min()) < 0.8 and float(ratio.max()) > 1.2
+    (-(a.unsqueeze(1) * ratio * logp).sum() / a.shape[0]).backward()
+    indep = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    _assert_same(ours, indep, atol=1e-5)

@@ -94,6 +94,7 @@ def test_defaults_leave_advantages_alone():
         (dict(loss="kimi", advantage="group_mean", whiten_advantages=True), "algo.loss='kimi'"),
         (dict(loss="kimi", advantage="group_mean", kl_in="reward", kl_coef=0.1), "algo.loss='kimi'"),
         (dict(kl_in="both"), "algo.kl_in='both'"),
+        (dict(kl_coef=0.1, kl_estimator="k1"), "algo.kl_estimator='k1' with algo.kl_in=loss regularises nothing"),
     ],
 )
 def test_validation(over, needle):
@@ -106,6 +107,16 @@ def test_validation(over, needle):
 def test_unknown_kl_in_is_a_config_error():
     with pytest.raises(ConfigError, match="algo.kl_in"):
         load_config(TrainConfig, None, ["algo.kl_in=advantage"])
+
+
+@pytest.mark.parametrize("extra", [[], ["algo.kl_in=loss"]])
+def test_k1_in_the_loss_is_refused(extra):
+    # E_{y~pi}[grad (logp - ref)] = sum_y grad pi(y) = 0: k1 in the loss regularises nothing
+    with pytest.raises(ConfigError, match=r"algo.kl_estimator='k1' with algo.kl_in=loss.*k2.*algo.kl_in=reward"):
+        load_config(TrainConfig, None, ["algo.kl_coef=0.1", "algo.kl_estimator=k1", *extra])
+    # what the message suggests loads; so does k1 with no KL term at all (the estimator is unused)
+    for ok in (["algo.kl_estimator=k2"], ["algo.kl_in=reward"], ["algo.kl_coef=0"]):
+        load_config(TrainConfig, None, ["algo.kl_coef=0.1", "algo.kl_estimator=k1", *ok])
 
 
 TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",

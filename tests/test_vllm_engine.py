@@ -200,6 +200,26 @@ def test_thinking_budget_through_the_engine(engine, base):
     assert gap(model, out) < TOL  # sampled tokens (before and after the forced text) scored exactly
 
 
+def test_r1_zero_budget_zero_and_forced_closes_through_the_engine(engine, base):
+    """Under r1_zero the closing text is ` </think> <answer>` (what the r1_zero reward requires); budget 0
+    forces it as the response's first tokens, sent to the engine as prompt ids."""
+    from rlvr.rollout import with_thinking_budget
+
+    model, tok, _ = base
+    engine.update_weights(model.named_parameters(), version=0)
+    prompt = "Q: 2+2? A: <think>"
+    spec = SamplingSpec(n=2, max_tokens=8, seed=3, logprobs=True)
+    for budget in (0, 3):
+        out = with_thinking_budget(engine, budget, template="r1_zero").generate([prompt], spec)
+        for r in out:
+            forced = tok.decode([t for t, keep in zip(r.response_ids, r.loss_mask, strict=True) if not keep])
+            if budget == 0:
+                assert r.text.startswith(" </think> <answer>") and forced == " </think> <answer>"
+            elif r.stop_reason != "<eos>" and not all(r.loss_mask):
+                assert forced.endswith(" </think> <answer>")
+        assert gap(model, out) < TOL
+
+
 def test_a_multi_turn_episode_through_the_engine_keeps_tool_tokens_out_of_the_loss(engine, base):
     from rlvr.envs.base import Environment, StepResult
     from rlvr.envs.rollout import run_episodes

@@ -11,7 +11,10 @@ with logp = log pi_theta(y_t) and ref_logp = log pi_ref(y_t) of tokens SAMPLED f
     k1_clamped = max(d, 0)          NOT a KL estimator (see its docstring)
 
 Use them inside the loss (gradient flows through logp; ref_logp is detached) or as per-token
-reward shaping with ``kl_shaped_rewards`` (then detach first).
+reward shaping with ``kl_shaped_rewards`` (then detach first). An unbiased VALUE is not an unbiased
+GRADIENT: in the loss, E_{y~pi}[grad k2] = grad KL(pi || ref), E[grad k3] = grad KL(ref || pi) (the
+reverse KL) and E[grad k1] = 0 (the trainer refuses k1 in the loss); in the reward, E[k1 grad log pi]
+= grad KL(pi || ref). docs/algorithms.md section 4 has the table and an exact enumeration.
 d is clamped to [-20, 20] in k3 before exp (verl clamps similarly) so a far-off reference cannot
 overflow; outside that range k3 is linear-ish and its gradient saturates.
 """

@@ -118,11 +118,16 @@ def _no_clip_meta(valid):
 
 
 def reinforce(logp, old_logp, advantages, mask, *, clip_low=0.2, clip_high=0.2, dual_clip=None, tau=1.0):
-    """-A * logp. With raw rewards as A this is ``no_baseline``; with centred A it is
-    ``reinforce_with_baseline``: the two registry names differ only in what advantages you feed."""
+    """-A * sg[ratio] * logp. With raw rewards as A this is ``no_baseline``; with centred A it is
+    ``reinforce_with_baseline``: the two registry names differ only in what advantages you feed.
+
+    On policy (old_logp = logp.detach()) sg[ratio] is exactly 1: the loss is -A * logp, the score-function
+    estimator. Off policy (a second minibatch or epoch over the same rollouts) the tokens were sampled by
+    pi_old, so the gradient -A * ratio * grad(logp) is importance-weighted, as the ratio-based losses of
+    verl and TRL are (no clip: for a trust region use grpo_clip). The value stays -A * logp there too."""
     adv, valid = _prep(logp, old_logp, advantages, mask)
-    loss = _zero_invalid(-adv * logp, valid)
     ratio = _ratio(logp, old_logp, valid)
+    loss = _zero_invalid(-adv * ratio.detach() * logp, valid)
     return loss, {**_ratio_stats(ratio, valid), **_no_clip_meta(valid)}
 
 

@@ -218,7 +218,7 @@ def eval(  # noqa: A001 - the command is called `eval`
 
     results = {}
     for budget in budgets:
-        generator = with_thinking_budget(base_gen, budget, cfg.sampling.stop_thinking_text)
+        generator = with_thinking_budget(base_gen, budget, cfg.sampling.stop_thinking_text, template=task.template)
         started = time.perf_counter()
 
         def progress(done: int, total: int, started=started) -> None:

@@ -474,6 +474,7 @@ def filter(  # noqa: A001 - the command is called `filter`
         no_reasoning_prompt,
         rate_histogram,
     )
+    from rlvr.data.templates import think_style
 
     status = ["kept"] * len(train)
     decon = None
@@ -533,7 +534,8 @@ def filter(  # noqa: A001 - the command is called `filter`
                                    default_batch_size=cfg.sampling.batch_size * max(k, no_reasoning_k))
     except (KeyError, ImportError, ValueError, EngineError) as exc:
         fail(str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc))
-    generator = with_thinking_budget(base_gen, cfg.sampling.thinking_budget, cfg.sampling.stop_thinking_text)
+    generator = with_thinking_budget(base_gen, cfg.sampling.thinking_budget, cfg.sampling.stop_thinking_text,
+                                     template=template)
     _say(f"loaded in {time.perf_counter() - t0:.1f} s")
     scorer = task_scorer(task, cfg.data)
 
@@ -560,7 +562,7 @@ def filter(  # noqa: A001 - the command is called `filter`
     t_sample = time.perf_counter()
     if no_reasoning_k and survivors:
         nr_spec = replace(spec, n=no_reasoning_k, seed=cfg.run.seed + 1)
-        nr_counts = sample(survivors, nr_spec, "no-reasoning", prompt=no_reasoning_prompt(task.prompt))
+        nr_counts = sample(survivors, nr_spec, "no-reasoning", prompt=no_reasoning_prompt(task.prompt, style=think_style(template)))
         nr_kept = []
         for i, rate in zip(survivors, nr_counts.rates, strict=True):
             if rate > no_reasoning_max_rate + 1e-9:

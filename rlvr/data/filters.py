@@ -200,21 +200,18 @@ def no_reasoning_prompt(prompt: Callable[[Any], str], *, style: str = "auto", th
     with enable_thinking=False and as a thinking budget of 0 does (rlvr.rollout.thinking).
     style "r1": " </think> <answer>" after a prompt ending in <think> (the r1_zero template), so the
     response is the answer and its closing tag, and r1_zero's format check passes on block + response.
-    style "auto": "r1" when the prompt ends with <think> and mentions <answer>, else "qwen3".
+    style "auto": "r1" when the prompt ends with <think> and mentions <answer>, else "qwen3"
+    (rlvr.data.templates.think_style; `rlvr filter` passes the task template's style).
     """
+    from rlvr.data.templates import empty_think_block, think_style
+
     if style not in ("auto", "qwen3", "r1"):
         raise ValueError(f"no_reasoning_prompt: style={style!r} is unknown; known: 'auto', 'qwen3', 'r1'")
 
     def render(example) -> tuple[str, str]:
         text = prompt(example)
-        ends_in_think = text.rstrip().endswith(think_start)
-        kind = style
-        if kind == "auto":
-            kind = "r1" if ends_in_think and "<answer>" in text else "qwen3"
-        if kind == "r1":
-            block = f" {think_end} <answer>" if ends_in_think else f"{think_start} {think_end} <answer>"
-        else:
-            block = f"\n\n{think_end}\n\n" if ends_in_think else f"{think_start}\n\n{think_end}\n\n"
+        kind = think_style(prompt=text, think_start=think_start) if style == "auto" else style
+        block = empty_think_block(text, kind, think_start, think_end)  # the one definition (rlvr.data.templates)
         return text + block, block
 
     return render

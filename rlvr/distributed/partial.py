@@ -15,11 +15,17 @@ Each rollout records its segments (Rollout.segments: (first response token, weig
 Rollout.weight_version is the oldest one. The learner's old logprobs take each token under the
 version that sampled it (rlvr.distributed.staleness.BehaviourPolicy), so the PPO ratio uses the
 true behaviour policy. Known limit: a stop string that straddles two segments is not seen (EOS is).
+
+Checkpoints: the groups in flight (unfinished and ready, with their problems as positions in the
+training examples) and the behaviour-policy snapshots of the versions their segments were sampled
+under are trainer state (PartialCheckpoint, saved as partial_rollouts.pt), so a resumed run
+continues them exactly as an uninterrupted one would.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rlvr.rollout.types import Rollout, SamplingSpec, WrappedGenerator, sequence_seed
@@ -136,3 +142,57 @@ class PartialRollouts(WrappedGenerator):
     def state_versions(self) -> list[int]:
         """Versions still needed by carried responses (for the behaviour-policy snapshots)."""
         return sorted({v for g in self.active + self.ready for p in g.parts for _, v in p.segments})
+
+    def checkpoint_state(self, behaviour, examples: Sequence) -> PartialCheckpoint:
+        """The checkpoint extra holding this sampler's groups in flight and the behaviour-policy
+        snapshots they need (examples: the training examples the problems are drawn from)."""
+        return PartialCheckpoint(self, behaviour, examples)
+
+
+_PART_FIELDS = ("prompt", "prompt_ids", "sample_index", "ids", "logprobs", "finish_reason", "stop_reason", "tail_text")
+
+
+class PartialCheckpoint:
+    """partial_rollouts.pt of a checkpoint (a trainer `extras` entry: state_dict / load_state_dict).
+
+    Holds PartialRollouts' active and ready groups (each problem as its index in `examples`, the
+    prompt, ids, logprobs and (first token, version) segments of every response) and the CPU
+    snapshots of BehaviourPolicy for every version those segments were sampled under (the old
+    logprobs of a carried segment are taken under its own version, which the resumed learner no
+    longer has). Only plain containers and tensors: it loads with torch.load(weights_only=True)."""
+
+    def __init__(self, sampler: PartialRollouts, behaviour, examples: Sequence):
+        self.sampler, self.behaviour, self.examples = sampler, behaviour, examples
+
+    def state_dict(self) -> dict:
+        pr = self.sampler
+        index = {id(ex): i for i, ex in reversed(list(enumerate(self.examples)))}
+
+        def group(g: _Group) -> dict:
+            if id(g.example) not in index:
+                raise RuntimeError("partial rollouts: a problem in flight is not one of the training examples; "
+                                   "it cannot be checkpointed")
+            return {"example": index[id(g.example)], "uid": g.uid,
+                    "parts": [{**{f: getattr(p, f) for f in _PART_FIELDS},
+                               "segments": [list(x) for x in p.segments]} for p in g.parts]}
+
+        versions = pr.state_versions()
+        snaps = {} if self.behaviour is None else self.behaviour.snapshots
+        return {"format": 1, "uid": pr._uid, "active": [group(g) for g in pr.active],
+                "ready": [group(g) for g in pr.ready],
+                "snapshots": {int(v): snaps[v] for v in versions if v in snaps}}
+
+    def load_state_dict(self, state: dict) -> None:
+        pr = self.sampler
+
+        def group(d: dict) -> _Group:
+            parts = [_Part(**{f: p[f] for f in _PART_FIELDS}, segments=[tuple(x) for x in p["segments"]])
+                     for p in d["parts"]]
+            return _Group(self.examples[int(d["example"])], parts, int(d["uid"]))
+
+        pr.active = [group(d) for d in state["active"]]
+        pr.ready = [group(d) for d in state["ready"]]
+        pr._uid = int(state["uid"])
+        pr.carried = sum(p.finish_reason is None for g in pr.active for p in g.parts)
+        if self.behaviour is not None:
+            self.behaviour.snapshots.update({int(v): sd for v, sd in state["snapshots"].items()})

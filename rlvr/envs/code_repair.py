@@ -197,8 +197,8 @@ class CodeRepairEnv(Environment):
         (repo / "tests").mkdir(parents=True)
         hidden.mkdir()
         _git(repo, "init", "-q", "-b", "main")
-        # The fix exists upstream (as in real repositories): committed first, then the buggy state,
-        # then the history is cut to one commit: the clone the agent gets has no future to read.
+        # Only the buggy state is ever committed (one commit, no other refs): the fix is never written
+        # into the repository, so there is no history or object for the agent to read the answer from.
         (repo / self.spec["module"]).write_text(self.spec["source"])
         (repo / "tests" / f"test_{Path(self.spec['module']).stem}.py").write_text(self.spec["tests"])
         _git(repo, "add", "-A")

@@ -99,6 +99,37 @@ def enable_gradient_checkpointing(model) -> None:
     model.config.use_cache = False
 
 
+# Float attributes through which transformers' attention modules apply dropout themselves (Qwen2, Llama,
+# Mistral: `attention_dropout`, read at every forward as `0.0 if not self.training else ...`).
+_DROPOUT_ATTRS = ("attention_dropout", "attn_dropout", "dropout", "dropout_p", "hidden_dropout", "activation_dropout")
+
+
+def disable_dropout(model) -> int:
+    """Switch every dropout of `model` off for good, in train() mode too; returns how many were on.
+
+    Sets p = 0 on every nn.Dropout-family module (GPT-2's resid/embd/attn pdrop, Phi, ...) and zeroes the
+    float dropout attributes of attention modules (`attention_dropout` of Qwen2 / Llama, which no
+    nn.Dropout carries; TRL's disable_dropout_in_model misses those). The config is left as loaded, so
+    a saved checkpoint keeps the model's own dropout for whoever fine-tunes it later. RL needs this: the
+    training forward runs in train() mode while the old-logprob, reference and sampling forwards run in
+    eval(), so with dropout on the first on-policy ratio is not 1 and the KL to an identical reference
+    is not 0 (TRL and verl disable dropout for RL too)."""
+    import torch
+
+    changed = 0
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.dropout._DropoutNd):
+            changed += module.p > 0
+            module.p = 0.0
+            continue
+        for name in _DROPOUT_ATTRS:
+            value = getattr(module, name, None)
+            if isinstance(value, float) and value > 0:
+                setattr(module, name, 0.0)
+                changed += 1
+    return int(changed)
+
+
 def _torch_dtype(dtype):
     import torch
 

@@ -77,6 +77,10 @@ class Rollout:
     # partial rollouts (rlvr.distributed.partial): (first response token, weight_version) of each
     # segment, sampled under different policy versions; None = one segment of weight_version
     segments: list[tuple[int, int]] | None = None
+    # thinking budget (rlvr.rollout.thinking): tokens sampled in the answer phase, the part that
+    # sampling.max_tokens bounds (0 when the model ended inside its reasoning); None = no answer phase
+    # of its own: every sampled token (loss_mask True) is the answer. The length terms count this.
+    answer_tokens: int | None = None
 
 
 class EngineError(RuntimeError):
@@ -149,3 +153,13 @@ class WrappedGenerator:
     def sleep(self) -> None:
         self.gen.sleep()
 
+
+
+def answer_length(ro: Rollout) -> int:
+    """The tokens of `ro` that the policy wrote in its answer turn(s), the ones sampling.max_tokens bounds
+    (what the length terms of the objective count, rlvr.train.objective): a thinking budget's answer
+    phase (Rollout.answer_tokens), else every sampled token (loss_mask True: an episode's model turns,
+    not its tool output or forced text)."""
+    if ro.answer_tokens is not None:
+        return ro.answer_tokens
+    return len(ro.response_ids) if ro.loss_mask is None else sum(map(bool, ro.loss_mask))

@@ -241,9 +241,9 @@ def save_checkpoint(
         if scheduler is not None:
             torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
             files.append("scheduler.pt")
-        for name, obj in (extras or {}).items():
-            torch.save(obj.state_dict(), tmp / f"{name}.pt")
-            files.append(f"{name}.pt")
+        for extra, obj in (extras or {}).items():  # (not `name`: that is the checkpoint's, used below)
+            torch.save(obj.state_dict(), tmp / f"{extra}.pt")
+            files.append(f"{extra}.pt")
         if rng:
             js, tensors = _rng_state()
             (tmp / "rng.json").write_text(json.dumps(js), encoding="utf-8")

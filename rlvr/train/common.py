@@ -43,6 +43,7 @@ def policy_from_config(mcfg, seed: int = 0):
         seed=seed,
         gradient_checkpointing=getattr(mcfg, "gradient_checkpointing", False),
         attn_implementation=getattr(mcfg, "attn_implementation", "auto"),
+        disable_dropout=getattr(mcfg, "disable_dropout", True),
     )
 
 
@@ -60,6 +61,7 @@ def build_policy(
     seed: int = 0,
     gradient_checkpointing: bool = False,
     attn_implementation: str = "auto",
+    disable_dropout: bool = True,
 ):
     """(model, tokenizer) in train mode.
 
@@ -70,9 +72,13 @@ def build_policy(
     enable_gradient_checkpointing; the config's use_cache is turned off, generation still
     caches). attn_implementation: auto (sdpa where the model class supports it, else eager),
     sdpa, eager, flash_attention_2. The same two settings apply to tiny and real models.
+    disable_dropout: every dropout of the model off, in train() mode too (rlvr.models.loading.
+    disable_dropout; ModelConfig.disable_dropout says who needs it). Copies made later (reference,
+    critic) inherit it.
     """
     from rlvr.models import build_tiny_model, load_policy
     from rlvr.models.loading import ATTN_IMPLEMENTATIONS, enable_gradient_checkpointing
+    from rlvr.models.loading import disable_dropout as _disable_dropout
 
     if attn_implementation not in ATTN_IMPLEMENTATIONS:
         raise ValueError(
@@ -98,6 +104,8 @@ def build_policy(
         model, tok = load_policy(name, dtype=dtype, device=device, attn_implementation=attn_implementation)
     if gradient_checkpointing:
         enable_gradient_checkpointing(model)
+    if disable_dropout:
+        _disable_dropout(model)
     model.train()
     return model, tok
 

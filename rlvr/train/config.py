@@ -43,6 +43,10 @@ class ModelConfig:
     """Recompute activations in the backward pass (less memory, about a third more compute)."""
     attn_implementation: str = "auto"
     """Attention kernel for real models: auto (sdpa where available), sdpa, eager, flash_attention_2."""
+    disable_dropout: bool = True
+    """Turn every dropout of the model off after loading (TRL's name). RL needs it (the training forward runs in
+    train mode, old-logprob / reference / sampling forwards in eval mode: with dropout the on-policy ratio is not
+    1); rlvr sft defaults to false (its evaluation forwards run in eval mode, so only its training keeps dropout)."""
 
     def validate(self) -> None:
         """Names and ranges of the model section, before any model is built."""
@@ -256,8 +260,12 @@ class SamplingConfig:
     thinking_budget: int = -1
     """Qwen3-style thinking budget: at most this many reasoning tokens, then "stop thinking" text is forced
     (kept out of the loss) and the answer sampled; -1 = off, 0 = no thinking."""
+    mask_truncated: bool = False
+    """rlvr train: responses cut at max_tokens (finish_reason "length") get no gradient (TRL's
+    mask_truncated_completions, DAPO's overlong filtering); they still count in their group's advantages."""
     stop_thinking_text: str = ""
-    """Text forced when the thinking budget runs out; '' = Qwen3's ("Considering the limited time ... </think>")."""
+    """Text forced when the thinking budget runs out; '' = the template's: Qwen3's ("Considering the limited time ...
+    </think>"), ending in " </think> <answer>" under r1_zero (whose reward needs that separator)."""
 
     def validate(self) -> None:
         """Ranges of the sampling section (the sampler would refuse them only after the model is built)."""
@@ -286,7 +294,7 @@ class SFTSamplingConfig:
     thinking_budget: int = -1
     """Qwen3-style thinking budget in tokens (-1 = off, 0 = no thinking)."""
     stop_thinking_text: str = ""
-    """Text forced when the thinking budget runs out; '' = Qwen3's."""
+    """Text forced when the thinking budget runs out; '' = the template's (Qwen3's; " </think> <answer>" under r1_zero)."""
 
     def validate(self) -> None:
         """Ranges of the evaluation decoding."""
@@ -388,7 +396,9 @@ class AlgoConfig:
     kl_coef: float = 0.0
     """Weight of the KL penalty to the reference policy; 0 = no reference model at all."""
     kl_estimator: str = "k3"
-    """KL estimator (rlvr.algo.KL_ESTIMATORS): k1, k2, k3."""
+    """KL estimator (rlvr.algo.KL_ESTIMATORS): k1, k2, k3, k1_clamped. In the loss k2's gradient is that of
+    KL(pi || ref), k3's that of KL(ref || pi), k1's is 0 (refused); in the reward only k1's is that of
+    KL(pi || ref) (docs/algorithms.md section 4)."""
     kl_in: Literal["loss", "reward"] = "loss"
     """Where kl_coef applies: loss (KL term added to the per-token loss) or reward (per-token penalty
     -kl_coef*KL(old || ref) whose reward-to-go is added to each token's advantage, REINFORCE++ style)."""
@@ -453,9 +463,22 @@ class AlgoConfig:
     """rollout_correction *_mask: ratios below this leave the loss too (in [0, 1]); 0 = only ratios above the cap,
     as TRL's masks."""
 
+    def kl_loss_problem(self) -> str | None:
+        """Why the KL term as configured regularises nothing, or None (also checked by validate_train_config)."""
+        if self.kl_coef > 0 and self.kl_in == "loss" and self.kl_estimator in _KL_ZERO_LOSS_GRADIENT:
+            # E_{y~pi}[grad (log pi(y) - log ref(y))] = sum_y grad pi(y) = 0: a penalty that pulls on nothing
+            return (f"algo.kl_estimator={self.kl_estimator!r} with algo.kl_in=loss regularises nothing: the "
+                    "gradient of logp - ref_logp is 0 in expectation over tokens sampled from the policy; use "
+                    "algo.kl_estimator=k2 (its loss gradient is that of KL(pi || ref)) or algo.kl_in=reward "
+                    "(k1 as a per-token reward penalty, as PPO does)")
+        return None
+
     def validate(self) -> None:
-        """The rollout-correction keys (the other names and cross-field checks: rlvr.train.pg.validate_train_config)."""
+        """k1 as a loss term, and the rollout-correction keys (the other names and cross-field checks:
+        rlvr.train.pg.validate_train_config)."""
         c = _Checks("algo")
+        if (problem := self.kl_loss_problem()) is not None:
+            c.error(problem)
         c.one_of("rollout_correction", self.rollout_correction, _ROLLOUT_CORRECTIONS)
         c.at_least("rollout_correction_cap", self.rollout_correction_cap, 1)
         c.need("rollout_correction_low", self.rollout_correction_low, 0 <= self.rollout_correction_low <= 1,
@@ -663,8 +686,8 @@ class SFTAlgoConfig:
 class SFTConfig:
     """Supervised fine-tuning on prompt/response pairs, loss on response tokens only: `rlvr sft`."""
 
-    model: ModelConfig = field(default_factory=ModelConfig)
-    """Policy."""
+    model: ModelConfig = field(default_factory=lambda: ModelConfig(disable_dropout=False))
+    """Policy (trained with the model's own dropout, as TRL's SFT; model.disable_dropout=true turns it off)."""
     data: DataConfig = field(default_factory=DataConfig)
     """Examples; the response is the task's worked solution or its reference answer."""
     sampling: SFTSamplingConfig = field(default_factory=SFTSamplingConfig)
@@ -703,7 +726,7 @@ class EvalSamplingConfig:
     thinking_budget: int = -1
     """Qwen3-style thinking budget in tokens (-1 = off, 0 = no thinking); --thinking-budget 0,256,1024 sweeps."""
     stop_thinking_text: str = ""
-    """Text forced when the thinking budget runs out; '' = Qwen3's."""
+    """Text forced when the thinking budget runs out; '' = the template's (Qwen3's; " </think> <answer>" under r1_zero)."""
     batch_size: int = 256
     """Prompts per generate call."""
 
@@ -765,6 +788,9 @@ _DTYPES = ("float32", "bfloat16")
 # model.attn_implementation values: rlvr.models.loading.ATTN_IMPLEMENTATIONS (a test checks they agree),
 # spelled out because importing rlvr.models imports torch.
 _ATTN_IMPLEMENTATIONS = ("auto", "sdpa", "eager", "flash_attention_2")
+# KL estimators whose gradient as a loss term is 0 in expectation (docs/algorithms.md section 4): refused
+# with algo.kl_in=loss.
+_KL_ZERO_LOSS_GRADIENT = ("k1",)
 # algo.rollout_correction values: auto, none and rlvr.algo.ROLLOUT_CORRECTIONS (a test checks they agree).
 _ROLLOUT_CORRECTIONS = ("auto", "none", "token_tis", "token_mask", "seq_tis", "seq_mask")
 
@@ -874,8 +900,9 @@ class EIAlgoConfig:
     aggregation: str = "token_mean"
     """How the response tokens' NLL becomes one number (rlvr.algo.LOSS_AGGREGATIONS), as in `rlvr sft`."""
     exact_entropy: bool = False
-    """Metric `entropy` from a no-grad forward over every sample (exact); false = the sampled tokens' mean
-    negative sampler logprob (free, an unbiased estimate of the same)."""
+    """Metric `entropy` from a no-grad forward over every sample: the exact entropy of logits / temperature cut to
+    top_k / top_p (EOS allowed); false = the sampled tokens' mean negative sampler logprob (free), which estimates the
+    entropy of what the sampler drew from: also EOS-banned before sampling.min_tokens, so not the same number then."""
 
     def validate(self) -> None:
         """Ranges and the aggregation name (rlvr.algo.LOSS_AGGREGATIONS)."""
@@ -914,6 +941,11 @@ class EIConfig:
     def validate(self) -> None:
         """After the sections' own checks: expert iteration reads both splits, and G > 1 identical
         greedy samples would only repeat one answer."""
+        if self.sampling.mask_truncated:
+            from rlvr.config import ConfigError
+
+            raise ConfigError("sampling.mask_truncated masks the policy-gradient loss of `rlvr train`; expert "
+                              "iteration fine-tunes on verified answers only (leave it false)")
         self.data.check_problem_counts(("train", "test"))
         self.rollout.check_placement(self.model)
         s = self.sampling

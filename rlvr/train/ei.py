@@ -7,7 +7,8 @@ resume and the learning-rate schedule count rounds):
     rollouts = sampler.generate(prompts, task.sampling_spec(cfg.sampling, seed=step_seed(seed, round)))
     rewards  = score_batch(reward_fn, rollouts)                              # never raises, counts timeouts
     kept     = select_verified(rollouts, rewards, max_per_question=k, dedup=...)   # status CORRECT only
-    entropy  = sampled_entropy(rollouts)          # -mean sampler logprob (algo.exact_entropy: a forward)
+    entropy  = sampled_entropy(rollouts)          # -mean sampler logprob: the sampling distribution's entropy
+                                                  # (algo.exact_entropy: a forward, the truncated model's)
     fit(model, rows_of(kept))   # E epochs x minibatches (one AdamW step each) x micro-batches: response NLL
     generator.update_weights(model.named_parameters(), version=round)
 
@@ -159,9 +160,13 @@ def fit(model, optimizer, batch, *, epochs: int, batch_size: int, micro_batch_si
 
 def sampled_entropy(rollouts: Sequence[Any]) -> float:
     """Mean negative sampler logprob of the sampled tokens (nats / token; forced tokens, loss_mask
-    False, excluded). Each term -log p(y_t | y_<t) has expectation H_t, the entropy of the
-    distribution that was sampled from at that position (temperature and top-p applied), so this is
-    an unbiased estimate of the token entropy that costs nothing: the sampler returns the logprobs."""
+    False, excluded); free, the sampler returns the logprobs. Each term -log q(y_t | y_<t) has
+    expectation H(q_t), where q_t is the distribution the sampler drew from and reports logprobs under:
+    logits / temperature cut to top_k / top_p AND, before sampling.min_tokens, with end-of-sequence
+    banned. So it estimates the entropy of the sampling distribution, not of the model: under top_p < 1
+    or top_k it is the truncated distribution's (lower than the model's), and under min_tokens it is not
+    what `sample_entropy` (algo.exact_entropy) computes, which keeps EOS. An engine that reports raw
+    (untruncated) logprobs (vLLM before 0.10.2) makes it the cross-entropy E_q[-log p] instead, above both."""
     total, tokens = 0.0, 0
     for ro in rollouts:
         mask = ro.loss_mask if ro.loss_mask is not None else [True] * len(ro.logprobs)

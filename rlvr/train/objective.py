@@ -470,6 +470,9 @@ class Objective:
     plan: BatchPlan
     rollout_backend: str = "hf"  # rollout.backend: what algo.rollout_correction=auto resolves to
     truncation: Truncation | None = None  # sampling.top_k / top_p: every forward scores the truncated distribution
+    # the most sampled (loss) tokens a response can have, when max_tokens does not bound them (a thinking
+    # budget's reasoning + answer, an episode's model turns: rlvr.train.pg.objective_length_cap); 0 = max_tokens
+    loss_tokens: int = 0
     correction: str = field(init=False)  # algo.rollout_correction, auto resolved at construction
     _noted: bool = field(default=False, init=False, repr=False)
 
@@ -479,8 +482,10 @@ class Objective:
 
     @property
     def norm_length(self) -> int:
-        """Constant of seq_mean_token_sum_norm (Dr. GRPO): algo.norm_length or sampling.max_tokens."""
-        return self.algo.norm_length or self.max_tokens
+        """Constant of seq_mean_token_sum_norm (Dr. GRPO): algo.norm_length, else the most sampled tokens a
+        response can have (loss_tokens: sampling.thinking_budget + max_tokens, data.env_max_tokens), else
+        sampling.max_tokens."""
+        return self.algo.norm_length or self.loss_tokens or self.max_tokens
 
     @property
     def needs_reference(self) -> bool:

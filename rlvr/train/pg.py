@@ -29,6 +29,7 @@ from rlvr.algo import KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES, Truncatio
 from rlvr.algo.advantages import ADVANTAGE_ESTIMATORS
 from rlvr.config import ConfigError
 from rlvr.rewards.types import Reward, Status
+from rlvr.rollout.types import answer_length
 from rlvr.train.batching import BatchPlan, plan_batches, split_indices
 from rlvr.train.common import (
     clip_and_step,
@@ -91,6 +92,8 @@ def validate_train_config(cfg: TrainConfig) -> BatchPlan:
         raise ConfigError("algo.kl_coef, algo.entropy_coef and algo.length_reward_coef must be >= 0")
     if a.kl_in not in ("loss", "reward"):
         raise ConfigError(f"algo.kl_in={a.kl_in!r}: use 'loss' or 'reward'")
+    if (problem := a.kl_loss_problem()) is not None:  # also at load time (AlgoConfig.validate)
+        raise ConfigError(problem)
     if a.kl_in == "reward" and a.kl_coef == 0:
         # refused rather than a silent no-op: whoever sets kl_in=reward expects a KL penalty
         raise ConfigError("algo.kl_in='reward' with algo.kl_coef=0 shapes nothing; set algo.kl_coef > 0 "
@@ -124,6 +127,10 @@ def validate_train_config(cfg: TrainConfig) -> BatchPlan:
         raise ConfigError(
             f"algo.overlong_buffer={a.overlong_buffer} must be in (0, sampling.max_tokens={s.max_tokens}]"
         )
+    if cfg.data.env and a.length_reward == "dapo_overlong":
+        raise ConfigError("data.env with algo.length_reward='dapo_overlong': an episode's model turns are not bounded "
+                          "by sampling.max_tokens (a per-turn cap), so the overlong window has no end to sit before; "
+                          "use algo.length_reward=kimi (group-relative) or '' with data.env")
     if cfg.data.env and a.advantage == "process":
         raise ConfigError("data.env: algo.advantage=process needs per-step rewards of a text response; "
                           "episodes give one reward at the end (use grpo, rloo, ppo, ...)")
@@ -152,6 +159,19 @@ def validate_train_config(cfg: TrainConfig) -> BatchPlan:
                 f"sampling.n_prompts*sampling.group_size={s.n_prompts}*{s.group_size}={rollout}")
         train_batch = rollout // a.num_minibatches
     return plan_batches(s.n_prompts, s.group_size, train_batch, a.micro_batch_size, a.epochs_per_rollout_batch)
+
+
+def objective_length_cap(cfg: TrainConfig) -> int:
+    """The most sampled tokens one response can have when sampling.max_tokens does not bound them, else 0:
+    with a thinking budget the reasoning and the answer (thinking_budget + max_tokens), in a multi-turn
+    episode its model turns (at most data.env_max_tokens). Dr. GRPO's constant (algo.aggregation=
+    seq_mean_token_sum_norm with algo.norm_length=0) takes it, since the loss sums those tokens."""
+    s = cfg.sampling
+    if cfg.data.env:
+        return cfg.data.env_max_tokens
+    if s.thinking_budget >= 0:
+        return s.thinking_budget + s.max_tokens
+    return 0
 
 
 # ------------------------------------------------------------------------------------- records
@@ -240,7 +260,7 @@ def train(
     # auto resolved here, once (rlvr.train.objective.resolve_rollout_correction); every forward scores the
     # distribution the sampler drew from (temperature, and top_k / top_p when on)
     objective = Objective(a, s.group_size, s.max_tokens, plan, rollout_backend=cfg.rollout.backend,
-                          truncation=Truncation.of(s.top_k, s.top_p))
+                          truncation=Truncation.of(s.top_k, s.top_p), loss_tokens=objective_length_cap(cfg))
     reference = ReferencePolicy(model, enabled=objective.needs_reference, refresh_every=a.ref_refresh_every)
     critic = (Critic(model, mode=a.critic, lr=a.critic_lr or cfg.optim.lr, grad_clip=cfg.optim.grad_clip)
               if objective.needs_critic else None)
@@ -254,9 +274,11 @@ def train(
                                     seed=r.seed, default_batch_size=plan.rollout_batch)
     engine = generator  # the engine itself, before any sampling wrapper
     push_check = _push_check(cfg, task)
-    sampler = with_thinking_budget(generator, s.thinking_budget, s.stop_thinking_text)
+    sampler = with_thinking_budget(generator, s.thinking_budget, s.stop_thinking_text, template=task.template)
     if wrap is not None:  # distributed.max_staleness / segment_tokens: sampling ahead, partial rollouts
         sampler = generator = wrap(generator)
+        if hasattr(sampler, "checkpoint_state"):  # partial rollouts: the responses in flight are trainer state
+            extras = (extras or {}) | {"partial_rollouts": sampler.checkpoint_state(behaviour, task.train)}
     grad_fn = placement.learners(model)  # distributed.num_learners > 1: data-parallel (rlvr.distributed.dp)
     run, start_step, state = session.open_run(cfg, resume=resume, model=model, optimizer=optimizer,
                                               scheduler=scheduler, verbose=r.progress, extras=extras)
@@ -290,11 +312,14 @@ def train(
             generator.sleep()  # colocated vLLM hands its memory to the learner
             data_pos = sampled.data_pos
             rollouts, ro_examples, rewards = sampled.rollouts, sampled.examples, sampled.rewards
-            lengths, shaped, adv, keep, zero_var = (sampled.lengths, sampled.shaped, sampled.adv, sampled.keep,
-                                                    sampled.zero_var)
+            shaped, adv, keep, zero_var = sampled.shaped, sampled.adv, sampled.keep, sampled.zero_var
             with timer("train"):
+                # the schedule follows the RL step: step t's updates start at position (t - 1) * K whatever
+                # earlier steps did (a step without an update still advances it; docs/training.md)
+                schedule_at(scheduler, (step - 1) * plan.optimizer_steps_per_rollout_batch)
                 kept = torch.nonzero(keep).squeeze(1)
-                batch = rollouts_to_batch([rollouts[i] for i in kept.tolist()], tokenizer.pad_token_id) if len(kept) else None
+                rows, masked_truncated = _loss_rows([rollouts[i] for i in kept.tolist()], s.mask_truncated)
+                batch = rollouts_to_batch(rows, tokenizer.pad_token_id) if len(kept) else None
                 if (note := objective.correction_note(batch)) is not None:
                     session.say(note, r.progress)
                 old_fn = None if behaviour is None else behaviour.old_logprobs_fn(
@@ -303,6 +328,7 @@ def train(
                                 cfg, step, critic=critic,
                                 steps=objective.step_marks(rollouts, rewards, kept, tokenizer), old_logp_fn=old_fn,
                                 grad_fn=grad_fn)
+                schedule_at(scheduler, step * plan.optimizer_steps_per_rollout_batch)
             session.check_finite(step, loss=_mean(learned.losses), grad_norm=_mean(learned.grad_norms))
             if not learned.losses and not filtered_note:
                 filtered_note = True
@@ -318,10 +344,12 @@ def train(
 
             metrics = step_metrics(rewards, rollouts, shaped, zero_var, keep, learned, step)
             metrics.update(sampled.metrics(s.group_size) if a.filter_zero_variance else {})
+            if s.mask_truncated:  # share of the rows that entered the loss whose tokens were masked (cut at max_tokens)
+                metrics["masked_truncated_frac"] = masked_truncated / max(1, len(kept))
             metrics.update(source.last | refreshed)
             metrics.update(task.env.metrics() if task.env is not None else {})  # env/*: turns, tool calls, flags
             metrics["lr"] = scheduler.get_last_lr()[0]
-            metrics["tokens_per_s"] = float(lengths.sum()) / max(time.perf_counter() - timer.t0, 1e-9)
+            metrics["tokens_per_s"] = sum(len(ro.response_ids) for ro in rollouts) / max(time.perf_counter() - timer.t0, 1e-9)
             if (r.eval_every and step % r.eval_every == 0) or step == r.steps:
                 with timer("eval"):
                     metrics.update(eval_prefixed(eval_policy(sampler, task, cfg, greedy=r.eval_greedy, step=step)))
@@ -403,6 +431,35 @@ def learn(model, optimizer, scheduler, batch, adv: torch.Tensor, kept: torch.Ten
     return out
 
 
+def _loss_rows(rollouts: list, mask_truncated: bool) -> tuple[list, int]:
+    """The kept rollouts as they enter the loss, and how many were masked. sampling.mask_truncated: a
+    response cut at max_tokens (finish_reason "length") gets loss_mask all False, so none of its tokens
+    carries a gradient (policy term, KL, entropy) while its reward still entered its group's advantages
+    (TRL's mask_truncated_completions); the row still counts in a per-sequence mean's number of rows."""
+    if not mask_truncated:
+        return rollouts, 0
+    from dataclasses import replace
+
+    out = [replace(ro, loss_mask=[False] * len(ro.response_ids)) if ro.finish_reason == "length" else ro
+           for ro in rollouts]
+    return out, sum(ro.finish_reason == "length" for ro in rollouts)
+
+
+def schedule_at(scheduler, position: int) -> None:
+    """Put a LambdaLR scheduler (and its optimizer's lr) at `position` optimizer steps. The trainer calls
+    it around each RL step with position (step - 1) * K and step * K (K = optimizer steps per rollout
+    batch), so the schedule counts RL steps: a step whose groups were all filtered out, or whose partial
+    batch took fewer than K optimizer steps, still moves it on, and the last step ends at
+    optim.min_lr_ratio. A no-op when the scheduler is already there (every step made its K updates)."""
+    if scheduler.last_epoch == position:
+        return
+    scheduler.last_epoch = position
+    groups = scheduler.optimizer.param_groups
+    for g, base, fn in zip(groups, scheduler.base_lrs, scheduler.lr_lambdas, strict=True):
+        g["lr"] = base * fn(position)
+    scheduler._last_lr = [g["lr"] for g in groups]
+
+
 def _rows(t: torch.Tensor | None, idx: torch.Tensor) -> torch.Tensor | None:
     return None if t is None else t[idx]
 
@@ -428,7 +485,7 @@ class Sampled:
     rollouts: list
     examples: list  # one per rollout
     rewards: list[Reward]
-    lengths: torch.Tensor  # (N,)
+    lengths: torch.Tensor  # (N,) answer tokens (rlvr.rollout.types.answer_length): what the length terms count
     shaped: torch.Tensor  # (N,)
     adv: torch.Tensor  # (N,)
     keep: torch.Tensor  # (N,) bool
@@ -489,7 +546,9 @@ def sample_groups(sampler, task, cfg: TrainConfig, objective: Objective, step: i
         if _spread_groups(rewards, s.group_size) >= s.n_prompts:
             break
     with timer("score"):
-        lengths = torch.tensor([len(ro.response_ids) for ro in rollouts], dtype=torch.float32)
+        # what the length terms count: the tokens the policy wrote in its answer turn(s), those max_tokens bounds
+        # (a thinking budget's answer phase, an episode's model turns; not forced text or tool output)
+        lengths = torch.tensor([answer_length(ro) for ro in rollouts], dtype=torch.float32)
         shaped, adv, keep, zero_var = objective.advantages(rewards, lengths, step)
         if rounds > 1 or a.refill_rounds:
             # at most n_prompts groups with a spread: the first ones sampled

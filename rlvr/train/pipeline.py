@@ -971,7 +971,8 @@ def evaluate_stage(cfg, out_dir: Path) -> dict[str, Any]:
     spec = task.sampling_spec(cfg.sampling, seed=cfg.run.seed, logprobs=False)
     generator = build_generator(cfg.rollout, model, tok, model_source=session.model_source(cfg.model),
                                 seed=cfg.run.seed, default_batch_size=cfg.sampling.batch_size)
-    sampler = with_thinking_budget(generator, cfg.sampling.thinking_budget, cfg.sampling.stop_thinking_text)
+    sampler = with_thinking_budget(generator, cfg.sampling.thinking_budget, cfg.sampling.stop_thinking_text,
+                                   template=task.template)
     t0 = time.perf_counter()
     result = evaluate(sampler, examples, [task.prompt(ex) for ex in examples], None, spec,
                       chunk_size=cfg.sampling.batch_size, scorer=task_scorer(task, cfg.data))

@@ -131,7 +131,8 @@ def train_sft(
     # evaluation samples through the configured engine; the learner's weights are pushed before each one
     generator = build_generator(cfg.rollout, model, tokenizer, model_source=session.model_source(cfg.model),
                                 seed=r.seed, default_batch_size=r.eval_batch_size)
-    sampler = with_thinking_budget(generator, cfg.sampling.thinking_budget, cfg.sampling.stop_thinking_text)
+    sampler = with_thinking_budget(generator, cfg.sampling.thinking_budget, cfg.sampling.stop_thinking_text,
+                                   template=getattr(task, "template", ""))
     run, start_step, _ = session.open_run(cfg, resume=resume, model=model, optimizer=optimizer,
                                           scheduler=scheduler, verbose=r.progress)
     if not task.eval:

@@ -41,6 +41,8 @@ import sys
 # ----------------------------------------------------------------------------------------------
 
 MAX_DEPTH = 64
+MAX_INT_DIGITS = 4300  # Python's default int <-> str digit limit (sys.set_int_max_str_digits)
+_INT_BOUND = 10 ** MAX_INT_DIGITS
 
 
 def encode_value(value, depth=0):
@@ -51,7 +53,12 @@ def encode_value(value, depth=0):
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, int):
-        return int(value)
+        # over the digit limit: a ValueError now (O(size)), whatever limit the candidate set with
+        # sys.set_int_max_str_digits, never a quadratic int -> str conversion that spins to the deadline
+        v = int(value)  # an exact int (a subclass's comparisons are not trusted)
+        if v >= _INT_BOUND or v <= -_INT_BOUND:
+            raise ValueError(f"integer result over {MAX_INT_DIGITS} digits (Python's int to str limit)")
+        return v
     if isinstance(value, float):
         f = float(value)
         if f - f == 0.0:  # finite (inf - inf and nan - nan are nan)
@@ -697,8 +704,9 @@ def mode_serve(cfg, flag):
             flag("harness_tamper", ",".join(changed))
         try:
             data = (dumps(out) + "\n").encode()
-        except Exception as e:
-            data = (dumps({"ok": False, "error": f"unencodable result: {e}"}) + "\n").encode()
+        except Exception as e:  # keeps the id: the check process waits for this call's answer
+            bad = {"ok": False, "error": f"unencodable result: {type(e).__name__}: {e}"}
+            data = (dumps(bad if rid is None else {**bad, "id": rid}) + "\n").encode()
         while data:
             data = data[write(resp_fd, data):]
     try:

@@ -11,9 +11,10 @@ Rules for code_format="fenced" (the default):
   * code longer than `MAX_CODE_CHARS` yields no code.
 code_format="raw": the whole (capped) response is the program.
 
-`is_empty_program` rejects programs with no statement that does anything (only comments,
-docstrings, `pass`, `...`): they are scored as unparsable, so an empty program can never pass a
-test whose expected output is empty.
+`is_empty_program` detects programs with no statement that does anything (only comments,
+docstrings, `pass`, `...`, or an empty block): they are scored as failing every test without
+being run (incorrect, not unparsable: a block was there), so an empty program can never pass a
+test whose expected output is empty. No block at all is the format failure (unparsable).
 """
 
 from __future__ import annotations
@@ -45,8 +46,10 @@ def _blocks(text: str) -> list[tuple[str, str]]:
     return out
 
 
-def extract_code(response: str, code_format: str = "fenced", tags: tuple[str, ...] = PYTHON_TAGS) -> str | None:
-    """-> the program text, or None when the response holds no qualifying code."""
+def extract_code(response: str, code_format: str = "fenced", tags: tuple[str, ...] = PYTHON_TAGS, *,
+                 allow_empty: bool = False) -> str | None:
+    """-> the program text, or None when the response holds no qualifying code. allow_empty: a
+    qualifying fenced block with nothing in it gives "" (an empty program) instead of None."""
     if not isinstance(response, str):
         return None
     text = response[-MAX_RESPONSE_CHARS:].replace("\r\n", "\n")
@@ -60,8 +63,10 @@ def extract_code(response: str, code_format: str = "fenced", tags: tuple[str, ..
             elif not tag:
                 untagged = body
         code = tagged if tagged is not None else untagged
-    if code is None or not code.strip() or len(code) > MAX_CODE_CHARS:
+    if code is None or len(code) > MAX_CODE_CHARS:
         return None
+    if not code.strip():
+        return "" if allow_empty and code_format != "raw" else None
     return code
 
 

@@ -65,10 +65,12 @@ def score_code(response: str, example: ExampleLike, *, aggregate: str = "fractio
         task = task_from_meta(example.meta)
     except CodeTaskError as e:
         return Reward(0.0, {"tests": 0.0, "format": 0.0, "integrity": 1.0}, Status.ERROR, str(e))
-    code = extract_code(response, task.code_format)
-    if code is None or is_empty_program(code):
-        why = "no code block" if code is None else "empty program"
-        return Reward(0.0, {"tests": 0.0, "format": 0.0, "integrity": 1.0}, Status.UNPARSABLE, why)
+    code = extract_code(response, task.code_format, allow_empty=True)
+    if code is None:  # the format failure
+        return Reward(0.0, {"tests": 0.0, "format": 0.0, "integrity": 1.0}, Status.UNPARSABLE, "no code block")
+    if is_empty_program(code):  # a program that fails every test (not run: it would "print" an empty output)
+        return Reward(0.0, {"tests": 0.0, "format": 0.0, "integrity": 1.0}, Status.INCORRECT,
+                      f"empty program: 0/{task.n_tests} tests passed (not run)")
     try:
         report = run_tests(code, task, limits)
     except Exception as e:  # grader-side failure (disk full, no temp dir): counted, not hidden

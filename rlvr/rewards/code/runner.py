@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import signal
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -32,6 +33,9 @@ from rlvr.rewards.code.sandbox import Box, ProcResult, SandboxLimits, isolation,
 from rlvr.rewards.code.task import CodeTask, normalize_stdout, values_equal
 
 STARTUP_S = 1.0  # wall-clock allowance per process for interpreter start + confinement
+# signals by which a program crashes on its own (SIGSEGV: a C stack overflow, e.g. deep recursion
+# through C code with the recursion limit lifted): the test is an error, not a kill by a limit
+CRASH_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT})
 EXCERPT = 400  # characters of stderr kept per test
 
 
@@ -39,9 +43,9 @@ class TestStatus(StrEnum):
     __test__ = False  # not a pytest class
     PASSED = "passed"
     FAILED = "failed"  # ran to completion, wrong answer
-    ERROR = "error"  # crashed, non-zero exit, exception, bad return type
+    ERROR = "error"  # crashed (SIGSEGV, SIGABRT, ...), non-zero exit, exception, bad return type
     TIMEOUT = "timeout"  # wall or CPU limit
-    KILLED = "killed"  # output cap, or killed by a signal other than the time limits
+    KILLED = "killed"  # output cap, or killed by a signal other than the time limits and crashes
 
 
 @dataclass(frozen=True)
@@ -101,8 +105,17 @@ def _process_status(r: ProcResult) -> tuple[TestStatus, str] | None:
         sig = -r.returncode
         if sig == 24:  # SIGXCPU: RLIMIT_CPU soft limit
             return TestStatus.TIMEOUT, "CPU limit"
-        return TestStatus.KILLED, f"signal {sig}"
+        if sig in CRASH_SIGNALS:  # the program crashed (a C stack overflow is SIGSEGV): an error, at once
+            return TestStatus.ERROR, f"killed by signal {_signal_name(sig)} (crash)"
+        return TestStatus.KILLED, f"killed by signal {_signal_name(sig)}"
     return None
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"{sig}"
 
 
 def _collect_flags(report: ExecutionReport, r: ProcResult, where: str) -> None:
@@ -248,6 +261,8 @@ def run_assert_tests(code: str, task: CodeTask, report: ExecutionReport, base: S
         if i in verdicts:
             st, detail = verdicts[i]
             status = TestStatus(st) if st in ("passed", "failed", "error", "timeout") else TestStatus.ERROR
+            if status is TestStatus.ERROR and cand_end is not None:  # the candidate died: say how
+                detail = f"candidate {cand_end[1]}: {detail}"
         else:
             status, detail = check_end or cand_end or (TestStatus.ERROR, "test process gave no verdict")
         report.tests.append(TestResult("assert", i, status, detail, _excerpt(cand.stderr)))
