@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -30,8 +31,9 @@ def _rlvr(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
 
 
 def _refused(res: subprocess.CompletedProcess, *needles: str) -> str:
-    """Exit 2 with exactly one stderr line, `error: ...`, containing every needle; returns it."""
-    lines = [x for x in res.stderr.splitlines() if x.strip()]
+    """Exit 2 with exactly one stderr line, `error: ...`, containing every needle (a "loading model" status
+    line before it aside); returns it."""
+    lines = [x for x in res.stderr.splitlines() if x.strip() and not x.startswith("loading model")]
     assert res.returncode == 2, f"exit {res.returncode}\nstdout:\n{res.stdout}\nstderr:\n{res.stderr}"
     assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
     assert "Traceback" not in res.stderr + res.stdout
@@ -107,6 +109,48 @@ def test_cuda_device_without_cuda_is_refused(tmp_path):
 def test_vllm_backend_without_vllm_is_refused(tmp_path):
     out = tmp_path / "run"
     _refused(_rlvr("train", "rollout.backend=vllm", f"run.out_dir={out}"), "rollout.backend='vllm'", "pip install")
+    assert not out.exists()
+
+
+def _has_ray() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("ray") is not None
+
+
+@pytest.mark.skipif(_has_ray(), reason="ray is installed")
+def test_ray_placement_without_ray_is_refused(tmp_path):
+    """Issue 25, item 9: it used to be a 61-line traceback after 5 s (the model loaded first)."""
+    out = tmp_path / "run"
+    t0 = time.perf_counter()
+    res = _rlvr("train", "distributed.placement=ray", f"run.out_dir={out}")
+    _refused(res, "distributed.placement='ray'", "pip install 'rlvr[ray]'")
+    assert time.perf_counter() - t0 < 30 and not out.exists()
+
+
+# `rlvr` in a process where Ray cannot be found or imported, as in a venv without the ray extra
+_NO_RAY = """
+import importlib.abc, importlib.util, sys
+class _NoRay(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "ray":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, _NoRay())
+_find = importlib.util.find_spec
+importlib.util.find_spec = lambda name, package=None: None if name.split(".")[0] == "ray" else _find(name, package)
+sys.argv = ["rlvr", *sys.argv[1:]]
+from rlvr.cli import main
+main()
+"""
+
+
+def test_ray_placement_is_refused_where_ray_cannot_be_found(tmp_path):
+    """The same as a user without the ray extra sees, on a machine that has it (Ray hidden)."""
+    out = tmp_path / "run"
+    env = {**os.environ, "RLVR_NUM_THREADS": "1", "RLVR_PROGRESS": "off"}
+    res = subprocess.run([sys.executable, "-c", _NO_RAY, "train", "distributed.placement=ray", f"run.out_dir={out}"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    _refused(res, "distributed.placement='ray'", "pip install 'rlvr[ray]'", "make test-ray")
     assert not out.exists()
 
 

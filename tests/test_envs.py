@@ -219,7 +219,7 @@ TINY_ENV = ["data.env=calculator", "model.hidden_size=32", "model.num_layers=1",
             "run.num_threads=1", "optim.lr=1e-3", "run.log_samples_every=1"]
 
 
-def test_config_keys_are_checked():
+def test_config_keys_are_checked(monkeypatch):
     with pytest.raises(ConfigError, match="data.env='nope' is unknown"):
         load_config(TrainConfig, None, ["data.env=nope"])
     with pytest.raises(ConfigError, match="data.env_max_turns"):
@@ -233,6 +233,10 @@ def test_config_keys_are_checked():
         validate_train_config(load_config(TrainConfig, None, ["data.env=calculator", "sampling.thinking_budget=8"]))
     with pytest.raises(ConfigError, match="algo.advantage=process"):
         validate_train_config(load_config(TrainConfig, None, ["data.env=calculator", "algo.advantage=process"]))
+    import importlib.util
+
+    find = importlib.util.find_spec  # placement=ray passes its own checks as if Ray were installed
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: find("json") if name == "ray" else find(name, *a))
     for key in ("distributed.max_staleness=1", "distributed.segment_tokens=4"):
         with pytest.raises(ConfigError, match="data.env: multi-turn episodes"):
             validate_train_config(load_config(TrainConfig, None, ["data.env=calculator", "distributed.placement=ray", key]))

@@ -80,10 +80,12 @@ def test_on_policy_reuse_of_detached_logp_gives_the_same_run(tmp_path):
 
 
 def _flaky_reward(response, example):
-    # module-level (picklable); raises on a third of responses: must be counted, never crash the loop
+    # module-level (picklable); raises on about a quarter of responses (by their characters: most are cut at
+    # the same length): a minority of errors is counted and the run goes on (a majority stops it,
+    # tests/test_cli_reward_errors.py)
     from rlvr.rewards.types import Reward, Status
 
-    if len(response) % 3 == 0:
+    if sum(map(ord, response)) % 4 == 0:
         raise RuntimeError("checker bug")
     return Reward(float(len(response) % 2), {"answer": float(len(response) % 2)}, Status.INCORRECT)
 

@@ -99,23 +99,32 @@ def _warn_ignored_model_keys(cfg) -> None:
 
 
 def run_trainer(fn, cfg, *, resume: bool, **kwargs):
-    """Run a trainer (train, train_sft) with the command line's error policy: a config, data or
-    run-directory problem found before the run starts is `error: ...` exit 2; a run that diverged
-    (NaN/inf) or whose rollout engine failed (start, weight push, push check) is `error: ...` exit 1;
+    """Run a trainer (train, train_sft) with the command line's error policy: a config, data, model
+    loading (rlvr.models.loading.ModelLoadError) or run-directory problem found before the run starts is `error: ...` exit 2; a run that diverged
+    (NaN/inf), whose rollout engine failed (start, weight push, push check) or whose reward raised on
+    most of a step's responses is `error: ...` exit 1;
     everything else is a bug and keeps its traceback."""
     from rlvr.config import ConfigError
+    from rlvr.models.loading import ModelLoadError
+    from rlvr.rewards.errors import RewardErrorsStop
     from rlvr.rollout.types import EngineError
     from rlvr.train.batching import BatchConfigError
-    from rlvr.train.session import TrainingDiverged
+    from rlvr.train.session import Interrupted, TrainingDiverged
     from rlvr.train.tasks import TaskDataError
 
     try:
         return fn(cfg, resume=resume, **kwargs)
-    except (TrainingDiverged, EngineError) as exc:
+    except Interrupted as exc:  # Ctrl-C / SIGTERM in the loop: the step's checkpoint is saved
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(130) from None
+    except KeyboardInterrupt:  # before the loop (loading, first sampling): nothing to save yet
+        typer.echo("interrupted before training started: nothing was saved", err=True)
+        raise typer.Exit(130) from None
+    except (TrainingDiverged, EngineError, RewardErrorsStop) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     except (ConfigError, BatchConfigError, TaskDataError, FileExistsError, FileNotFoundError,
-            NotADirectoryError) as exc:
+            NotADirectoryError, ModelLoadError) as exc:
         fail(str(exc))
 
 

@@ -250,6 +250,12 @@ def eval(  # noqa: A001 - the command is called `eval`
                    "len/correct", "len/incorrect", "truncated_rate", "time/eval_s"]
         typer.echo(results_text({_budget_label(b): metrics_of(b) for b in budgets}, columns, title=title,
                                 label="thinking budget"))
+    from rlvr.rewards.errors import error_summary
+
+    for budget in budgets:  # a reward that raised scored 0: say how often, and why (its first message)
+        smp = results[budget].samples
+        if (line := error_summary(smp, [x.example_id for x in smp])) is not None:
+            typer.echo(line if len(budgets) == 1 else f"thinking budget {_budget_label(budget)}: {line}")
     n_samples = sum(len(r.samples) for r in results.values())
     eval_s = sum(r.seconds for r in results.values())
     typer.echo(f"time: loading {load_s:.1f} s, generation and scoring {eval_s:.1f} s "

@@ -23,6 +23,114 @@ ATTN_IMPLEMENTATIONS = ("auto", "sdpa", "eager", "flash_attention_2")
 _HUB_ID = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9._-]*/)?[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
+class ModelLoadError(OSError):
+    """A model folder or hub id that cannot be loaded; the message names it and the way out (the
+    commands print it as one `error:` line). An OSError, like transformers' own loading errors."""
+
+
+# Files that make a folder's tokenizer loadable (any one of them; tokenizer_config.json may name a
+# vocab file of its own for remote-code tokenizers).
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
+                    "spiece.model", "sentencepiece.bpe.model")
+
+
+def check_model_folder(path: Path) -> None:
+    """Raise ModelLoadError for a local model folder transformers cannot load, naming the problem:
+    a config.json that is empty, not JSON or not a JSON object, or no tokenizer files (without them
+    AutoTokenizer falls back to an empty vocabulary and the run trains on nothing)."""
+    cfg_file = path / "config.json"
+    text = cfg_file.read_text(errors="replace")
+    how = "write it again with save_pretrained, or copy it from the model the weights came from"
+    if not text.strip():
+        raise ModelLoadError(f"{cfg_file}: config.json is empty ({how})")
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ModelLoadError(f"{cfg_file}: config.json is not valid JSON ({exc}; {how})") from None
+    if not isinstance(cfg, dict):
+        raise ModelLoadError(f"{cfg_file}: config.json is not a JSON object ({how})")
+    if not any((path / name).is_file() for name in _TOKENIZER_FILES) and not any(path.glob("*.tiktoken")):
+        raise ModelLoadError(
+            f"{path}: no tokenizer files (tokenizer.json and tokenizer_config.json, or a vocabulary such as "
+            "tokenizer.model or vocab.json + merges.txt): copy them into the folder from the model the weights "
+            "came from (e.g. `hf download ORG/NAME tokenizer.json tokenizer_config.json --local-dir FOLDER`)")
+
+
+def _hub_offline() -> bool:
+    import os
+
+    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
+               for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def _hub_cached(repo_id: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except Exception:  # noqa: BLE001 - only a hint; transformers decides
+        return False
+
+
+def _hub_cache_dir() -> str:
+    try:
+        from huggingface_hub import constants
+
+        return str(constants.HF_HUB_CACHE)
+    except Exception:  # noqa: BLE001
+        return "~/.cache/huggingface/hub"
+
+
+def _hub_unreachable() -> str | None:
+    """The hub's address when a 3-second TCP connection to it fails (no network: transformers would
+    retry for about a minute before failing), else None. Behind a proxy nothing is checked."""
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return None
+    endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    url = urlparse(endpoint)
+    host, port = url.hostname, url.port or (443 if url.scheme == "https" else 80)
+    if not host:
+        return None
+    try:
+        socket.create_connection((host, port), timeout=3).close()
+    except OSError:
+        return endpoint
+    return None
+
+
+def _offline_error(repo_id: str) -> ModelLoadError:
+    return ModelLoadError(
+        f"model.name={repo_id}: not in the local Hugging Face cache ({_hub_cache_dir()}) and HF_HUB_OFFLINE=1 is "
+        f"set: unset HF_HUB_OFFLINE to download it, download it first where there is network (`hf download "
+        f"{repo_id}`), or give a local folder path (model.name=/path/to/model)")
+
+
+def check_hub_model(repo_id: str) -> None:
+    """Before transformers is asked for a hub id that is not cached: refuse at once when the hub
+    cannot be reached (instead of a minute of retries and a traceback)."""
+    if _hub_offline() or _hub_cached(repo_id):
+        return  # offline: transformers fails at once, and load_policy words its error
+    endpoint = _hub_unreachable()
+    if endpoint is not None:
+        raise ModelLoadError(
+            f"model.name={repo_id}: the Hugging Face hub ({endpoint}) cannot be reached and the model is not in "
+            f"the local cache ({_hub_cache_dir()}): give a local folder path (model.name=/path/to/model), or "
+            "download it first where there is network; with HF_HUB_OFFLINE=1 rlvr does not try the hub")
+
+
+def _load_error(name_or_path, exc: Exception) -> ModelLoadError:
+    """transformers' error for `name_or_path`, as one line that names it (and the offline way out)."""
+    if not isinstance(name_or_path, Path) and model_source(name_or_path) == "hub" and _hub_offline() \
+            and not _hub_cached(str(name_or_path)):
+        return _offline_error(str(name_or_path))
+    first = " ".join(str(exc).split("\n")[0].split()) or type(exc).__name__
+    return ModelLoadError(f"model.name={name_or_path}: cannot load it: {first}")
+
+
 def model_source(name_or_path: str | Path) -> str:
     """"local" for an existing model folder, "hub" for something that can only be a hub id.
 
@@ -173,6 +281,9 @@ def load_tokenizer(name_or_path: str | Path, *, trust_remote_code: bool = False)
 
     if model_source(name_or_path) == "local":  # a clear error for a wrong local path, before transformers guesses
         name_or_path = Path(str(name_or_path)).expanduser()
+        check_model_folder(name_or_path)
+    else:
+        check_hub_model(str(name_or_path))
     path = Path(name_or_path)
     cfg_file = path / "tokenizer_config.json"
     tok_class = None
@@ -184,7 +295,10 @@ def load_tokenizer(name_or_path: str | Path, *, trust_remote_code: bool = False)
     if tok_class in _PLAIN_TOKENIZER_CLASSES and (path / "tokenizer.json").is_file():
         tokenizer = PreTrainedTokenizerFast.from_pretrained(str(path))
     else:
-        tokenizer = AutoTokenizer.from_pretrained(str(name_or_path), trust_remote_code=trust_remote_code)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(name_or_path), trust_remote_code=trust_remote_code)
+        except (OSError, ValueError) as exc:
+            raise _load_error(name_or_path, exc) from exc
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
             raise ValueError(f"tokenizer of {name_or_path} has neither a pad nor an eos token")
@@ -226,7 +340,10 @@ def load_policy(
         attn = resolve_attn_implementation(attn_implementation)
     if attn is not None:
         kwargs["attn_implementation"] = attn
-    model = AutoModelForCausalLM.from_pretrained(str(name_or_path), **kwargs)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(name_or_path), **kwargs)
+    except OSError as exc:  # e.g. no weights file
+        raise _load_error(name_or_path, exc) from exc
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
     if gradient_checkpointing:

@@ -552,8 +552,8 @@ class RunConfig:
     """Write a few generations (prompt, response, reference, reward parts, entropy) every k steps; 0 = never."""
     num_log_samples: int = 4
     """Generations written each time samples are logged."""
-    checkpoint_every: int = 0
-    """Save a checkpoint every k steps (and always at the end); 0 = only at the end."""
+    checkpoint_every: int = 100
+    """Save a checkpoint every k steps (and always at the end, and on Ctrl-C / SIGTERM); 0 = only at the end."""
     keep_checkpoints: int = 2
     """How many recent checkpoints to keep on disk."""
     progress: bool = True
@@ -605,9 +605,14 @@ class DistributedConfig:
     """ray: restarts of a dead generator actor; its generate call is retried under the latest weights."""
 
     def validate(self) -> None:
-        """Names and ranges; async needs the ray placement."""
+        """Names and ranges; async needs the ray placement; ray must be installed when chosen."""
         c = _Checks("distributed")
-        c.one_of("placement", self.placement, ("local", "ray"))
+        if c.one_of("placement", self.placement, ("local", "ray")) and self.placement == "ray":
+            import importlib.util
+
+            if importlib.util.find_spec("ray") is None:
+                c.error("distributed.placement='ray' needs the ray package: pip install 'rlvr[ray]' (in a checkout: "
+                        "`make test-ray` installs that extra into .venv); or distributed.placement=local")
         c.at_least("num_generators", self.num_generators, 1)
         c.need("generator_cpus", self.generator_cpus, self.generator_cpus > 0, "> 0 (a Ray bundle needs resources)")
         c.at_least("generator_gpus", self.generator_gpus, 0)

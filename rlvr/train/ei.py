@@ -44,7 +44,7 @@ from rlvr.train.common import (
     take,
 )
 from rlvr.train.config import EIConfig
-from rlvr.train.pg import Timer, TrainResult, sample_metrics, score_rollouts
+from rlvr.train.pg import Timer, TrainResult, reward_error_log, sample_metrics, score_rollouts
 
 # ----------------------------------------------------------------------------------- validation
 
@@ -253,8 +253,10 @@ def train_ei(
     if not task.eval:
         session.say("note: no held-out problems (set data.eval_path): the run is not evaluated", r.progress)
     data_pos, last, noted_empty = int(state.get("data_pos", 0)), {}, False
+    reward_errors = reward_error_log(cfg.data, task, run.path)  # a raising reward is printed, logged, and stops
     micro = a.micro_batch_size or a.batch_size
     progress = Progress(r.steps, "ei", start=start, mode=None if r.progress else "off")
+    stop = session.StopOnSignal("ei", r.progress).install(run.path, start)  # Ctrl-C: save, then stop
     try:
         for rnd in range(start + 1, r.steps + 1):
             timer = Timer()
@@ -269,6 +271,7 @@ def train_ei(
             with timer("score"):
                 rewards = score_rollouts(rollouts, ro_examples, task.reward_fn, workers=cfg.data.reward_workers,
                                          timeout_s=cfg.data.reward_timeout_s, isolate=cfg.data.reward_isolate)
+                reward_errors.observe(rnd, rewards, ro_examples)  # most are errors: RewardErrorsStop
                 sel = select_verified(rollouts, rewards, max_per_question=a.max_per_question, dedup=a.dedup,
                                       questions=len(examples))
             if a.exact_entropy or any(ro.logprobs is None for ro in rollouts):
@@ -312,12 +315,15 @@ def train_ei(
             progress.update(1, acc=metrics["accuracy"], kept=metrics["kept_frac"], loss=metrics.get("loss"))
             if on_step is not None:
                 on_step(rnd, metrics)
-            if rnd == r.steps or (r.checkpoint_every and rnd % r.checkpoint_every == 0):
+            if rnd == r.steps or (r.checkpoint_every and rnd % r.checkpoint_every == 0) or stop.requested:
                 ckpt_mod.save_checkpoint(run, rnd, model=model, tokenizer=tokenizer, optimizer=optimizer,
                                          scheduler=scheduler, trainer_state={"data_pos": data_pos},
                                          keep=r.keep_checkpoints)
+                stop.saved(rnd)
                 session.maybe_die_after_checkpoint(rnd, run)
+            stop.check(rnd)
     finally:
+        stop.restore()
         progress.close()
         run.close()
     return TrainResult(run_dir=run.path, steps=r.steps, last_metrics=last, eval=finish_run(run.path, last))

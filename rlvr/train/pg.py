@@ -289,12 +289,14 @@ def train(
     if behaviour is not None:
         behaviour.record(start_step, model)
     reference.start(run.path, start_step)
+    reward_errors = reward_error_log(cfg.data, task, run.path)  # a raising reward is printed, logged, and stops
     source = ProblemSource(task.train, cfg.data, r.seed)  # the stream, or an online band / curriculum
     source.load_state_dict(state.get("pass_rates"))
     if not task.eval:
         session.say("note: no held-out problems (set data.eval_path): the run is not evaluated", r.progress)
     data_pos, last_ckpt, last, filtered_note = int(state.get("data_pos", 0)), start_step, {}, False
     progress = Progress(r.steps, "rl", start=start_step, mode=None if r.progress else "off")
+    stop = session.StopOnSignal("train", r.progress).install(run.path, start_step)  # Ctrl-C: save, then stop
     try:
         for step in range(start_step + 1, r.steps + 1):
             timer = Timer()
@@ -308,6 +310,7 @@ def train(
                 sampler.begin_step(step, data_pos)
             sampled = sample_groups(sampler, task, cfg, objective, step, data_pos, timer, source,
                                     score=placement.score)
+            reward_errors.observe(step, sampled.rewards, sampled.examples)  # > half errors: RewardErrorsStop
             source.observe(sampled.examples, sampled.rewards, s.group_size, step)
             generator.sleep()  # colocated vLLM hands its memory to the learner
             data_pos = sampled.data_pos
@@ -365,14 +368,17 @@ def train(
             progress.update(1, reward=metrics["reward/mean"], acc=metrics["accuracy"], loss=metrics.get("loss"))
             if on_step is not None:
                 on_step(step, metrics)
-            if step == r.steps or (r.checkpoint_every and step % r.checkpoint_every == 0):
+            if step == r.steps or (r.checkpoint_every and step % r.checkpoint_every == 0) or stop.requested:
                 ckpt_mod.save_checkpoint(run, step, model=model, tokenizer=tokenizer, optimizer=optimizer,
                                          scheduler=scheduler, trainer_state={"data_pos": data_pos}
                                          | ({"pass_rates": source.state_dict()} if source.active else {}),
                                          keep=r.keep_checkpoints, extras=extras)
                 last_ckpt = step
+                stop.saved(step)
                 session.maybe_die_after_checkpoint(step, run)
+            stop.check(step)
     finally:
+        stop.restore()
         progress.close()
         run.close()
         placement.shutdown()
@@ -649,6 +655,25 @@ def _already_done(cfg: TrainConfig, resume: bool) -> TrainResult | None:
         return TrainResult(run_dir=out, steps=step, last_metrics=last,
                            eval={k[5:]: v for k, v in last.items() if k.startswith("eval/")})
     return None
+
+
+def reward_error_log(data_cfg, task, run_dir):
+    """The run's rlvr.rewards.errors.RewardErrorLog: each distinct message of an ERROR reward is printed
+    once and every step's are appended to <run>/reward_errors.jsonl; a step where most rewards are errors
+    stops the run (RewardErrorsStop) naming the reward (shared by `rlvr train` and `rlvr ei`)."""
+    from pathlib import Path
+
+    from rlvr.rewards.errors import RewardErrorLog
+
+    spec = data_cfg.reward or (task.reward_fn if isinstance(task.reward_fn, str) else "")
+    if not spec:
+        try:
+            from rlvr.data import get_task
+
+            spec = get_task(data_cfg.task).reward_name(getattr(task, "template", None) or None)
+        except (KeyError, ValueError, AttributeError):
+            spec = getattr(task.reward_fn, "__name__", None) or f"of task {task.name}"
+    return RewardErrorLog(str(spec), Path(run_dir) / "reward_errors.jsonl", key="data.reward" if data_cfg.reward else "")
 
 
 def score_rollouts(rollouts, examples, reward_fn, *, workers: int = 1, timeout_s: float = 0.0,

@@ -76,6 +76,60 @@ def refuse_existing_run(cfg) -> None:
         )
 
 
+class Interrupted(KeyboardInterrupt):  # noqa: N818 - what the user did; no `except Exception` swallows it
+    """SIGINT/SIGTERM stopped a run; the message says at which step, what was saved, how to resume.
+    The commands print it and exit 130 (rlvr.commands._config_cli.run_trainer)."""
+
+
+class StopOnSignal:
+    """Ctrl-C (SIGINT) or SIGTERM during a training loop: the step in flight finishes, the loop saves
+    a checkpoint of it and raises Interrupted (`stop.check`). A second signal abandons the step at
+    once (Interrupted naming the last checkpoint, nothing new saved). Outside the main thread
+    (signals cannot be caught there) this does nothing and the default behaviour stays."""
+
+    def __init__(self, command: str = "train", verbose: bool = True):
+        self.command, self.verbose = command, verbose
+        self.requested: int | None = None  # the signal received, None while running
+        self._old: dict[int, Any] = {}
+        self.run_dir: Path | None = None
+        self.last_ckpt = 0
+
+    def install(self, run_dir, last_ckpt: int = 0) -> StopOnSignal:
+        self.run_dir, self.last_ckpt = Path(run_dir), last_ckpt
+        try:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+        except ValueError:  # not the main thread
+            self.restore()
+        return self
+
+    def restore(self) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        self._old = {}
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested is not None:  # the second one: do not wait for the step
+            self.restore()
+            kept = (f"the last checkpoint (step {self.last_ckpt}) is in {self.run_dir}; resume with: "
+                    f"rlvr {self.command} --resume {self.run_dir}") if self.last_ckpt else "no checkpoint was saved"
+            raise Interrupted(f"interrupted again: the step in flight was abandoned; {kept}")
+        self.requested = signum
+        say(f"{signal.Signals(signum).name}: stopping after the current step (its checkpoint is saved); "
+            "press Ctrl-C again to stop at once without saving it", self.verbose)
+
+    def saved(self, step: int) -> None:
+        """The loop wrote the checkpoint of `step`."""
+        self.last_ckpt = step
+
+    def check(self, step: int) -> None:
+        """After the step's checkpoint: raise Interrupted when a signal asked the run to stop."""
+        if self.requested is not None:
+            self.restore()
+            raise Interrupted(f"interrupted at step {step}: checkpoint saved to {self.run_dir}; resume with: "
+                              f"rlvr {self.command} --resume {self.run_dir}")
+
+
 def check_finite(step: int, **values: float | None) -> None:
     """Raise TrainingDiverged naming the step and the quantity when any value is NaN or inf."""
     bad = {k: v for k, v in values.items() if v is not None and not math.isfinite(v)}

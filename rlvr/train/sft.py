@@ -140,6 +140,7 @@ def train_sft(
     last: dict[str, Any] = {}
     progress = Progress(r.steps, "sft", start=start_step, mode=None if r.progress else "off")
     step = start_step
+    stop = session.StopOnSignal("sft", r.progress).install(run.path, start_step)  # Ctrl-C: save, then stop
     try:
         for step in range(start_step + 1, r.steps + 1):
             t0 = time.perf_counter()
@@ -180,15 +181,18 @@ def train_sft(
             progress.update(1, loss=loss, **({"acc": metrics["eval/accuracy"]} if "eval/accuracy" in metrics else {}))
             if on_step is not None:
                 on_step(step, metrics)
-            if done or (r.checkpoint_every and step % r.checkpoint_every == 0):
+            if done or (r.checkpoint_every and step % r.checkpoint_every == 0) or stop.requested:
                 ckpt_mod.save_checkpoint(
                     run, step, model=model, tokenizer=tokenizer, optimizer=optimizer, scheduler=scheduler,
                     trainer_state={"data_pos": step * batch_size}, keep=r.keep_checkpoints,
                 )
+                stop.saved(step)
                 session.maybe_die_after_checkpoint(step, run)
             if done:
                 break
+            stop.check(step)
     finally:
+        stop.restore()
         progress.close()
         run.close()
     return TrainResult(run_dir=run.path, steps=step, last_metrics=last, eval=finish_run(run.path, last))
