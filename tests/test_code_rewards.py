@@ -490,6 +490,9 @@ def test_empty_program_is_a_failed_program_not_a_format_failure():
 def test_huge_integer_result_is_an_error_not_a_timeout(meta, lift):
     # int -> str of a huge int hits Python's digit limit at once (ValueError); a candidate that lifts
     # the limit (sys.set_int_max_str_digits(0)) would make the answer's encoding spin to the deadline
+    # computing 10 ** 10 ** 6 alone takes 0.2-0.8 s of CPU on a loaded 2-core machine: a 3 s limit leaves room for
+    # it, while the spinning conversion it guards against takes 20-30 s (Python 3.11)
+    meta = {**meta, "time_limit_s": 3.0}
     code = ("import sys\nsys.set_int_max_str_digits(0)\n" if lift else "") + "def f(n):\n    return 10 ** 10 ** 6\n"
     report = run_tests(code, task_from_meta(meta))
     (t,) = report.tests
