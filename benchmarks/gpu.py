@@ -199,8 +199,9 @@ def rlvr_overrides(a, built: dict, out_dir: Path, steps: int) -> list[str]:
     return [
         f"model.name={built['model_dir']}", f"model.dtype={a.dtype}", f"model.device={a.device}",
         "model.master_weights=float32",
-        "data.task=gsm8k", f"data.train_path={built['train']}", f"data.eval_path={built['test']}",
-        "data.template=r1_zero", "data.reward=language", "data.num_train=0", "data.num_eval=0",
+        # no held-out eval: an empty eval file (data.num_eval=0 would mean all of them)
+        "data.task=gsm8k", f"data.train_path={built['train']}", f"data.eval_path={no_eval_file(built)}",
+        "data.template=r1_zero", "data.reward=language", "data.num_train=0",
         f"sampling.n_prompts={a.n_prompts}", f"sampling.group_size={a.group_size}",
         f"sampling.max_tokens={a.max_tokens}", "sampling.temperature=1.0",
         "rollout.backend=hf",
@@ -210,6 +211,15 @@ def rlvr_overrides(a, built: dict, out_dir: Path, steps: int) -> list[str]:
         "run.eval_every=0", "run.log_samples_every=0", "run.checkpoint_every=0", "run.keep_checkpoints=1",
         f"run.seed={a.seed}",
     ]
+
+
+def no_eval_file(built: dict) -> Path:
+    """An empty held-out file beside the training data: the runs end without an evaluation."""
+    path = Path(built["train"]).parent / "no_eval.jsonl"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+    return path
 
 
 def check_variants(a, built: dict) -> None:

@@ -95,6 +95,7 @@ def test_dry_run_runs_every_stage_to_the_table(tmp_path):
     assert plain["overrides"] == ["algo.shared_prefix=false"]
     # the profiled step is one more than --steps, and not among the timed ones
     assert [s["step"] for s in plain["steps"]] == list(range(1, cfg["steps"] + 2))
+    assert not any(k.startswith("eval/") for s in plain["steps"] for k in s)  # no held-out eval at the end
     assert plain["learner_s"] == pytest.approx(plain["steps"][1]["time/step"] - plain["steps"][1]["time/generate"])
     assert plain["learner_tokens"] == plain["steps"][1]["tokens/trained"] and plain["sampler_tok_s"] > 0
     prof = (out / "gpu_profile.txt").read_text()
