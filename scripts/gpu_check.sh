@@ -16,6 +16,9 @@
 # push counterfactual, rollout tokens/s inside the trainer vs bare vLLM, learner tokens/s and MFU (against
 # the H200's 989 TFLOP/s bf16 dense), peak GPU memory with and without sleep mode. About 6 minutes on one
 # H200 after the install (an estimate: not run on a GPU yet; the first vLLM start also compiles CUDA graphs).
+# With --backend hf: no sleep-mode rerun (the transformers sampler has none), 3 + 2 steps, no end-of-run eval
+# (--eval to add it), the bare stage in the same process: about 4 minutes on one H200 (estimate from issue 27's
+# 17 s per step).
 # Exit status 0 only if every check passes.
 #
 # Environment: VENV (default .venv-gpu; .venv with --dry-run), PYTHON (interpreter that creates the venv,
