@@ -616,7 +616,7 @@ def main(argv: list[str] | None = None) -> int:
     errors: dict[str, str] = {}
     timings: dict[str, float] = {}
 
-    def run(name: str, fn):
+    def run(name: str, fn, key: str | None = None):
         log(f"{name} ...")
         _reset_memory(a.device)
         t0 = time.perf_counter()
@@ -630,10 +630,36 @@ def main(argv: list[str] | None = None) -> int:
         else:
             if isinstance(r, dict) and r.get("peak_gib") is None:
                 r["peak_gib"] = _peak_gib(a.device)
+            if key is not None and r:
+                results[key] = r
             log(f"{name} done in {time.perf_counter() - t0:.1f} s")
         timings[name] = time.perf_counter() - t0
         _reset_memory(a.device)
+        if built_box:  # the report so far, after every stage: a run cut short still leaves its figures
+            write_report()
         return r
+
+    out_dirs = [Path(a.out_dir)] if a.out_dir else []
+    targets = ([RESULTS] if a.device != "cpu" else [work]) + out_dirs
+    profile_path = work / "gpu_profile.txt"
+    built_box: list[dict] = []
+
+    def write_report() -> tuple[str, list[Path]]:
+        built = built_box[0]
+        env["stage_s"] = {k: round(v, 1) for k, v in timings.items()}
+        env["total_s"] = round(time.perf_counter() - _T0, 1)
+        md = table(a, built, results, errors, env)
+        raw = {"config": {k: v for k, v in vars(a).items() if k != "skip"} | {"skip": sorted(a.skip)},
+               "built": built, "env": env, "results": results, "errors": errors,
+               "mfu": {k: mfu(built["n_params"], r.get("learner_tokens"), r.get("learner_s"), env.get("peak_tflops"))
+                       for k, r in results.items()}}
+        for d in targets:
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "gpu_bench.md").write_text(md)
+            (d / "gpu_bench.json").write_text(json.dumps(raw, indent=1, default=str) + "\n")
+            if profile_path.exists() and d != work:
+                shutil.copy(profile_path, d / "gpu_profile.txt")
+        return md, targets
 
     # every variant's configuration validated first, with the paths the build writes: a typo fails in seconds
     data = work / "data"
@@ -652,47 +678,27 @@ def main(argv: list[str] | None = None) -> int:
     built = run("build", lambda: gc_mod.build(work, a.shape, a.dtype, a.num_train, 8, a.seed))
     if built is None:
         return 1
+    built_box.append(built)
     log(f"  {built['n_params']:,} parameters, mean prompt {built['prompt_tokens_mean']:.0f} tokens")
     prompts = run("prompts", lambda: step_prompts(a, built)) or []
     if "generate" not in a.skip:
-        r = run("generate", lambda: stage_generate(a, built, prompts))
-        if r:
-            results["transformers generate"] = r
+        run("generate", lambda: stage_generate(a, built, prompts), key="transformers generate")
     if "ceiling" not in a.skip:
-        r = run("ceiling", lambda: stage_ceiling(a, built, prompts))
-        if r:
-            results["forward+backward ceiling"] = r
-    out_dirs = [Path(a.out_dir)] if a.out_dir else []
-    profile_path = work / "gpu_profile.txt"
+        run("ceiling", lambda: stage_ceiling(a, built, prompts), key="forward+backward ceiling")
     if "rlvr" not in a.skip:
         for i, (name, extra) in enumerate(a.variants):
             prof = profile_path if (a.profile and i == 0 and "profile" not in a.skip) else None
-            r = run(name, lambda name=name, extra=extra, prof=prof: stage_rlvr(a, built, name, extra, prof))
-            if r:
-                results[name] = r
+            run(name, lambda name=name, extra=extra, prof=prof: stage_rlvr(a, built, name, extra, prof), key=name)
     if "trl" not in a.skip:
         if importlib.util.find_spec("trl") is None or importlib.util.find_spec("datasets") is None:
             log("trl skipped: TRL (or datasets) is not importable here; bash scripts/gpu_wheels.sh makes the wheels")
             env["trl"] = "not installed (stage skipped)"
         else:
             prompts_all = run("trl prompts", lambda: trl_prompts(a, built))
-            r = run("trl", lambda: stage_trl(a, built, prompts_all))
-            if r:
-                results[f"TRL {r['trl']} GRPOTrainer"] = r
-    env["stage_s"] = {k: round(v, 1) for k, v in timings.items()}
-    env["total_s"] = round(time.perf_counter() - _T0, 1)
-    md = table(a, built, results, errors, env)
-    raw = {"config": {k: v for k, v in vars(a).items() if k != "skip"} | {"skip": sorted(a.skip)}, "built": built,
-           "env": env, "results": results, "errors": errors,
-           "mfu": {k: mfu(built["n_params"], r.get("learner_tokens"), r.get("learner_s"), env.get("peak_tflops"))
-                   for k, r in results.items()}}
-    targets = ([RESULTS] if a.device != "cpu" else [work]) + out_dirs
-    for d in targets:
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "gpu_bench.md").write_text(md)
-        (d / "gpu_bench.json").write_text(json.dumps(raw, indent=1, default=str) + "\n")
-        if profile_path.exists() and d != work:
-            shutil.copy(profile_path, d / "gpu_profile.txt")
+            import importlib.metadata as md_
+
+            run("trl", lambda: stage_trl(a, built, prompts_all), key=f"TRL {md_.version('trl')} GRPOTrainer")
+    md, targets = write_report()
     print(md, flush=True)
     log(f"{'all stages ran' if not errors else 'FAILED stages: ' + ', '.join(errors)}; wrote "
         f"{', '.join(str(d / 'gpu_bench.md') for d in targets)}; {env['total_s']:.0f} s in all")

@@ -198,3 +198,20 @@ def test_hf_gpu_check_fits_a_short_slot_and_evaluates_only_when_asked(tmp_path):
     assert Path(eval_path).read_text() == ""  # an empty held-out file: no end-of-run eval
     a = gc.parse_args(["--backend", "hf", "--eval"])
     assert f"data.eval_path={built['test']}" in gc.trainer_overrides(a, built, tmp_path / "run", a.steps, True)
+
+
+def test_system_python_mode_needs_no_venv_and_reaches_the_gpu_check(tmp_path):
+    # a GPU machine without network (VENV=system): no venv, no install, this checkout on PYTHONPATH. Here a
+    # fake nvidia-smi gets the script past its first check; the CPU torch then fails the CUDA one, after the
+    # imports of rlvr, torch, tokenizers and transformers succeeded with the interpreter as it is
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text("#!/bin/sh\necho 'Fake GPU, 1 MiB, 0'\n")
+    (fake / "nvidia-smi").chmod(0o755)
+    env = {**os.environ, "VENV": "system", "PYTHON": sys.executable, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": ""}
+    res = subprocess.run(["bash", str(SCRIPT), "--backend", "hf"], capture_output=True, text=True, env=env,
+                         timeout=120, cwd=tmp_path)
+    assert res.returncode != 0
+    assert "cannot import" not in res.stderr and "torch does not see the GPU" in res.stderr, res.stderr[-2000:]
+    assert not (ROOT / ".venv-gpu").exists()  # nothing created
