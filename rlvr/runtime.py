@@ -147,3 +147,51 @@ def reset_peak_memory(device=None) -> None:
                 f.write("5")
         except OSError:
             pass
+
+
+# Dense (no 2:4 sparsity) bf16 tensor-core peaks in TFLOP/s from the vendors' datasheets, matched against
+# torch.cuda.get_device_name() (the first entry whose every word is in the name, case-insensitive): the
+# denominator of perf/mfu when run.peak_tflops is 0 (auto).
+PEAK_BF16_TFLOPS: tuple[tuple[str, float], ...] = (
+    ("GB200", 2500.0),
+    ("B200", 2250.0),
+    ("B100", 1750.0),
+    ("H200", 989.0),
+    ("H100 PCIe", 756.0),
+    ("H100", 989.0),  # SXM and NVL
+    ("H800", 989.0),
+    ("H20", 148.0),
+    ("GH200", 989.0),
+    ("A100", 312.0),
+    ("A800", 312.0),
+    ("L40S", 362.0),
+    ("L40", 181.0),
+    ("L4", 121.0),
+    ("A10G", 70.0),
+    ("A10", 125.0),
+    ("MI300X", 1307.0),
+    ("MI325X", 1307.0),
+    ("MI250X", 383.0),
+)
+
+
+def peak_tflops(device=None, configured: float = 0.0) -> float:
+    """The bf16 dense peak (TFLOP/s) MFU is measured against: `configured` when > 0 (run.peak_tflops);
+    else the PEAK_BF16_TFLOPS entry of the CUDA device's name; 0.0 when unknown or on CPU (MFU not logged)."""
+    if configured > 0:
+        return float(configured)
+    dev = _cuda_device(device)
+    if dev is None:
+        return 0.0
+    import torch
+
+    return peak_for_name(torch.cuda.get_device_name(dev))
+
+
+def peak_for_name(name: str) -> float:
+    """PEAK_BF16_TFLOPS's value for a device name (e.g. 'NVIDIA H200'); 0.0 when none matches."""
+    words = name.upper().replace("-", " ").split()
+    for key, value in PEAK_BF16_TFLOPS:
+        if all(k in words for k in key.upper().split()):
+            return value
+    return 0.0

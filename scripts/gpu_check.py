@@ -1,6 +1,7 @@
 """GPU check of the real trainer with vLLM rollouts, end to end, with no network (run by gpu_check.sh).
 
     python scripts/gpu_check.py                                  # H200: Qwen2.5-0.5B shape, vLLM, ~6 min (est.)
+    python scripts/gpu_check.py --backend hf                     # H200 without vLLM: ~3-4 min (est.)
     python scripts/gpu_check.py --dry-run                        # CPU: tiny shape, hf backend, same pipeline
 
 Stages (each one's wall time is printed):
@@ -11,14 +12,17 @@ Stages (each one's wall time is printed):
      GSM8K-like JSONL of generated arithmetic word problems. All saved under --work.
   2. train: `rlvr train rollout.backend=vllm rollout.sleep_mode=true ...` for --steps steps (a real
      subprocess, the command a user runs), then 3. the same with rollout.sleep_mode=false for
-     --steps-nosleep steps, and 3b. with algo.shared_prefix=false (every row whole: what the shared-prefix
+     --steps-nosleep steps (vLLM only: the hf sampler has no sleep mode, so --backend hf skips it), and 3b. with algo.shared_prefix=false (every row whole: what the shared-prefix
      forward and its cascade attention gain on this GPU, in learner tokens/s and effective MFU) for
      --steps-plain steps, each with its device memory sampled by nvidia-smi every 0.25 s.
      The reward is `language` (share of Latin-script words): a random model's outputs differ in it
      (the Greek fillers), so advantages are non-zero, the learner's weights move, and a failed weight
      push would show in rollout/logprob_diff_*. The task's own r1_zero reward would be 0 for every
-     random output: no gradient, nothing to push.
-  4. bare: a fresh process drives the generator directly (VLLMGenerator, or HFGenerator with
+     random output: no gradient, nothing to push. No run ends with a held-out eval unless --eval (no
+     check reads it; it cost ~30 s per run on an H200).
+     With --backend hf on a GPU the defaults are 3 steps + 2 plain steps (about 4 minutes in all on an
+     H200, from issue 27's 17 s per step: build ~15 s, two trainer processes ~60 + ~50 s, bare ~50 s).
+  4. bare: a fresh process (with --backend hf: this process, one start less) drives the generator directly (VLLMGenerator, or HFGenerator with
      --backend hf) on the same prompts and sampling spec: bare tokens/s; the counterfactual of a
      failed push (rollouts of the initial weights scored by the final policy); the engine after
      update_weights(final policy); sleep/wake keeps greedy outputs.
@@ -77,6 +81,9 @@ PROFILES: dict[str, dict] = {
                 lr=3e-3, num_train=256, num_eval=8, micro_batch_tokens=0, gpu_memory_utilization=0.3,
                 max_model_len=512, logprob_tol=1e-3),
 }
+
+
+HF_PROFILE: dict[str, dict] = {"cuda": dict(steps=3, steps_nosleep=0, steps_plain=2), "cpu": dict(steps_nosleep=0)}
 
 
 # ------------------------------------------------------------------------------------------ build
@@ -246,7 +253,10 @@ def trainer_overrides(a, built: dict, out_dir: Path, steps: int, sleep_mode: boo
     return [
         f"model.name={built['model_dir']}", f"model.dtype={a.dtype}", f"model.device={device}",
         "model.master_weights=float32",
-        "data.task=gsm8k", f"data.train_path={built['train']}", f"data.eval_path={built['test']}",
+        # the held-out eval at the end of a run only with --eval (the checks do not read it); without it an
+        # empty held-out file (data.num_eval=0 would mean every problem)
+        "data.task=gsm8k", f"data.train_path={built['train']}",
+        f"data.eval_path={built['test'] if a.eval else no_eval_file(built)}",
         "data.template=r1_zero", "data.reward=language", "data.num_train=0", f"data.num_eval={a.num_eval}",
         f"sampling.n_prompts={a.n_prompts}", f"sampling.group_size={a.group_size}",
         f"sampling.max_tokens={a.max_tokens}", "sampling.temperature=1.0",
@@ -259,6 +269,15 @@ def trainer_overrides(a, built: dict, out_dir: Path, steps: int, sleep_mode: boo
         "run.eval_every=0", "run.log_samples_every=0", "run.checkpoint_every=0", "run.keep_checkpoints=1",
         f"run.seed={a.seed}",
     ]
+
+
+def no_eval_file(built: dict) -> Path:
+    """An empty held-out file beside the training data: a run ends without an evaluation."""
+    path = Path(built["train"]).parent / "no_eval.jsonl"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+    return path
 
 
 def child_env(a) -> dict[str, str]:
@@ -607,6 +626,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         ap.add_argument("--" + key.replace("_", "-"), type=float, dest=key)
     ap.add_argument("--peak-tflops", type=float, default=H200_BF16_DENSE_TFLOPS,
                     help="dense bf16 peak of the GPU for MFU (default: H200, 989)")
+    ap.add_argument("--eval", action="store_true",
+                    help="end every run with the held-out eval of --num-eval problems (off by default: ~30 s per run "
+                         "on an H200, and no check reads it)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work", help="working folder (default: a new temp folder, removed unless --keep-work)")
     ap.add_argument("--keep-work", action="store_true")
@@ -618,7 +640,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         a.backend, a.device = "hf", "cpu"
     if a.backend == "vllm" and a.device == "cpu":
         ap.error("--backend vllm needs --device cuda")
-    for key, value in PROFILES[a.device].items():
+    # the hf sampler has no sleep mode (HFGenerator.sleep is a no-op): no second, identical run; and on a GPU
+    # fewer steps, so that the check fits about 4 minutes of an H200 (issue 27)
+    per_backend = HF_PROFILE[a.device] if a.backend == "hf" else {}
+    for key, value in (PROFILES[a.device] | per_backend).items():
         if getattr(a, key, None) is None:
             setattr(a, key, value)
     return a
@@ -680,9 +705,13 @@ def main(argv: list[str] | None = None) -> int:
                 "max_tokens": a.max_tokens, "gpu_memory_utilization": a.gpu_memory_utilization,
                 "max_model_len": a.max_model_len, "seed": a.seed}
     (work / "bare_in.json").write_text(json.dumps(bare_cfg))
-    run_logged([sys.executable, str(Path(__file__).resolve()), "_bare", str(work / "bare_in.json"),
-                str(work / "bare_out.json")], work / "bare.log", env, a.timeout_s, None)
-    bare = json.loads((work / "bare_out.json").read_text())
+    if a.backend == "hf":  # in this process (no engine to start fresh; one process start less)
+        os.environ.update({k: v for k, v in env.items() if k not in ("PYTHONPATH",)})
+        bare = bare_stage(bare_cfg)
+    else:  # a fresh process: a new vLLM engine, the GPU free of the trainer
+        run_logged([sys.executable, str(Path(__file__).resolve()), "_bare", str(work / "bare_in.json"),
+                    str(work / "bare_out.json")], work / "bare.log", env, a.timeout_s, None)
+        bare = json.loads((work / "bare_out.json").read_text())
     timings["bare"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_all
 

@@ -16,9 +16,14 @@
 # push counterfactual, rollout tokens/s inside the trainer vs bare vLLM, learner tokens/s and MFU (against
 # the H200's 989 TFLOP/s bf16 dense), peak GPU memory with and without sleep mode. About 6 minutes on one
 # H200 after the install (an estimate: not run on a GPU yet; the first vLLM start also compiles CUDA graphs).
+# With --backend hf: no sleep-mode rerun (the transformers sampler has none), 3 + 2 steps, no end-of-run eval
+# (--eval to add it), the bare stage in the same process: about 4 minutes on one H200 (estimate from issue 27's
+# 17 s per step).
 # Exit status 0 only if every check passes.
 #
-# Environment: VENV (default .venv-gpu; .venv with --dry-run), PYTHON (interpreter that creates the venv,
+# Environment: VENV (default .venv-gpu; .venv with --dry-run; VENV=system: no venv and no install, $PYTHON or
+# python3 as it is with this checkout on PYTHONPATH, e.g. a GPU machine without network:
+# `VENV=system bash scripts/gpu_check.sh --backend hf`), PYTHON (interpreter that creates the venv,
 # default python3; vLLM 0.32 needs 3.11 to 3.14), WHEELHOUSE (a folder of wheels: install from it with
 # --no-index, for machines without PyPI), RLVR_GPU_REINSTALL=1 (reinstall even if the venv looks ready).
 # Any other argument goes to scripts/gpu_check.py (--steps 4, --keep-work, --work DIR, --out FILE, ...).
@@ -57,6 +62,23 @@ else
         exit 2
     fi
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+    if [ "${VENV:-}" = system ]; then
+        # a machine with torch, transformers and tokenizers installed but no network: no venv, no install;
+        # this checkout's rlvr from PYTHONPATH
+        PY=${PYTHON:-python3}
+        export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+        if ! "$PY" -c "import rlvr, torch, tokenizers, transformers" >/dev/null 2>&1; then
+            echo "gpu_check: VENV=system: $PY cannot import rlvr, torch, tokenizers and transformers" >&2
+            exit 2
+        fi
+        if [ "$backend" = vllm ] && ! "$PY" -c "import vllm" >/dev/null 2>&1; then
+            echo "gpu_check: VENV=system: $PY has no vllm; use --backend hf" >&2
+            exit 2
+        fi
+        "$PY" -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda); \
+assert torch.cuda.is_available(), 'torch does not see the GPU'"
+        exec "$PY" "$script" ${args[@]+"${args[@]}"}
+    fi
     VENV=${VENV:-.venv-gpu}
     PYTHON=${PYTHON:-python3}
     extra=""

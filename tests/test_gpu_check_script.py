@@ -175,9 +175,43 @@ def test_cpu_mode_runs_the_whole_pipeline_to_the_table(tmp_path):
     assert "ALL CHECKS PASSED" in res.stdout and "[FAIL]" not in text
     raw = json.loads(out.with_suffix(".json").read_text())
     assert raw["ok"] and len(raw["runs"]["sleep"]["rows"]) == raw["config"]["steps"]
-    assert len(raw["runs"]["nosleep"]["rows"]) == raw["config"]["steps_nosleep"]
+    # hf: no sleep mode, so no second run of the same thing; no held-out eval unless --eval
+    assert "nosleep" not in raw["runs"] and len(raw["runs"]["plain"]["rows"]) == raw["config"]["steps_plain"]
+    assert not any("eval/accuracy" in r for r in raw["runs"]["sleep"]["rows"])
     first = raw["runs"]["sleep"]["rows"][0]
     assert first["rollout/policy_version"] == 0 and first["rollout/logprob_diff_mean"] < 1e-3
     # the counterfactual moved and the push closed the gap (fp32 on CPU: same kernels, ~1e-7)
     assert raw["bare"]["initial_engine_vs_final_policy"][0] > 100 * raw["bare"]["pushed_engine_vs_final_policy"][0]
     assert (tmp_path / "work" / "run_sleep" / "metrics.jsonl").exists()
+
+
+def test_hf_gpu_check_fits_a_short_slot_and_evaluates_only_when_asked(tmp_path):
+    a = gc.parse_args(["--backend", "hf"])
+    # no sleep-mode rerun (HFGenerator.sleep is a no-op), fewer steps: ~4 min on an H200 (issue 27)
+    assert (a.steps, a.steps_nosleep, a.steps_plain) == (3, 0, 2)
+    assert gc.parse_args(["--backend", "hf", "--steps-nosleep", "1"]).steps_nosleep == 1  # still settable
+    assert gc.parse_args([]).steps_nosleep == 2  # vLLM keeps its sleep/no-sleep pair
+    built = {"model_dir": str(tmp_path / "model"), "train": str(tmp_path / "data" / "train.jsonl"),
+             "test": str(tmp_path / "data" / "test.jsonl")}
+    ov = gc.trainer_overrides(a, built, tmp_path / "run", a.steps, True)
+    (eval_path,) = [o.split("=", 1)[1] for o in ov if o.startswith("data.eval_path=")]
+    assert Path(eval_path).read_text() == ""  # an empty held-out file: no end-of-run eval
+    a = gc.parse_args(["--backend", "hf", "--eval"])
+    assert f"data.eval_path={built['test']}" in gc.trainer_overrides(a, built, tmp_path / "run", a.steps, True)
+
+
+def test_system_python_mode_needs_no_venv_and_reaches_the_gpu_check(tmp_path):
+    # a GPU machine without network (VENV=system): no venv, no install, this checkout on PYTHONPATH. Here a
+    # fake nvidia-smi gets the script past its first check; the CPU torch then fails the CUDA one, after the
+    # imports of rlvr, torch, tokenizers and transformers succeeded with the interpreter as it is
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text("#!/bin/sh\necho 'Fake GPU, 1 MiB, 0'\n")
+    (fake / "nvidia-smi").chmod(0o755)
+    env = {**os.environ, "VENV": "system", "PYTHON": sys.executable, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": ""}
+    res = subprocess.run(["bash", str(SCRIPT), "--backend", "hf"], capture_output=True, text=True, env=env,
+                         timeout=120, cwd=tmp_path)
+    assert res.returncode != 0
+    assert "cannot import" not in res.stderr and "torch does not see the GPU" in res.stderr, res.stderr[-2000:]
+    assert not (ROOT / ".venv-gpu").exists()  # nothing created

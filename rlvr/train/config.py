@@ -558,10 +558,13 @@ class RunConfig:
     """How many recent checkpoints to keep on disk."""
     progress: bool = True
     """Show a live progress bar."""
+    peak_tflops: float = 0.0
+    """The device's bf16 dense peak TFLOP/s that perf/mfu divides by; 0 = from the GPU's name (rlvr.runtime.PEAK_BF16_TFLOPS: H100/H200 989, A100 312, ...; on CPU or an unknown GPU perf/mfu is not logged). Read by `rlvr train` (RL) only."""
 
     def validate(self) -> None:
         """Ranges of the run section."""
         c = _Checks("run")
+        c.at_least("peak_tflops", self.peak_tflops, 0)
         c.need("out_dir", self.out_dir, bool(self.out_dir), "a directory path")
         c.at_least("steps", self.steps, 1)
         c.at_least("num_threads", self.num_threads, 0)

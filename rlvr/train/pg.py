@@ -238,7 +238,7 @@ def train(
     from rlvr.rollout import rollouts_to_batch, with_thinking_budget
     from rlvr.runs import checkpoint as ckpt_mod
     from rlvr.runs.progress import Progress
-    from rlvr.runtime import memory_stats, reset_peak_memory, seed_everything, set_num_threads
+    from rlvr.runtime import memory_stats, peak_tflops, reset_peak_memory, seed_everything, set_num_threads
     from rlvr.train import session
     from rlvr.train.critic import Critic
     from rlvr.train.curriculum import ProblemSource
@@ -296,6 +296,7 @@ def train(
         session.say("note: no held-out problems (set data.eval_path): the run is not evaluated", r.progress)
     data_pos, last_ckpt, last, filtered_note = int(state.get("data_pos", 0)), start_step, {}, False
     progress = Progress(r.steps, "rl", start=start_step, mode=None if r.progress else "off")
+    n_params, peak = count_params(model), peak_tflops(cfg.model.device, r.peak_tflops)  # perf/mfu's terms
     stop = session.StopOnSignal("train", r.progress).install(run.path, start_step)  # Ctrl-C: save, then stop
     try:
         for step in range(start_step + 1, r.steps + 1):
@@ -357,6 +358,7 @@ def train(
                 with timer("eval"):
                     metrics.update(eval_prefixed(eval_policy(sampler, task, cfg, greedy=r.eval_greedy, step=step)))
             metrics.update(timer.metrics() | memory_stats(cfg.model.device) | placement.metrics())
+            metrics.update(perf_metrics(metrics, n_params, peak))
             if push_check is not None:
                 metrics.update(push_check.last)
             if wrap is not None:
@@ -705,6 +707,30 @@ def sample_metrics(rewards, rollouts) -> dict[str, Any]:
     m["len/incorrect"] = sum(li) / len(li) if li else None
     m["len/truncated_frac"] = sum(ro.finish_reason == "length" for ro in rollouts) / n
     return m
+
+
+def count_params(model) -> int:
+    """N of MFU's 6 N per token: the model's parameters, a tied embedding / LM head counted once (it is the
+    LM head's matmul; the embedding lookup costs no FLOPs)."""
+    return sum(p.numel() for p in model.parameters())  # parameters() lists a shared tensor once
+
+
+def perf_metrics(m: dict, n_params: int, peak_tflops: float) -> dict[str, float]:
+    """Throughput of a step from its logged counts and wall times (no device sync of its own):
+    perf/rollout_tokens_per_s = tokens/generated / time/generate; perf/learner_tokens_per_s =
+    tokens/trained / time/train; perf/mfu = 6 N tokens/trained / time/train / peak (forward 2N + backward
+    4N per trained token, the attention's quadratic term and the no-grad old-logprob forward left out),
+    only when the peak is known (> 0)."""
+    out: dict[str, float] = {}
+    gen, t_gen = m.get("tokens/generated"), m.get("time/generate")
+    if gen is not None and t_gen:
+        out["perf/rollout_tokens_per_s"] = gen / t_gen
+    trained, t_train = m.get("tokens/trained"), m.get("time/train")
+    if trained and t_train:
+        out["perf/learner_tokens_per_s"] = trained / t_train
+        if peak_tflops > 0:
+            out["perf/mfu"] = 6.0 * n_params * trained / t_train / (peak_tflops * 1e12)
+    return out
 
 
 def step_metrics(rewards, rollouts, shaped, zero_var, keep, learned: Learned, step: int) -> dict:
