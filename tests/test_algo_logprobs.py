@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from rlvr.algo import entropy_from_logits, logprobs_and_entropy, token_logprobs_from_logits
+from rlvr.algo.logprobs import IGNORE_INDEX
 
 
 def _naive(logits, labels, temperature=1.0):
@@ -254,3 +255,76 @@ def test_sampler_and_trainer_use_one_kept_set_rule():
         ids = torch.multinomial(sampler.exp(), 1, generator=g)  # labels the sampler really draws
         lp, _ = logprobs_and_entropy(logits.unsqueeze(1), ids, chunk_size=9, temperature=t, truncation=Truncation(k, p))
         assert torch.allclose(lp, sampler.gather(1, ids), atol=1e-6)
+
+
+# ---- the fused chunk functions (compiled on CUDA) equal the chunk loop ---------------------------------
+
+def _fused_vs_loop(monkeypatch, logits, labels, temperature, g_logp, g_ent, chunk_size):
+    import rlvr.algo.logprobs as lp
+
+    out = {}
+    for mode in ("never", "always"):
+        monkeypatch.setattr(lp, "FUSED_ON", mode)
+        x = logits.clone().requires_grad_(True)
+        logp, ent = lp.logprobs_and_entropy(x, labels, chunk_size, True, temperature)
+        loss = (logp * g_logp).sum() + ((ent * g_ent).sum() if g_ent is not None else 0.0)
+        loss.backward()
+        out[mode] = (logp.detach(), ent.detach(), x.grad)
+    return out
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+@pytest.mark.parametrize("with_ent_grad", [False, True])
+def test_fused_chunk_functions_equal_the_chunk_loop(monkeypatch, temperature, with_ent_grad):
+    g = torch.Generator().manual_seed(3)
+    B, T, V = 3, 5, 37
+    logits = torch.randn(B, T, V, generator=g, dtype=torch.float64) * 3
+    logits[0, 1, 4] = float("-inf")  # a masked vocabulary entry
+    labels = torch.randint(0, V, (B, T), generator=g)
+    labels[1, :2] = IGNORE_INDEX
+    labels[0, 1] = (4 + 1 + int(labels[0, 1])) % V if int(labels[0, 1]) == 4 else labels[0, 1]  # not the masked one
+    g_logp = torch.randn(B, T, generator=g, dtype=torch.float64)
+    g_ent = torch.randn(B, T, generator=g, dtype=torch.float64) if with_ent_grad else None
+    out = _fused_vs_loop(monkeypatch, logits, labels, temperature, g_logp, g_ent, chunk_size=4)
+    for a, b in zip(out["never"], out["always"]):
+        assert torch.allclose(a, b, rtol=1e-10, atol=1e-12), (a - b).abs().max()
+    # against autograd through log_softmax (independent of both)
+    x = logits.clone().requires_grad_(True)
+    logq = torch.log_softmax(x / temperature, dim=-1)
+    ref_lp = logq.gather(-1, labels.clamp_min(0).unsqueeze(-1)).squeeze(-1) * (labels != IGNORE_INDEX)
+    ref_ent = -(logq.exp() * logq.nan_to_num(neginf=0.0)).sum(-1)
+    ((ref_lp * g_logp).sum() + ((ref_ent * g_ent).sum() if g_ent is not None else 0.0)).backward()
+    assert torch.allclose(out["always"][0], ref_lp, atol=1e-10)
+    assert torch.allclose(out["always"][1], ref_ent, atol=1e-10)
+    assert torch.allclose(out["always"][2], x.grad, atol=1e-10)
+
+
+def test_fused_chunk_functions_bf16_logits_give_bf16_gradients_close_to_fp32(monkeypatch):
+    g = torch.Generator().manual_seed(4)
+    logits = (torch.randn(2, 6, 50, generator=g) * 2).to(torch.bfloat16)
+    labels = torch.randint(0, 50, (2, 6), generator=g)
+    out = _fused_vs_loop(monkeypatch, logits, labels, 1.0, torch.ones(2, 6), None, chunk_size=5)
+    assert out["always"][2].dtype == torch.bfloat16 and out["always"][0].dtype == torch.float32
+    assert torch.allclose(out["always"][0], out["never"][0], atol=1e-6)
+    assert torch.allclose(out["always"][2].float(), out["never"][2].float(), atol=1e-2)
+
+
+@pytest.mark.slow
+def test_fused_chunk_functions_compiled_equal_eager():
+    # what runs on CUDA, compiled here by inductor's CPU backend (needs a C compiler)
+    import rlvr.algo.logprobs as lp
+
+    g = torch.Generator().manual_seed(5)
+    rows = torch.randn(7, 64, generator=g) * 3
+    labels = torch.randint(0, 64, (7,), generator=g)
+    labels[2] = IGNORE_INDEX
+    fwd = torch.compile(lp._fused_forward, dynamic=True)
+    bwd = torch.compile(lp._fused_backward, dynamic=True)
+    a = lp._fused_forward(rows, labels, 0.8, torch.float32)
+    b = fwd(rows, labels, 0.8, torch.float32)
+    for u, v in zip(a, b):
+        assert torch.allclose(u, v, atol=1e-5)
+    gl, ge = torch.randn(7, generator=g), torch.randn(7, generator=g)
+    ga = lp._fused_backward(rows, labels, a[2], a[3], gl, ge, 0.8, torch.float32)
+    gb = bwd(rows, labels, a[2], a[3], gl, ge, 0.8, torch.float32)
+    assert torch.allclose(ga, gb, atol=1e-5)
