@@ -286,7 +286,7 @@ def test_fused_chunk_functions_equal_the_chunk_loop(monkeypatch, temperature, wi
     g_logp = torch.randn(B, T, generator=g, dtype=torch.float64)
     g_ent = torch.randn(B, T, generator=g, dtype=torch.float64) if with_ent_grad else None
     out = _fused_vs_loop(monkeypatch, logits, labels, temperature, g_logp, g_ent, chunk_size=4)
-    for a, b in zip(out["never"], out["always"]):
+    for a, b in zip(out["never"], out["always"], strict=True):
         assert torch.allclose(a, b, rtol=1e-10, atol=1e-12), (a - b).abs().max()
     # against autograd through log_softmax (independent of both)
     x = logits.clone().requires_grad_(True)
@@ -322,7 +322,7 @@ def test_fused_chunk_functions_compiled_equal_eager():
     bwd = torch.compile(lp._fused_backward, dynamic=True)
     a = lp._fused_forward(rows, labels, 0.8, torch.float32)
     b = fwd(rows, labels, 0.8, torch.float32)
-    for u, v in zip(a, b):
+    for u, v in zip(a, b, strict=True):
         assert torch.allclose(u, v, atol=1e-5)
     gl, ge = torch.randn(7, generator=g), torch.randn(7, generator=g)
     ga = lp._fused_backward(rows, labels, a[2], a[3], gl, ge, 0.8, torch.float32)
