@@ -1,0 +1,61 @@
+"""Issue 25, "the first hour, round two", items 8, 11, 14, 15 and 16, run as a user runs them (the
+installed `rlvr` script in a subprocess): one definition of the format rate (8), studies that write to
+runs/ unless published (11), plots without constant or duplicate panels (14), an HF dataset and column
+mapping from the config (15), and the per-run noise quieted (16)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from test_cli_first_hour_two import TINY, _rlvr
+
+
+def _rows(run: Path) -> list[dict]:
+    return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
+
+
+# --- item 8: one format rate -------------------------------------------------------------------------
+
+
+def _grade_rows(res) -> dict[str, str]:
+    rows = {}
+    for line in res.stdout.splitlines():
+        cells = [c.strip() for c in line.strip("│┃ ").split("│")]
+        if len(cells) == 2:
+            rows[cells[0]] = cells[1]
+    return rows
+
+
+def test_format_rate_is_one_thing_in_grade(tmp_path):
+    """`rlvr grade` counted "an answer was extracted" as formatted for a reward without a format part
+    (0.6667 below) where `rlvr eval` and the demo table print n/a."""
+    f = tmp_path / "g.jsonl"
+    f.write_text('{"response": "Answer: 4", "reference": "4"}\n{"response": "Answer: 5", "reference": "4"}\n'
+                 '{"response": "no idea", "reference": "4"}\n'
+                 '{"response": "</think> <answer>4</answer>", "reference": "4"}\n')
+    res = _rlvr("grade", str(f), "--reward", "arithmetic")
+    assert res.returncode == 0, res.stderr
+    rows = _grade_rows(res)
+    assert rows["format rate"].startswith("n/a"), rows
+    assert rows["status unparsable"] == "1"  # the "answer found" count is still there, under its own name
+    res = _rlvr("grade", str(f), "--reward", "r1_zero")  # a reward with a format part: 1 of 4 follows it
+    assert res.returncode == 0, res.stderr
+    assert _grade_rows(res)["format rate"] == "0.2500"
+
+
+def test_format_rate_is_one_thing_in_training(tmp_path):
+    """The training metric (and so the plot) logged format_rate 1.0 for the arithmetic reward, which has no
+    format part, while the held-out eval of the same run printed "format rate n/a"."""
+    run = tmp_path / "run"
+    res = _rlvr("train", *TINY, "run.steps=2", "run.eval_every=0", f"run.out_dir={run}")
+    assert res.returncode == 0, res.stderr
+    assert "Traceback" not in res.stderr
+    steps = [r for r in _rows(run) if "reward/mean" in r]
+    assert steps and not any("format_rate" in r for r in steps), steps[0]
+    assert "format rate n/a" in res.stdout + res.stderr
+    res = _rlvr("train", *TINY, "data.reward=r1_zero", "run.steps=1", "run.eval_every=0",
+                f"run.out_dir={tmp_path / 'r1'}")
+    assert res.returncode == 0, res.stderr
+    steps = [r for r in _rows(tmp_path / "r1") if "reward/mean" in r]
+    assert steps[0]["format_rate"] == steps[0]["reward/format"]  # r1_zero's format part is 0 or 1
