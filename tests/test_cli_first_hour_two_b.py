@@ -59,3 +59,57 @@ def test_format_rate_is_one_thing_in_training(tmp_path):
     assert res.returncode == 0, res.stderr
     steps = [r for r in _rows(tmp_path / "r1") if "reward/mean" in r]
     assert steps[0]["format_rate"] == steps[0]["reward/format"]  # r1_zero's format part is 0 or 1
+
+
+# --- item 11: studies write to runs/ unless published ----------------------------------------------------
+
+
+def _study_tree(tmp_path: Path) -> Path:
+    """A copy of benchmarks/studies with a 'published' results file: the scripts find the repository root
+    from their own path, so a copy writes under tmp_path and the published file can be watched."""
+    import shutil
+
+    repo = Path(__file__).resolve().parent.parent
+    shutil.copytree(repo / "benchmarks" / "studies", tmp_path / "benchmarks" / "studies",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    published = tmp_path / "benchmarks" / "results" / "studies"
+    published.mkdir(parents=True)
+    (published / "std_normalization.json").write_text('{"learning": "the committed, complete result"}')
+    return tmp_path
+
+
+def _study(tree: Path, name: str, *args: str):
+    import subprocess
+    import sys
+
+    from test_cli_first_hour_two import _env
+
+    return subprocess.run([sys.executable, str(tree / "benchmarks" / "studies" / f"{name}.py"), *args],
+                          capture_output=True, text=True, env=_env(), timeout=120)
+
+
+def test_a_study_writes_to_runs_unless_published(tmp_path):
+    """Running a study overwrote the committed benchmarks/results/studies, and --no-learning replaced the
+    published std_normalization.json (with its 3-seed learning result) by a partial one."""
+    tree = _study_tree(tmp_path)
+    published = tree / "benchmarks" / "results" / "studies"
+    before = (published / "std_normalization.json").read_text()
+    res = _study(tree, "std_normalization", "--no-learning")
+    assert res.returncode == 0, res.stderr
+    assert (published / "std_normalization.json").read_text() == before
+    local = json.loads((tree / "runs" / "studies" / "results" / "std_normalization.json").read_text())
+    assert "learning" not in local and local["weights"]  # the partial result, where it belongs
+    assert f"wrote {tree / 'runs' / 'studies' / 'results' / 'std_normalization.json'}" in res.stdout
+
+    res = _study(tree, "std_normalization", "--no-learning", "--publish")  # a partial result is never published
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip().splitlines() == [
+        "error: --no-learning makes a partial result, which is never published over benchmarks/results/studies/ "
+        "(drop --publish; it writes to runs/)"]
+    assert (published / "std_normalization.json").read_text() == before
+
+    res = _study(tree, "one_minus_1_over_g", "--groups", "2000", "--sizes", "2", "--publish")  # explicit: published
+    assert res.returncode == 0, res.stderr
+    assert json.loads((published / "one_minus_1_over_g.json").read_text())["command"].endswith("--publish")
+    assert (published / "one_minus_1_over_g.png").is_file()
+    assert not (tree / "runs" / "studies" / "results" / "one_minus_1_over_g.json").exists()
