@@ -113,3 +113,62 @@ def test_a_study_writes_to_runs_unless_published(tmp_path):
     assert json.loads((published / "one_minus_1_over_g.json").read_text())["command"].endswith("--publish")
     assert (published / "one_minus_1_over_g.png").is_file()
     assert not (tree / "runs" / "studies" / "results" / "one_minus_1_over_g.json").exists()
+
+
+# --- item 14: plots without constant panels, duplicates or a dump -----------------------------------------
+
+
+def _plot_listing(stdout: str) -> dict[str, list[str]]:
+    """`rlvr plot` output: {figure file name: [its panel / footnote lines]}."""
+    figs: dict[str, list[str]] = {}
+    for line in stdout.splitlines():
+        if line.endswith(".png") and not line.startswith(" "):
+            cur = figs.setdefault(Path(line).name, [])
+        elif line.startswith("  "):
+            cur.append(line.strip())
+    return figs
+
+
+def test_plots_of_a_real_run_have_no_constant_panel_duplicate_or_dump(tmp_path):
+    """other.png held a policy version rising with the step, staleness 0 and three RSS panels; flat series
+    (clip fraction 0, ratio 1, verifier failures 0, a constant lr) were drawn as panels."""
+    run = tmp_path / "run"
+    res = _rlvr("train", *TINY, "run.steps=3", "run.eval_every=0", "optim.schedule=constant", "optim.warmup_steps=0",
+                f"run.out_dir={run}")
+    assert res.returncode == 0, res.stderr
+    assert not (run / "plots" / "other.png").exists()  # every key the trainer logs has its figure
+    res = _rlvr("plot", str(run))
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    figs = _plot_listing(res.stdout)
+    assert "other.png" not in figs and {"reward.png", "optimization.png", "system.png"} <= set(figs)
+    panels = {ln.split(":")[0]: ln.split(": ", 1)[1] for lines in figs.values() for ln in lines
+              if not ln.startswith("constant")}
+    constants = " ".join(ln for lines in figs.values() for ln in lines if ln.startswith("constant"))
+    for flat in ("clip_frac/low = 0", "ratio/mean = 1", "verifier/errors = 0", "lr = 0.0001", "rollout/staleness = 0"):
+        assert flat in constants, (flat, constants)
+    for gone in ("Clip fraction", "Importance ratio", "Learning rate", "Verifier failures", "Rollout staleness"):
+        assert gone not in panels, (gone, panels)
+    # one memory panel; equal series drawn once, the legend naming both
+    assert panels["Memory"].count("mem/rss") == 3 and "=" in panels["Memory"]
+    assert panels["Reward"].startswith("reward/mean = reward/answer")  # a one-part reward: mean = its part
+    # nothing the trainer logged was lost: each numeric key is drawn, named as a twin or as a constant
+    logged = {k for r in _rows(run) for k, v in r.items() if isinstance(v, int | float) and k not in ("step", "time")}
+    shown = " ".join(panels.values()) + " " + constants
+    missing = [k for k in logged if k not in shown.replace(",", " ").split() and k != "rollout/policy_version"]
+    assert not missing, missing
+
+
+def test_sft_reward_plot_has_no_twin_panels(tmp_path):
+    """SFT's reward.png drew eval/reward and eval/accuracy, equal for a 0/1 reward, as two identical panels."""
+    from rlvr.runs import RunDir
+
+    with RunDir.create(tmp_path / "sft", tensorboard=False) as run:
+        for step, acc in ((25, 0.05), (50, 0.125), (75, 0.28)):  # as the demo's SFT logs its periodic check
+            run.log_metrics(step, {"loss": 1.0 / step, "lr": 3e-3, "eval/accuracy": acc, "eval/reward": acc,
+                                   "eval/format_rate": None, "eval/len/mean": 3.0}, time_s=step / 10)
+    res = _rlvr("plot", str(tmp_path / "sft"))
+    assert res.returncode == 0, res.stderr
+    figs = _plot_listing(res.stdout)
+    assert figs["reward.png"] == ["Reward: eval/reward = eval/accuracy"], figs["reward.png"]
+    assert figs["optimization.png"] == ["Loss: loss", "constant, not drawn: lr = 0.003"]
+    assert "length.png" not in figs  # its one series is flat: no figure of empty panels
