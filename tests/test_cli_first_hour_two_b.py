@@ -172,3 +172,87 @@ def test_sft_reward_plot_has_no_twin_panels(tmp_path):
     assert figs["reward.png"] == ["Reward: eval/reward = eval/accuracy"], figs["reward.png"]
     assert figs["optimization.png"] == ["Loss: loss", "constant, not drawn: lr = 0.003"]
     assert "length.png" not in figs  # its one series is flat: no figure of empty panels
+
+
+# --- item 15: your own columns and a Hugging Face dataset from the config -----------------------------------
+
+MODEL = [x for x in TINY if x.startswith("model.")] + ["sampling.max_tokens=4", "sampling.n_prompts=2",
+                                                       "sampling.group_size=2"]
+ROWS = [("What is 2+3?", "5"), ("What is 4+4?", "8"), ("What is 1+6?", "7"), ("What is 3+3?", "6")]
+
+
+def _jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_trl_style_prompt_answer_file_with_column_mapping(tmp_path):
+    """A TRL-style {"prompt", "answer"} file was refused ("missing key") with no way to map its columns."""
+    f = _jsonl(tmp_path / "trl.jsonl", [{"prompt": q, "answer": a} for q, a in ROWS])
+    run = tmp_path / "run"
+    base = ["train", *MODEL, "data.task=math", f"data.train_path={f}", f"data.eval_path={f}", "run.steps=1",
+            "run.log_samples_every=1", f"run.out_dir={run}"]
+    res = _rlvr(*base)  # unmapped: one line naming the file, the line and the keys to set
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    err = [x for x in res.stderr.splitlines() if x.startswith("error:")]
+    assert len(err) == 1 and f"{f}:1" in err[0] and "data.question_key" in err[0], res.stderr
+    res = _rlvr(*base, "data.question_key=prompt")
+    assert res.returncode == 0, res.stderr
+    samples = [json.loads(x) for x in (run / "samples.jsonl").read_text().splitlines()]
+    assert any("What is" in s["prompt"] for s in samples) and {s["reference"] for s in samples} <= {a for _, a in ROWS}
+    # a mapped column that a row lacks: file and line named
+    bad = _jsonl(tmp_path / "bad.jsonl", [{"prompt": "What is 1+1?", "answer": "2"}, {"question": "x", "answer": "1"}])
+    res = _rlvr("train", *MODEL, "data.task=math", f"data.train_path={bad}", f"data.eval_path={f}",
+                "data.question_key=prompt", "run.steps=1", f"run.out_dir={tmp_path / 'bad'}")
+    assert res.returncode == 2 and f'{bad}:2: missing key "prompt"' in res.stderr, res.stderr
+
+
+def test_hf_dataset_from_the_config_with_column_mapping(tmp_path):
+    """data.hf_dataset / hf_split / hf_eval_split from the config (load_hf existed only in Python), on a
+    dataset on disk: a folder of data files and the same written by save_to_disk."""
+    import pytest
+
+    datasets = pytest.importorskip("datasets")
+    folder = tmp_path / "files"
+    folder.mkdir()
+    _jsonl(folder / "train.jsonl", [{"query": q, "final": a} for q, a in ROWS])
+    _jsonl(folder / "test.jsonl", [{"query": "What is 2*3?", "final": "6"}, {"query": "What is 2*4?", "final": "8"}])
+    saved = tmp_path / "saved"
+    datasets.load_dataset(str(folder), cache_dir=str(tmp_path / "cache")).save_to_disk(str(saved))
+    keys = ["data.task=math", "data.question_key=query", "data.answer_key=final", "run.steps=1",
+            "run.log_samples_every=1", "run.num_log_samples=8"]
+    for i, source in enumerate((folder, saved)):
+        run = tmp_path / f"run{i}"
+        res = _rlvr("train", *MODEL, *keys, f"data.hf_dataset={source}", f"run.out_dir={run}",
+                    HF_DATASETS_CACHE=str(tmp_path / "cache"))
+        assert res.returncode == 0, res.stderr
+        samples = [json.loads(x) for x in (run / "samples.jsonl").read_text().splitlines()]
+        assert samples and {s["reference"] for s in samples} <= {a for _, a in ROWS}  # the train split, mapped
+        assert any(s["prompt"].count("What is") for s in samples)
+    # the held-out split of the same dataset (SFT logs its evaluation samples)
+    sft = tmp_path / "sft"
+    res = _rlvr("sft", *[x for x in MODEL if not x.startswith(("sampling.n_", "sampling.g"))], *keys,
+                "data.template=question_only", f"data.hf_dataset={saved}", "data.hf_eval_split=test",
+                f"run.out_dir={sft}", HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    assert res.returncode == 0, res.stderr
+    evals = [json.loads(x) for x in (sft / "samples.jsonl").read_text().splitlines()]
+    assert sorted((s["source"], s["reference"], s["prompt"]) for s in evals) == [
+        ("eval", "6", "What is 2*3?"), ("eval", "8", "What is 2*4?")]
+    res = _rlvr("train", *MODEL, "data.task=math", f"data.hf_dataset={saved}", "data.hf_split=validation",
+                "data.question_key=query", "data.answer_key=final", "run.steps=1", f"run.out_dir={tmp_path / 'x'}")
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert "has no split 'validation'; it has: train, test" in res.stderr or "it has: test, train" in res.stderr
+
+
+def test_hf_dataset_without_the_datasets_package_is_one_line(tmp_path):
+    fake = tmp_path / "site" / "datasets"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('No module named datasets')\n")
+    import os
+
+    path = os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")])
+    res = _rlvr("train", *MODEL, "data.task=gsm8k", "data.hf_dataset=openai/gsm8k", "data.hf_config=main",
+                "run.steps=1", f"run.out_dir={tmp_path / 'r'}", PYTHONPATH=path)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert "data.hf_dataset='openai/gsm8k' needs the `datasets` package: pip install datasets" in res.stderr
+    assert not (tmp_path / "r").exists()
