@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from test_cli_first_hour_two import TINY, _rlvr
 
 
@@ -210,8 +211,6 @@ def test_trl_style_prompt_answer_file_with_column_mapping(tmp_path):
 def test_hf_dataset_from_the_config_with_column_mapping(tmp_path):
     """data.hf_dataset / hf_split / hf_eval_split from the config (load_hf existed only in Python), on a
     dataset on disk: a folder of data files and the same written by save_to_disk."""
-    import pytest
-
     datasets = pytest.importorskip("datasets")
     folder = tmp_path / "files"
     folder.mkdir()
@@ -256,3 +255,50 @@ def test_hf_dataset_without_the_datasets_package_is_one_line(tmp_path):
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     assert "data.hf_dataset='openai/gsm8k' needs the `datasets` package: pip install datasets" in res.stderr
     assert not (tmp_path / "r").exists()
+
+
+EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.yaml"))
+
+
+def _smoke_args(example: Path) -> list[str]:
+    """The documented CPU smoke line of a GPU example (its header's "# CPU smoke" block), as argv after `rlvr`."""
+    lines = example.read_text().splitlines()
+    start = next((i for i, x in enumerate(lines) if x.startswith("# CPU smoke")), None)
+    assert start is not None, f"{example.name}: no '# CPU smoke' line in its header"
+    cmd = []
+    for x in lines[start + 1:]:
+        if not x.startswith("#   "):
+            if cmd:
+                break
+            continue
+        cmd.append(x[1:].strip().rstrip("\\").strip())
+    argv = " ".join(cmd).split()
+    assert argv[:3] == ["rlvr", "train", f"examples/{example.name}"], argv
+    return argv[1:]
+
+
+def test_every_gpu_example_documents_a_cpu_smoke_line_that_validates(monkeypatch):
+    """Each GPU example's CPU smoke line was found only by two refusals; now its header carries one, and the
+    config it makes passes the real loader's checks on this CPU machine (the run itself: the slow test below)."""
+    from rlvr.config import load_config
+    from rlvr.train.config import TrainConfig
+    from rlvr.train.pg import validate_train_config
+
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)  # the lines' paths are relative to the repository
+    assert len(EXAMPLES) == 6
+    readme = (EXAMPLES[0].parent / "README.md").read_text()
+    for ex in EXAMPLES:
+        args = _smoke_args(ex)
+        cfg = load_config(TrainConfig, args[1], args[2:])
+        validate_train_config(cfg)
+        assert cfg.model.device == "cpu" and cfg.rollout.backend == "hf" and cfg.run.steps == 1
+        assert f"examples/{ex.name}" in readme.split("## CPU smoke", 1)[-1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_gpu_example_cpu_smoke_line_runs(example, tmp_path, monkeypatch):
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    res = _rlvr(*_smoke_args(example), f"run.out_dir={tmp_path / 'run'}")
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    assert len(_rows(tmp_path / "run")) >= 1
