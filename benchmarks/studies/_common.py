@@ -22,18 +22,22 @@ RUNS = ROOT / "runs" / "studies"
 LOCAL = RUNS / "results"  # where a study writes by default
 
 
+def _rel(path: Path) -> str:
+    return os.path.relpath(path, ROOT)
+
+
 def parse_args(ap, argv=None, partial=None):
     """ap.parse_args(argv) with the output options every study has: --publish (write the committed
     results, RESULTS) and --out DIR (default LOCAL, under the git-ignored runs/). partial(args): the
     flag that makes this run partial (None: a full run); a partial run is refused with --publish, so a
     published file is never replaced by a partial one. Sets args.results to the output directory."""
     ap.add_argument("--publish", action="store_true",
-                    help=f"write the committed results, {RESULTS.relative_to(ROOT)}/ (default: {LOCAL.relative_to(ROOT)}/)")
-    ap.add_argument("--out", type=Path, default=None, help=f"output directory (default {LOCAL.relative_to(ROOT)}/)")
+                    help=f"write the committed results, {_rel(RESULTS)}/ (default: {_rel(LOCAL)}/)")
+    ap.add_argument("--out", type=Path, default=None, help=f"output directory (default {_rel(LOCAL)}/)")
     a = ap.parse_args(argv)
     flag = partial(a) if partial is not None else None
     problem = ("--publish and --out are two destinations: give one" if a.publish and a.out is not None else
-               f"{flag} makes a partial result, which is never published over {RESULTS.relative_to(ROOT)}/ "
+               f"{flag} makes a partial result, which is never published over {_rel(RESULTS)}/ "
                "(drop --publish; it writes to runs/)" if a.publish and flag else None)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
