@@ -205,6 +205,17 @@ def _cli(*args: str, kill_at: int = 0) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
+def test_a_ray_run_prints_no_core_worker_error_line(tmp_path):
+    """Issue 25 item 16: every Ray run printed Ray's E-level `core_worker.cc: Actor ... has constructor
+    arguments in the object store and max_restarts > 0` line (the policy was the generator actors'
+    constructor argument; it is now given by a build call after creation)."""
+    addr = ray.get_runtime_context().gcs_address
+    res = _cli("train", *TINY, *RAY, f"distributed.ray_address={addr}", "run.steps=1", f"run.out_dir={tmp_path / 'r'}")
+    assert res.returncode == 0, res.stderr[-3000:]
+    noise = [x for x in res.stderr.splitlines() if "core_worker" in x or "constructor arguments" in x]
+    assert not noise, noise
+
+
 def test_resume_after_killing_the_driver_matches_uninterrupted(local_run, tmp_path):
     local, local_rows = local_run
     addr = ray.get_runtime_context().gcs_address

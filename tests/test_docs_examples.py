@@ -43,6 +43,8 @@ PAGES = sorted({*ROOT.glob("docs/*.md"), *ROOT.glob("examples/**/*.md"), ROOT / 
 SKIP_RULES: list[tuple[str, str]] = [
     (r"model\.device=cuda|rollout\.backend=vllm", "needs a CUDA GPU or vllm (the CPU engine: tests marked vllm)"),
     (r"model\.name=(?!tiny\b)[\w.-]+/[\w.-]+", "loads a hub model (tests never download)"),
+    (r"data\.hf_dataset=(?![./])[\w.-]+/[\w.-]+", "loads a hub dataset (tests never download; the local path is "
+     "tested in tests/test_cli_first_hour_two_b.py)"),
 ]
 
 TINY_MODEL = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64"]

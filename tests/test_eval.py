@@ -141,7 +141,7 @@ def test_graded_answer_prefers_the_reward_then_final_answer():
 def test_format_predicate_length_stats_status_counts():
     assert is_formatted({"format": 1.0, "answer": 0.0}, Status.UNPARSABLE)  # the part decides
     assert not is_formatted({"format": 0.0}, Status.CORRECT)
-    assert is_formatted({}, "incorrect") and not is_formatted({}, "unparsable")
+    assert not is_formatted({}, "incorrect") and not is_formatted({}, "unparsable")  # no format part
     stats = length_stats([1, 2, 3, 10], [True, False, True, False])
     # mean 16/4 = 4; median (2+3)/2 = 2.5; correct (1+3)/2 = 2; incorrect (2+10)/2 = 6
     assert stats == {"len/mean": 4.0, "len/median": 2.5, "len/max": 10.0, "len/correct": 2.0, "len/incorrect": 6.0}

@@ -353,7 +353,7 @@ def _fake_metrics(run: RunDir, n: int = 30) -> None:
                 "reward/mean": acc + 0.1, "reward/format": 1.0, "accuracy": acc, "format_rate": 0.9,
                 "loss": 1 / s, "grad_norm": 2.0, "entropy": 1.5 - acc, "kl": 0.01 * s,
                 "clip_frac/low": 0.01, "clip_frac/high": 0.02, "len/mean": 10 + s % 3,
-                "len/correct": 9.0, "len/incorrect": 12.0, "tokens_per_s": 1000.0,
+                "len/correct": 9.0, "len/incorrect": 12.0, "tokens_per_s": 1000.0 + s,
                 "time/generate": 0.5, "verifier/timeouts": 0, "custom_thing": math.sin(s),
             },
             time_s=2.0 * s,
@@ -390,7 +390,8 @@ def test_plot_run_only_what_exists_and_cli(tmp_path):
     assert result.exit_code == 0, result.output
     written = sorted(p.name for p in (tmp_path / "r" / "plots").iterdir())
     assert written == ["optimization.png"]
-    assert result.output.strip().endswith("optimization.png")
+    # each figure's path, then what it draws
+    assert result.output.splitlines() == [str(tmp_path / "r" / "plots" / "optimization.png"), "  Loss: loss"]
     missing = CliRunner().invoke(app, [*cmd, str(tmp_path / "nope")])
     assert missing.exit_code == 2
     assert "metrics.jsonl does not exist" in missing.output

@@ -56,7 +56,7 @@ def test_cgroup_or_fallback_warning_once_and_limits_hold(caplog):
     # each box gets its own cgroup; otherwise the sandbox falls back to per-process rlimits and
     # says so ONCE (a logged warning). Either way the limits below hold.
     sandbox.cgroup_support.cache_clear()
-    caplog.set_level(logging.WARNING, logger=LOGGER)
+    caplog.set_level(logging.INFO, logger=LOGGER)
     support = sandbox.cgroup_support()
     mem_task = task_from_meta({"tests": {"io": [{"stdin": "", "stdout": "3\n"}]}, "memory_limit_mb": 64})
     bomb = run_tests("x = bytearray(256 * 1024 * 1024)\nx[::4096] = b'1' * len(x[::4096])\nprint(3)\n", mem_task)
@@ -64,13 +64,17 @@ def test_cgroup_or_fallback_warning_once_and_limits_hold(caplog):
                      "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(30)\n        os._exit(0)\n"
                      "    n += 1\nprint(3 if n > 8 else -1)\n", IO1, audit=False)
     sandbox.cgroup_support()
-    warnings = [r for r in caplog.records if r.name == LOGGER and "cgroup" in r.getMessage()]
+    records = [r for r in caplog.records if r.name == LOGGER and "cgroup" in r.getMessage()]
+    warnings = [r for r in records if r.levelno >= logging.WARNING]
     if support.available:
         assert "cgroup" in bomb.isolation and not warnings, (bomb.isolation, warnings)
     else:
         assert support.reason
         assert len(warnings) == 1, [r.getMessage() for r in warnings]
-        assert "rlimit" in warnings[0].getMessage() and support.reason in warnings[0].getMessage()
+        # one short line on every run that scores code (it was a 400-character paragraph); the reason at INFO
+        line = warnings[0].getMessage()
+        assert "rlimit" in line and sandbox.CGROUP_ENV in line and "\n" not in line and len(line) <= 120, line
+        assert [r.getMessage() for r in records if r.levelno == logging.INFO and support.reason in r.getMessage()]
         assert "cgroup" not in bomb.isolation
     assert bomb.tests[0].status in (TestStatus.ERROR, TestStatus.KILLED), bomb.tests
     assert many.tests[0].status is TestStatus.FAILED, many.tests  # forked at most 8 children

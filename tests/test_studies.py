@@ -134,16 +134,13 @@ def test_fused_targets_are_full_reasoning_or_a_prefix_then_the_forced_answer():
         assert 0 < len(prefix) < len(reasoning) and reasoning.startswith(prefix)
 
 
-def test_the_commands_write_their_results_files(tmp_path, monkeypatch):
+def test_the_commands_write_their_results_files(tmp_path):
     """`python benchmarks/studies/NAME.py ...` end to end for the two studies that need no training:
-    results json (with the command and the measured numbers) and plot, here into tmp_path."""
+    results json (with the command and the measured numbers) and plot, here into tmp_path (--out)."""
     import json
 
-    import _common
-
-    monkeypatch.setattr(_common, "RESULTS", tmp_path)
-    factor_study.main(["--groups", "4000", "--sizes", "2,4"])
-    std_study.main(["--no-learning", "--group-size", "4"])
+    factor_study.main(["--groups", "4000", "--sizes", "2,4", "--out", str(tmp_path)])
+    std_study.main(["--no-learning", "--group-size", "4", "--out", str(tmp_path)])
     f = json.loads((tmp_path / "one_minus_1_over_g.json").read_text())
     assert [r["G"] for r in f["rows"]] == [2, 2, 2, 4, 4, 4] and f["groups"] == 4000
     gm = [r for r in f["rows"] if r["estimator"] == "group_mean"]
@@ -157,15 +154,14 @@ def test_the_commands_write_their_results_files(tmp_path, monkeypatch):
     assert (tmp_path / "std_normalization.png").stat().st_size > 0
 
 
-def test_add_merges_seeds_only_with_the_same_settings(tmp_path, monkeypatch):
+def test_add_merges_seeds_only_with_the_same_settings(tmp_path):
     import json
 
     import _common
 
-    monkeypatch.setattr(_common, "RESULTS", tmp_path)
     (tmp_path / "x.json").write_text(json.dumps({"command": "first", "steps": 40, "runs": {"0": {"a": 1}}}))
     header: dict = {}
-    res = _common.merge_previous("x", {"steps": 40, "runs": {"1": {"a": 2}}}, header, ("steps",))
+    res = _common.merge_previous("x", {"steps": 40, "runs": {"1": {"a": 2}}}, header, ("steps",), results=tmp_path)
     assert res["runs"] == {"0": {"a": 1}, "1": {"a": 2}} and header["earlier_commands"] == ["first"]
     with pytest.raises(SystemExit, match="steps"):
-        _common.merge_previous("x", {"steps": 20, "runs": {"1": {}}}, {}, ("steps",))
+        _common.merge_previous("x", {"steps": 20, "runs": {"1": {}}}, {}, ("steps",), results=tmp_path)

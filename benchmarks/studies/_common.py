@@ -1,8 +1,10 @@
 """Shared parts of the studies (benchmarks/studies/NAME.py): results files, the run header, SFT warm
 starts cached per task and seed, RL runs from such a checkpoint, and reading a run's metrics.
 
-Each study writes benchmarks/results/studies/NAME.json (every measured number, the command, the
-machine and its load average) and NAME.png; docs/studies/NAME.md quotes them.
+Each study writes NAME.json (every measured number, the command, the machine and its load average) and
+NAME.png to runs/studies/results/ (not committed; --out DIR elsewhere). Only --publish writes the committed
+results under benchmarks/results/studies/ that docs/studies/NAME.md quotes, and a partial run (e.g.
+std_normalization --no-learning) is never published.
 """
 
 from __future__ import annotations
@@ -15,8 +17,33 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-RESULTS = ROOT / "benchmarks" / "results" / "studies"
+RESULTS = ROOT / "benchmarks" / "results" / "studies"  # the published results (--publish)
 RUNS = ROOT / "runs" / "studies"
+LOCAL = RUNS / "results"  # where a study writes by default
+
+
+def _rel(path: Path) -> str:
+    return os.path.relpath(path, ROOT)
+
+
+def parse_args(ap, argv=None, partial=None):
+    """ap.parse_args(argv) with the output options every study has: --publish (write the committed
+    results, RESULTS) and --out DIR (default LOCAL, under the git-ignored runs/). partial(args): the
+    flag that makes this run partial (None: a full run); a partial run is refused with --publish, so a
+    published file is never replaced by a partial one. Sets args.results to the output directory."""
+    ap.add_argument("--publish", action="store_true",
+                    help=f"write the committed results, {_rel(RESULTS)}/ (default: {_rel(LOCAL)}/)")
+    ap.add_argument("--out", type=Path, default=None, help=f"output directory (default {_rel(LOCAL)}/)")
+    a = ap.parse_args(argv)
+    flag = partial(a) if partial is not None else None
+    problem = ("--publish and --out are two destinations: give one" if a.publish and a.out is not None else
+               f"{flag} makes a partial result, which is never published over {_rel(RESULTS)}/ "
+               "(drop --publish; it writes to runs/)" if a.publish and flag else None)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        raise SystemExit(2)
+    a.results = RESULTS if a.publish else (a.out if a.out is not None else LOCAL)
+    return a
 
 # The tiny model of the demo (rlvr.train.demo): ~0.35M parameters, character tokenizer.
 TINY_MODEL = ["model.hidden_size=128", "model.num_layers=2", "model.num_heads=4", "model.intermediate_size=256",
@@ -36,20 +63,21 @@ def setup(threads: int = 1) -> dict:
             "load_average_start": [round(x, 2) for x in os.getloadavg()], "t0": time.perf_counter()}
 
 
-def finish(name: str, header: dict, result: dict, plot=None) -> Path:
-    """Write RESULTS/name.json (header + result + wall time + load average at the end) and, with
-    plot(path), RESULTS/name.png. Returns the json path."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
+def finish(name: str, header: dict, result: dict, plot=None, *, results: Path = LOCAL) -> Path:
+    """Write results/name.json (header + result + wall time + load average at the end) and, with
+    plot(path), results/name.png; `results` is parse_args's args.results. Returns the json path."""
+    results = Path(results)
+    results.mkdir(parents=True, exist_ok=True)
     h = dict(header)
     h["wall_s"] = round(time.perf_counter() - h.pop("t0"), 1)
     h["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    out = RESULTS / f"{name}.json"
+    out = results / f"{name}.json"
     out.write_text(json.dumps({**h, **result}, indent=1))
     if plot is not None:
         import matplotlib
 
         matplotlib.use("Agg")
-        plot(RESULTS / f"{name}.png")
+        plot(results / f"{name}.png")
     print(f"wrote {out}" + (f" and {name}.png" if plot is not None else "") + f" ({h['wall_s']} s)", flush=True)
     return out
 
@@ -161,10 +189,12 @@ def held_out_accuracy(model_dir: Path, task, max_tokens: int, num_eval: int = 20
     return _HELD_OUT[key]
 
 
-def merge_previous(name: str, res: dict, header: dict, same: tuple[str, ...], key: str = "runs") -> dict:
-    """--add: keep the per-seed results already in RESULTS/name.json next to the new ones (res[key] maps
-    seed -> results); the stored run must have used the same settings (the res entries named in `same`)."""
-    path = RESULTS / f"{name}.json"
+def merge_previous(name: str, res: dict, header: dict, same: tuple[str, ...], key: str = "runs", *,
+                   results: Path = LOCAL) -> dict:
+    """--add: keep the per-seed results already in results/name.json (the directory the run writes to)
+    next to the new ones (res[key] maps seed -> results); the stored run must have used the same settings
+    (the res entries named in `same`)."""
+    path = Path(results) / f"{name}.json"
     if not path.exists():
         return res
     old = json.loads(path.read_text())

@@ -156,17 +156,18 @@ def main(argv=None) -> None:
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--add", action="store_true",
-                    help="keep the seeds already in results/studies/length_normalization.json (same settings)")
-    a = ap.parse_args(argv)
-    from _common import finish, merge_previous, setup
+                    help="keep the seeds already in the output directory's length_normalization.json (same settings)")
+    from _common import finish, merge_previous, parse_args, setup
+
+    a = parse_args(ap, argv)
 
     header = setup()
     res = run(a.steps, [int(s) for s in a.seeds.split(",")], a.max_tokens)
     if a.add:
-        res = merge_previous("length_normalization", res, header, ("steps", "max_tokens"))
+        res = merge_previous("length_normalization", res, header, ("steps", "max_tokens"), results=a.results)
     md = markdown(res)
     print(md)
-    finish("length_normalization", header, {**res, "table": md}, lambda p: plot(res, p))
+    finish("length_normalization", header, {**res, "table": md}, lambda p: plot(res, p), results=a.results)
 
 
 if __name__ == "__main__":

@@ -120,17 +120,18 @@ def main(argv=None) -> None:
     ap.add_argument("--epochs", default="1,2,4")
     ap.add_argument("--lr", type=float, default=5e-4)
     ap.add_argument("--add", action="store_true",
-                    help="keep the seeds already in results/studies/off_policy.json (same steps, lr, epochs)")
-    a = ap.parse_args(argv)
-    from _common import finish, merge_previous, setup
+                    help="keep the seeds already in the output directory's off_policy.json (same steps, lr, epochs)")
+    from _common import finish, merge_previous, parse_args, setup
+
+    a = parse_args(ap, argv)
 
     header = setup()
     res = run(a.steps, [int(s) for s in a.seeds.split(",")], [int(e) for e in a.epochs.split(",")], a.lr)
     if a.add:
-        res = merge_previous("off_policy", res, header, ("steps", "lr", "epochs"))
+        res = merge_previous("off_policy", res, header, ("steps", "lr", "epochs"), results=a.results)
     md = markdown(res)
     print(md)
-    finish("off_policy", header, {**res, "table": md}, lambda p: plot(res, p))
+    finish("off_policy", header, {**res, "table": md}, lambda p: plot(res, p), results=a.results)
 
 
 if __name__ == "__main__":

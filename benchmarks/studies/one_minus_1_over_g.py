@@ -126,13 +126,14 @@ def main(argv=None) -> None:
     ap.add_argument("--groups", type=int, default=400_000)
     ap.add_argument("--sizes", default="2,3,4,8,16")
     ap.add_argument("--seed", type=int, default=0)
-    a = ap.parse_args(argv)
-    from _common import finish, setup
+    from _common import finish, parse_args, setup
+
+    a = parse_args(ap, argv)
 
     header = setup()
     res = run([int(x) for x in a.sizes.split(",")], a.groups, a.seed)
     print(markdown(res))
-    finish("one_minus_1_over_g", header, {**res, "table": markdown(res)}, lambda p: plot(res, p))
+    finish("one_minus_1_over_g", header, {**res, "table": markdown(res)}, lambda p: plot(res, p), results=a.results)
 
 
 if __name__ == "__main__":

@@ -191,8 +191,9 @@ def main(argv=None) -> None:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--no-learning", action="store_true", help="only the weights (seconds)")
-    a = ap.parse_args(argv)
-    from _common import finish, setup
+    from _common import finish, parse_args, setup
+
+    a = parse_args(ap, argv, partial=lambda a: "--no-learning" if a.no_learning else None)
 
     header = setup()
     g = a.group_size
@@ -204,7 +205,7 @@ def main(argv=None) -> None:
         res["learning"] = learning(a.steps, [int(s) for s in a.seeds.split(",")], g)
     md = markdown(res)
     print(md)
-    finish("std_normalization", header, {**res, "table": md}, lambda p: plot(res, p))
+    finish("std_normalization", header, {**res, "table": md}, lambda p: plot(res, p), results=a.results)
 
 
 if __name__ == "__main__":

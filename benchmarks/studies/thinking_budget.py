@@ -197,14 +197,15 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--budgets", default="0,2,4,6,8,10,12,14,16,18,20,24,28")
     ap.add_argument("--seed", type=int, default=0)
-    a = ap.parse_args(argv)
-    from _common import finish, setup
+    from _common import finish, parse_args, setup
+
+    a = parse_args(ap, argv)
 
     header = setup()
     res = run([int(b) for b in a.budgets.split(",")], a.seed)
     md = markdown(res)
     print(md)
-    finish("thinking_budget", header, {**res, "table": md}, lambda p: plot(res, p))
+    finish("thinking_budget", header, {**res, "table": md}, lambda p: plot(res, p), results=a.results)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ result; 2 for a usage error (unknown reward, missing file, --on-bad-line fail on
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -169,7 +170,8 @@ def grade(
     table.add_row("lines scored", str(counters.total))
     table.add_row("bad lines (skipped)", str(len(bad)))
     table.add_row("accuracy", f"{counters.accuracy:.4f}")
-    table.add_row("format rate", f"{counters.format_rate:.4f}")
+    fmt = counters.format_rate  # NaN: the reward has no format part (the definition rlvr eval uses)
+    table.add_row("format rate", "n/a (no format part)" if math.isnan(fmt) else f"{fmt:.4f}")
     for status, n in counters.by_status.items():
         table.add_row(f"status {status}", str(n))
     table.add_row("answers/s", f"{counters.per_second:,.0f}")

@@ -66,16 +66,30 @@ def sft_examples(
 
 
 def load_hf(
-    task: str, dataset: str, split: str = "train", *, config: str | None = None, **kwargs
+    task: str, dataset: str, split: str = "train", *, config: str | None = None,
+    columns: dict[str, str] | None = None, **kwargs
 ) -> list[Example]:
-    """Examples from a Hugging Face dataset (needs the `datasets` package and hub access, so it
-    is never used in tests). Rows are parsed by the task's parse_row like JSONL lines."""
+    """Examples from a Hugging Face dataset (needs the `datasets` package): a hub id (with `config`,
+    its subset, e.g. "main" for openai/gsm8k), a folder written by Dataset(Dict).save_to_disk, or a
+    folder of data files. Rows are parsed by the task's parse_row like JSONL lines; columns:
+    {"question": your column, "answer": your column} (Task.from_rows). The config keys
+    data.hf_dataset / hf_config / hf_split / hf_eval_split call this."""
     try:
         import datasets
     except ImportError as exc:
-        raise ImportError("load_hf needs the `datasets` package: pip install datasets") from exc
-    ds = datasets.load_dataset(dataset, config, split=split, **kwargs)
-    return get_task(task).from_rows((dict(r) for r in ds), source=f"{dataset}[{split}]")
+        raise ImportError("the `datasets` package is not installed: pip install datasets") from exc
+    path = Path(dataset)
+    if path.is_dir() and ((path / "dataset_dict.json").is_file() or (path / "state.json").is_file()):
+        ds = datasets.load_from_disk(str(path))  # save_to_disk's layout
+        if isinstance(ds, datasets.DatasetDict):
+            if split not in ds:
+                raise ValueError(f"{dataset} has no split {split!r}; it has: {', '.join(ds)}")
+            ds = ds[split]
+        elif split != "train":
+            raise ValueError(f"{dataset} is one saved Dataset without splits; it has no split {split!r}")
+    else:
+        ds = datasets.load_dataset(dataset, config, split=split, **kwargs)
+    return get_task(task).from_rows((dict(r) for r in ds), source=f"{dataset}[{split}]", columns=columns)
 
 
 __all__ = [

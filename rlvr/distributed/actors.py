@@ -14,26 +14,41 @@ import time
 
 class GeneratorWorker:
     """A generator on its own policy copy. policy: (model, tokenizer), the learner's module (pickled to
-    the actor, so a copy) or a Ray ObjectRef of that pair; the learner's current weights arrive through
-    load_weights (rlvr.distributed.weights)."""
+    the actor, so a copy), a Ray ObjectRef of that pair or a one-item list of one; the learner's current
+    weights arrive through load_weights (rlvr.distributed.weights).
 
-    def __init__(self, rcfg, policy, *, model_source=None, seed: int = 0, default_batch_size: int = 64,
+    As a Ray actor it is created without the policy and then given it with build([ref]) (RayPlacement):
+    a restartable actor whose constructor takes an object-store argument makes Ray's core worker print
+    an E-level "constructor arguments in the object store" line on every run, and a restart rebuilds
+    from the same reference anyway (RayGenerator.result)."""
+
+    def __init__(self, rcfg, policy=None, *, model_source=None, seed: int = 0, default_batch_size: int = 64,
                  num_threads: int = 0):
         import torch
 
+        if num_threads:
+            torch.set_num_threads(num_threads)
+        self._settings = dict(rcfg=rcfg, model_source=model_source, seed=seed, default_batch_size=default_batch_size)
+        self.gen = None
+        self.busy = 0.0
+        if policy is not None:
+            self.build(policy)
+
+    def build(self, policy) -> int:
+        """Build the generator on `policy` (see the class doc); returns its weight version."""
         from rlvr.rollout import build_generator
 
-        if not isinstance(policy, tuple):  # an ObjectRef nested in a call's args is not resolved by Ray
+        if isinstance(policy, list):  # [ObjectRef]: nested, so Ray passes the reference unresolved
+            policy = policy[0]
+        if not isinstance(policy, tuple):
             import ray
 
             policy = ray.get(policy)
         model, tokenizer = policy
-
-        if num_threads:
-            torch.set_num_threads(num_threads)
-        self.gen = build_generator(rcfg, model, tokenizer, model_source=model_source, seed=seed,
-                                   default_batch_size=default_batch_size)
-        self.busy = 0.0
+        st = self._settings
+        self.gen = build_generator(st["rcfg"], model, tokenizer, model_source=st["model_source"], seed=st["seed"],
+                                   default_batch_size=st["default_batch_size"])
+        return self.gen.weight_version
 
     def load_weights(self, state: dict, version: int) -> int:
         """Load a CPU state dict (names as model.named_parameters()) as `version`: the backend's own
@@ -58,7 +73,8 @@ class GeneratorWorker:
         self.gen.sleep()
 
     def weight_version(self) -> int:
-        return self.gen.weight_version
+        """The loaded version; -1 before build (a restarted actor answers before it is rebuilt)."""
+        return -1 if self.gen is None else self.gen.weight_version
 
     def busy_seconds(self) -> float:
         return self.busy

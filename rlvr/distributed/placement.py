@@ -149,12 +149,14 @@ class RayPlacement:
         cls = ray.remote(GeneratorWorker)
         n = self.cfg.num_generators
         per_actor = max(1, -(-default_batch_size // n))
-        # one copy of the policy in the object store for all actors; the reference is kept so a restarted
-        # actor can be rebuilt from it (Ray needs restartable actors' arguments to stay in scope)
+        # one copy of the policy in the object store for all actors, given to them by build([ref]) after
+        # creation (not as a constructor argument: see GeneratorWorker); the reference is kept so that a
+        # restarted actor is rebuilt from it (RayGenerator.result)
         init = ray.put((model, tokenizer))
         actors = [cls.options(**self._options(k, max_restarts=self.cfg.max_restarts)).remote(
-            rcfg, init, model_source=model_source, seed=seed, default_batch_size=per_actor,
+            rcfg, model_source=model_source, seed=seed, default_batch_size=per_actor,
             num_threads=self.num_threads) for k in range(n)]
+        ray.get([a.build.remote([init]) for a in actors])
         self._generator = RayGenerator(actors, max_restarts=self.cfg.max_restarts,
                                        wait_for_push=not (self.cfg.max_staleness or self.cfg.queue_size))
         self._generator.init_ref = init
@@ -237,6 +239,7 @@ class RayGenerator:
         self.push = ObjectStorePush(actors, wait=wait_for_push)
         self.max_restarts = max_restarts
         self.restarts = 0
+        self.init_ref = None  # the ObjectRef of the initial (model, tokenizer): RayPlacement.generator sets it
         self.delay_s = 0.0  # test hook: each actor sleeps this long before generating
 
     @property
@@ -281,7 +284,8 @@ class RayGenerator:
                         raise
                     actor = self.actors[k]
                     _wait_alive(actor)
-                    self.push.resend(actor)  # the restarted actor was built with the initial weights
+                    ray.get(actor.build.remote([self.init_ref]))  # a restart re-runs only the constructor
+                    self.push.resend(actor)  # the rebuilt actor holds the initial weights
                     ref = actor.generate.remote(*args)
             for ro in ros:
                 ro.group += lo

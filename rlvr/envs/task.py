@@ -19,7 +19,7 @@ from typing import Any
 from rlvr.envs.base import get_env
 from rlvr.envs.format import TurnFormat
 from rlvr.envs.rollout import Episode, episode_metrics, run_episodes
-from rlvr.rewards.types import Reward, Status
+from rlvr.rewards.types import Reward, Status, format_rate
 
 
 class EnvRunner:
@@ -66,8 +66,8 @@ class EnvRunner:
     def evaluate(self, generator, examples: Sequence[Any], spec, *, chunk_size: int = 0,
                  samples: int = 0) -> dict[str, Any]:
         """Held-out metrics of one episode per example: accuracy (solved share, flagged episodes
-        count as unsolved under integrity=zero), reward, format_rate (episodes that ended with a
-        final answer: Reward.formatted), len/mean and the env/* metrics."""
+        count as unsolved under integrity=zero), reward, format_rate (rlvr.rewards.types.format_rate:
+        NaN when the env's reward has no format part), len/mean and the env/* metrics."""
         eps: list[Episode] = []
         step = chunk_size or len(examples) or 1
         for s in range(0, len(examples), step):
@@ -76,7 +76,7 @@ class EnvRunner:
         out: dict[str, Any] = {
             "accuracy": sum(e.reward.status is Status.CORRECT for e in eps) / n,
             "reward": sum(e.reward.total for e in eps) / n,
-            "format_rate": sum(e.reward.formatted for e in eps) / n,
+            "format_rate": format_rate([e.reward.parts for e in eps]),
             "len/mean": sum(len(e.rollout.response_ids) for e in eps) / n,
         }
         out.update(episode_metrics(eps))

@@ -26,7 +26,7 @@ from rlvr.eval.metrics import (
     vote_key,
 )
 from rlvr.rewards.batch import score_batch
-from rlvr.rewards.types import Reward, Status
+from rlvr.rewards.types import Reward, Status, format_rate
 
 BatchScorer = Callable[[Sequence[str], Sequence[Any]], Sequence[Reward]]
 
@@ -146,15 +146,13 @@ def summarize(
                 pass_k[k] = mean_pass_at_k(per_example, k)
                 if k > 1:  # maj@1 is accuracy again
                     maj_k[k] = mean_maj_at_k(per_example_votes, k)
-    # A reward without a format part says nothing about format: NaN ("n/a" in tables).
-    has_format = any("format" in s.parts for s in samples)
     return EvalResult(
         samples=samples,
         n=n,
         temperature=temperature,
         num_examples=num_examples,
         accuracy=sum(correct) / total if total else math.nan,
-        format_rate=sum(s.formatted for s in samples) / total if total and has_format else math.nan,
+        format_rate=format_rate([s.parts for s in samples]),  # NaN ("n/a") without a format part
         mean_reward=sum(s.reward for s in samples) / total if total else math.nan,
         truncated_rate=sum(s.finish_reason == "length" for s in samples) / total if total else math.nan,
         lengths=length_stats([s.num_tokens for s in samples], correct),

@@ -21,10 +21,13 @@ Definitions (docs/runs.md repeats them):
   variance (pass@k's all-subsets average has no closed form for a vote). maj@1 = accuracy.
   Merging the correct answers but comparing wrong ones as text tilts slightly towards the
   correct answer when the model writes one wrong value in several forms ("12" vs "12.0").
-- format rate: fraction of samples whose reward has a "format" part > 0 (Reward.formatted).
-  When no sample's reward reports a "format" part (the reward has none), the format rate is NaN
-  and tables show "n/a": a reward without a format term says nothing about format, and counting
-  extractable answers as "formatted" would print a number that means something else.
+- format rate: fraction of samples whose reward has a "format" part > 0 (Reward.formatted,
+  rlvr.rewards.types.format_rate: the one definition behind eval, the demo table, the training
+  metric, the plots and `rlvr grade`). When no sample's reward reports a "format" part (the
+  reward has none), the format rate is NaN and tables show "n/a" (the training metric is then
+  not logged): a reward without a format term says nothing about format, and counting
+  extractable answers as "formatted" would print a number that means something else (the
+  unparsable count says how many had no answer).
 - lengths are response lengths in tokens (len(response_ids), EOS/stop tokens included, prompt
   excluded); `truncated_rate` is the fraction that hit max_tokens (finish_reason == "length").
 """
@@ -35,7 +38,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rlvr.rewards.types import Reward, Status
+from rlvr.rewards.types import Status
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -131,10 +134,10 @@ def default_ks(n: int) -> list[int]:
     return ks
 
 
-def is_formatted(parts: Mapping[str, float], status: Status | str) -> bool:
-    """The format-rate predicate (see module doc): parts["format"] > 0 if present, else the
-    status is not unparsable."""
-    return Reward(0.0, parts, Status(status)).formatted
+def is_formatted(parts: Mapping[str, float], status: Status | str | None = None) -> bool:
+    """The format predicate (see module doc, Reward.formatted): parts["format"] > 0. `status` is
+    accepted for old callers and plays no part."""
+    return float(parts.get("format", 0.0)) > 0
 
 
 def _mean(xs: Sequence[float]) -> float:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import contextvars
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -42,7 +43,8 @@ class ScoreCounters:
 
     total: int = 0
     by_status: dict[str, int] = field(default_factory=lambda: {s.value: 0 for s in Status})
-    format_ok: int = 0  # rewards with Reward.formatted (format part > 0, else an answer was found)
+    format_ok: int = 0  # rewards with Reward.formatted (a "format" part > 0)
+    with_format: int = 0  # rewards that report a "format" part at all
     seconds: float = 0.0
 
     @property
@@ -59,7 +61,8 @@ class ScoreCounters:
 
     @property
     def format_rate(self) -> float:
-        return self.format_ok / self.total if self.total else 0.0
+        """rlvr.rewards.types.format_rate over the rewards added: NaN when none had a format part."""
+        return self.format_ok / self.total if self.with_format else math.nan
 
     @property
     def per_second(self) -> float:
@@ -70,8 +73,8 @@ class ScoreCounters:
             self.total += 1
             key = r.status.value if isinstance(r.status, Status) else str(r.status)
             self.by_status[key] = self.by_status.get(key, 0) + 1
-            if r.formatted:
-                self.format_ok += 1
+            self.with_format += "format" in r.parts
+            self.format_ok += r.formatted
         self.seconds += seconds
 
     @classmethod
@@ -84,7 +87,7 @@ class ScoreCounters:
         return {
             "total": self.total,
             "accuracy": self.accuracy,
-            "format_rate": self.format_rate,
+            "format_rate": None if math.isnan(self.format_rate) else self.format_rate,  # JSON has no NaN
             "by_status": dict(self.by_status),
             "timeouts": self.timeouts,
             "errors": self.errors,

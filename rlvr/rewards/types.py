@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
@@ -52,13 +53,25 @@ class Reward:
 
     @property
     def formatted(self) -> bool:
-        """The one format-rate predicate used by training metrics, evaluation and `rlvr grade`:
-        parts["format"] > 0 when the reward reports a format part, else an answer could be
-        extracted (status is not unparsable). Rewards without a format part (e.g. `arithmetic`)
-        thus count a response as formatted when it contains an answer at all."""
-        if "format" in self.parts:
-            return float(self.parts["format"]) > 0
-        return Status(self.status) is not Status.UNPARSABLE
+        """The one format predicate behind every format rate (training metric, plots, `rlvr eval`,
+        the demo table, `rlvr grade`): the reward reports a "format" part and it is > 0. A reward
+        without a format part (e.g. `arithmetic`, or an error/timeout reward with no parts) is not
+        formatted; see format_rate for the rate, which is NaN ("n/a") when no reward has the part."""
+        return float(self.parts.get("format", 0.0)) > 0
+
+
+def format_rate(parts: Iterable[Mapping[str, float]]) -> float:
+    """The one format rate: the share of responses whose reward's "format" part is > 0
+    (Reward.formatted), over all responses. NaN when no response's reward reports a "format" part:
+    such a reward says nothing about format, and tables print "n/a" (an extracted answer is not a
+    format; the status counts say how many were unparsable). `parts`: one Reward.parts per response."""
+    n = with_part = ok = 0
+    for p in parts:
+        n += 1
+        if "format" in p:
+            with_part += 1
+            ok += float(p["format"]) > 0
+    return ok / n if with_part else math.nan
 
 
 class ExampleLike(Protocol):

@@ -4,12 +4,23 @@
 figure per theme, and returns the PNG paths under RUN_DIR/plots/:
 
     reward.png        reward/mean, reward/<part>, eval/reward; accuracy, format_rate, eval/accuracy,
-                      eval/format_rate, eval/pass@k vs step
+                      eval/format_rate, eval/pass@k (val/* likewise) vs step
     reward_time.png   the same against wall time ("time", seconds since the run started)
     length.png        len/mean, len/correct, len/incorrect (tokens); truncated fractions; median/max
     optimization.png  loss, grad_norm, entropy, kl, clip_frac/*, ratio/*, lr
     system.png        tokens_per_s, time/*, verifier/*, zero_var_groups, kept_frac
-    other.png         numeric keys outside the schema (at most 12)
+    optimization.png  loss, grad_norm, entropy, kl, clip_frac/*, ratio/*, lr, sampler-trainer log-prob
+                      gap, rollout correction, critic/* (PPO)
+    system.png        tokens_per_s, time/*, tokens/*, mem/*, verifier/*, zero_var_groups, kept_frac,
+                      rollout/staleness
+    other.png         numeric keys outside the schema (at most 12), only when there are some
+
+A series that stays at one value (clip fraction 0, ratio 1, no verifier failure, a constant lr) is not
+drawn: the figure's footnote names it with its value, and a panel left empty is dropped. A series equal
+to one drawn before it in the same figure (reward/answer = reward/mean for a one-part reward,
+eval/accuracy = eval/reward for a 0/1 reward) is drawn once, its legend naming both.
+rollout/policy_version is not drawn (it rises with the step; rollout/staleness is its lag). The demo's
+SFT run logs its stopping check on a validation slice as val/* (not eval/*: those are held-out).
 
 Noisy series (more than 20 points) are drawn faint with a moving average on top.
 """
@@ -19,6 +30,7 @@ from __future__ import annotations
 import fnmatch
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,17 +38,18 @@ from rlvr.runs.rundir import metric_series, read_jsonl
 
 # (figure file, x key, [(panel title, y label, [key patterns])]); patterns are fnmatch globs.
 REWARD_PANELS = [
-    ("Reward", "reward", ["reward/mean", "reward/*", "eval/reward"]),
+    ("Reward", "reward", ["reward/mean", "reward/*", "eval/reward", "val/reward"]),
     ("Accuracy and format", "fraction", ["accuracy", "format_rate", "eval/accuracy*", "eval/format_rate*",
-                                         "eval/pass@*"]),
+                                         "eval/pass@*", "eval/maj@*", "val/accuracy", "val/format_rate"]),
 ]
 FIGURES: list[tuple[str, str, list[tuple[str, str, list[str]]]]] = [
     ("reward.png", "step", REWARD_PANELS),
     ("reward_time.png", "time", REWARD_PANELS),
     ("length.png", "step", [
         ("Response length", "tokens", ["len/mean", "len/correct", "len/incorrect", "eval/len/mean",
-                                       "eval/len/correct", "eval/len/incorrect"]),
-        ("Truncated at max_tokens", "fraction", ["len/truncated_frac", "eval/truncated_rate"]),
+                                       "eval/len/correct", "eval/len/incorrect", "val/len/mean"]),
+        ("Truncated at max_tokens", "fraction", ["len/truncated_frac", "eval/truncated_rate", "val/truncated_rate",
+                                                 "masked_truncated_frac"]),
         ("Length spread", "tokens", ["len/median", "len/max", "eval/len/median", "eval/len/max"]),
     ]),
     ("optimization.png", "step", [
@@ -47,16 +60,28 @@ FIGURES: list[tuple[str, str, list[tuple[str, str, list[str]]]]] = [
         ("Clip fraction", "fraction of tokens", ["clip_frac/*", "clip_frac"]),
         ("Importance ratio", "ratio", ["ratio/*"]),
         ("Learning rate", "lr", ["lr"]),
+        ("Sampler vs trainer log-prob", "nats", ["rollout/logprob_diff_*", "rollout/push_gap_*"]),
+        ("Rollout correction", "ratio / fraction", ["rollout/correction_*"]),
+        ("Critic (PPO)", "value", ["critic/*"]),
     ]),
     ("system.png", "step", [
         ("Throughput", "tokens / s", ["tokens_per_s"]),
         ("Time per step", "seconds", ["time/*"]),
+        ("Tokens per step", "tokens", ["tokens/*"]),
+        ("Memory", "GiB", ["mem/*"]),
         ("Verifier failures", "count", ["verifier/*"]),
         ("Zero-variance groups", "groups", ["zero_var_groups"]),
         ("Rollouts kept for the loss", "fraction", ["kept_frac"]),
+        ("Rollout staleness", "policy versions behind", ["rollout/staleness"]),
     ]),
 ]
+# Logged but never drawn: the oldest rollout's policy version rises with the step by construction
+# (rollout/staleness, its lag behind the learner, is what carries information).
+NOT_DRAWN = ("rollout/policy_version",)
 MAX_OTHER = 12
+# Two series are "the same" (one is drawn, labelled "= the other") or one is "constant" (not drawn,
+# named in the figure's footnote) within this relative tolerance.
+SAME_RTOL = 1e-9
 
 
 def _numeric_keys(rows: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -87,7 +112,66 @@ def _moving_average(ys: list[float], window: int) -> list[float]:
     return out
 
 
-def _draw(path: Path, rows, x: str, panels: list[tuple[str, str, list[str]]], title: str) -> bool:
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=SAME_RTOL, abs_tol=1e-12)
+
+
+def _constant(series: tuple[list[float], list[float]]) -> bool:
+    """Two or more points, all the same value: a flat line says nothing a footnote cannot."""
+    ys = series[1]
+    return len(ys) >= 2 and all(_close(y, ys[0]) for y in ys)
+
+
+def _same(a: tuple[list[float], list[float]], b: tuple[list[float], list[float]]) -> bool:
+    return len(a[0]) == len(b[0]) and all(_close(x, y) for x, y in zip(a[0] + a[1], b[0] + b[1], strict=True))
+
+
+def _short(v: float) -> str:
+    return f"{v:.4g}"
+
+
+class _Plan:
+    """Which keys a run's figures draw: constant series are left out (named in a footnote), a series equal
+    to one already drawn is left out too and named in that one's legend ("accuracy = reward/mean")."""
+
+    def __init__(self, rows: Sequence[Mapping[str, Any]]):
+        self.rows = rows
+        self.series = {k: metric_series(rows, k) for k in _numeric_keys(rows) if k not in NOT_DRAWN}
+        self.alias: dict[str, list[str]] = {}
+
+    def panels(self, spec, taken: set[str]) -> tuple[list[tuple[str, str, list[str]]], list[str]]:
+        """(panels to draw, footnote of constant series) of one figure; `taken` collects every matched key."""
+        keys = list(self.series)
+        self.alias = {}  # per figure: a legend names the twins drawn in its own figure
+        panels, constants, drawn, used = [], [], [], set()
+        for title, ylabel, patterns in spec:
+            matched = _match(keys, patterns, used)
+            used.update(matched)
+            keep = []
+            for k in matched:
+                ser = self.series[k]
+                if not ser[0]:
+                    continue
+                if _constant(ser):
+                    constants.append(f"{k} = {_short(ser[1][0])}")
+                    continue
+                twin = next((d for d in drawn if _same(self.series[d], ser)), None)
+                if twin is not None:
+                    self.alias.setdefault(twin, []).append(k)
+                    continue
+                drawn.append(k)
+                keep.append(k)
+            if keep:
+                panels.append((title, ylabel, keep))
+        taken |= used
+        return panels, constants
+
+    def label(self, key: str) -> str:
+        return " = ".join([key, *self.alias.get(key, [])])
+
+
+def _draw(path: Path, rows, x: str, panels: list[tuple[str, str, list[str]]], title: str,
+          label=lambda k: k, footnote: Sequence[str] = ()) -> bool:
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -109,9 +193,9 @@ def _draw(path: Path, rows, x: str, panels: list[tuple[str, str, list[str]]], ti
                 (line,) = ax.plot(xs, ys, alpha=0.3, linewidth=1)
                 window = max(3, len(xs) // 20)
                 ax.plot(xs, _moving_average(ys, window), color=line.get_color(), linewidth=1.8,
-                        label=f"{key} (avg {window})")
+                        label=f"{label(key)} (avg {window})")
             else:
-                ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.5, label=key)
+                ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.5, label=label(key))
         ax.set_title(panel_title, fontsize=11)
         ax.set_xlabel("wall time (s)" if x == "time" else x)
         if x == "step":
@@ -122,11 +206,55 @@ def _draw(path: Path, rows, x: str, panels: list[tuple[str, str, list[str]]], ti
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8, loc="best")
     fig.suptitle(title, fontsize=12)
-    fig.tight_layout()
+    if footnote:
+        import textwrap
+
+        text = textwrap.fill("constant, not drawn: " + "; ".join(footnote), width=int(30 * ncols))
+        fig.text(0.01, 0.01, text, fontsize=8, va="bottom", color="0.3")
+        fig.tight_layout(rect=(0, 0.035 * (text.count("\n") + 1) / nrows, 1, 1))
+    else:
+        fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return True
+
+
+@dataclass
+class Figure:
+    """One PNG of a run: its panels (title, y label, keys drawn), the legend label of each key (twins
+    named), and the constant series left out (named in the footnote)."""
+
+    name: str
+    x: str
+    panels: list[tuple[str, str, list[str]]]
+    labels: dict[str, str] = field(default_factory=dict)
+    constants: list[str] = field(default_factory=list)
+
+    def describe(self) -> list[str]:
+        """What the figure shows, one line per panel, then the constants: what `rlvr plot` prints."""
+        lines = [f"{title}: {', '.join(self.labels.get(k, k) for k in keys)}" for title, _, keys in self.panels]
+        return lines + ([f"constant, not drawn: {'; '.join(self.constants)}"] if self.constants else [])
+
+
+def plan_figures(rows: Sequence[Mapping[str, Any]]) -> list[Figure]:
+    """The figures plot_run draws for these metric rows (no figure without a panel)."""
+    plan = _Plan(rows)
+    figures: list[Figure] = []
+    taken: set[str] = set()
+    for fname, x, spec in FIGURES:
+        if x == "time" and not any(isinstance(r.get("time"), int | float) for r in rows):
+            continue
+        panels, constants = plan.panels(spec, taken)
+        if panels:
+            figures.append(Figure(fname, x, panels, {k: plan.label(k) for _, _, ks in panels for k in ks}, constants))
+    # keys outside the schema (a user's own metrics, new ones): one panel each, the same rules
+    rest = [k for k in plan.series if k not in taken]
+    panels, constants = plan.panels([(k, k, [k]) for k in rest], taken)
+    if panels[:MAX_OTHER]:
+        figures.append(Figure("other.png", "step", panels[:MAX_OTHER],
+                              {k: plan.label(k) for _, _, ks in panels[:MAX_OTHER] for k in ks}, constants))
+    return figures
 
 
 def plot_run(run_dir: Any, out_dir: str | Path | None = None) -> list[Path]:
@@ -137,26 +265,12 @@ def plot_run(run_dir: Any, out_dir: str | Path | None = None) -> list[Path]:
     if not metrics.exists():
         raise FileNotFoundError(f"{metrics} does not exist: is {run_path} a run directory?")
     rows = read_jsonl(metrics)
-    keys = _numeric_keys(rows)
     out = Path(out_dir) if out_dir is not None else run_path / "plots"
     written: list[Path] = []
-    taken: set[str] = set()
-    for fname, x, spec in FIGURES:
-        if x == "time" and not any(isinstance(r.get("time"), int | float) for r in rows):
-            continue
-        panels = []
-        used: set[str] = set()
-        for title, ylabel, patterns in spec:
-            matched = _match(keys, patterns, used)
-            used.update(matched)
-            if matched:
-                panels.append((title, ylabel, matched))
-        taken |= used
-        if panels and _draw(out / fname, rows, x, panels, f"{run_path.name}: {fname[:-4].replace('_', ' ')}"):
-            written.append(out / fname)
-    other = [k for k in keys if k not in taken][:MAX_OTHER]
-    if other and _draw(out / "other.png", rows, "step", [(k, k, [k]) for k in other], f"{run_path.name}: other"):
-        written.append(out / "other.png")
+    for fig in plan_figures(rows):
+        title = f"{run_path.name}: {fig.name[:-4].replace('_', ' ')}"
+        if _draw(out / fig.name, rows, fig.x, fig.panels, title, lambda k, f=fig: f.labels.get(k, k), fig.constants):
+            written.append(out / fig.name)
     for fname in [f for f, _, _ in FIGURES] + ["other.png"]:  # figures of an earlier call, now stale
         if out / fname not in written:
             (out / fname).unlink(missing_ok=True)

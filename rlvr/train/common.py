@@ -127,9 +127,11 @@ def resolve_model_dir(path: str | Path) -> Path:
     )
 
 
-def eval_prefixed(metrics: dict[str, float]) -> dict[str, float]:
-    """Evaluation metrics as logged during training: under eval/ (finish_run drops the prefix again)."""
-    return {f"eval/{k}": v for k, v in metrics.items()}
+def eval_prefixed(metrics: dict[str, float], name: str = "eval") -> dict[str, float]:
+    """Evaluation metrics as logged during training: under eval/ (finish_run drops the prefix again);
+    name="val" for a check on a validation slice of the training split (the demo's SFT stopping check),
+    so that it cannot be read as the held-out figure."""
+    return {f"{name}/{k}": v for k, v in metrics.items()}
 
 
 def finish_run(run_path: Path, last_metrics: dict[str, Any]) -> dict[str, float]:

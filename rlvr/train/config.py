@@ -85,6 +85,21 @@ class DataConfig:
     """`rlvr sft` only: JSONL of {"prompt", "response"} pairs to train on instead of the task's own targets."""
     eval_path: str = ""
     """JSONL of held-out examples; '' = the task's built-in held-out split."""
+    hf_dataset: str = ""
+    """Hugging Face dataset for the training (and, with hf_eval_split, held-out) rows instead of train_path: a hub
+    id, a folder written by save_to_disk or a folder of data files (needs the `datasets` package)."""
+    hf_config: str = ""
+    """data.hf_dataset: its subset ("main" for openai/gsm8k); '' = the default one."""
+    hf_split: str = "train"
+    """data.hf_dataset: the split to train on."""
+    hf_eval_split: str = ""
+    """data.hf_dataset: the split of held-out problems ("test"); '' = data.eval_path or the task's own."""
+    question_key: str = ""
+    """Your rows' column holding the question (TRL's "prompt"), for train/eval files and data.hf_dataset; '' = the
+    task's own name ("question"; MATH: "problem")."""
+    answer_key: str = ""
+    """Your rows' column holding the answer (a final answer for task=math; GSM8K's "... #### 42" for task=gsm8k);
+    '' = the task's own name ("answer")."""
     template: str = ""
     """Prompt template name (r1_zero, question_only, ...); '' = the task's default."""
     reward: str = ""
@@ -195,6 +210,24 @@ class DataConfig:
                 c.error(f"data.template={self.template!r}: {_error_text(exc)}; set data.reward")
         for name in ("train_path", "eval_path", "sft_path"):
             c.file(name, getattr(self, name))
+        if self.hf_dataset:
+            if self.train_path:
+                c.error(f"data.hf_dataset={self.hf_dataset!r} and data.train_path={self.train_path!r} are two "
+                        "sources of training rows: give one")
+            if self.hf_eval_split and self.eval_path:
+                c.error(f"data.hf_eval_split={self.hf_eval_split!r} and data.eval_path={self.eval_path!r} are two "
+                        "sources of held-out rows: give one")
+            if task is not None and task.parse_row is None:
+                c.error(f"data.hf_dataset: task {self.task!r} generates its own problems; use a task that reads "
+                        "rows (gsm8k, math, ...)")
+            try:
+                import datasets  # noqa: F401
+            except ImportError:
+                c.error(f"data.hf_dataset={self.hf_dataset!r} needs the `datasets` package: pip install datasets")
+        else:
+            for name in ("hf_config", "hf_eval_split"):
+                if getattr(self, name):
+                    c.error(f"data.{name}={getattr(self, name)!r} applies to data.hf_dataset, which is not set")
         c.at_least("reward_workers", self.reward_workers, 1)
         c.at_least("reward_timeout_s", self.reward_timeout_s, 0)
         c.at_least("num_train", self.num_train, 0)

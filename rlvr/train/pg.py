@@ -16,6 +16,7 @@ Metrics, samples, checkpoints and plots go to the run directory (rlvr.runs).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -28,7 +29,7 @@ import torch
 from rlvr.algo import KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES, Truncation
 from rlvr.algo.advantages import ADVANTAGE_ESTIMATORS
 from rlvr.config import ConfigError
-from rlvr.rewards.types import Reward, Status
+from rlvr.rewards.types import Reward, Status, format_rate
 from rlvr.rollout.types import answer_length
 from rlvr.train.batching import BatchPlan, plan_batches, split_indices
 from rlvr.train.common import (
@@ -690,7 +691,8 @@ def score_rollouts(rollouts, examples, reward_fn, *, workers: int = 1, timeout_s
 
 def sample_metrics(rewards, rollouts) -> dict[str, Any]:
     """Reward parts, accuracy, format rate and lengths of a step's samples (shared by `rlvr train` and
-    `rlvr ei`): reward/<part>, accuracy, format_rate, len/mean, len/correct, len/incorrect (None when
+    `rlvr ei`): reward/<part>, accuracy, format_rate (only when the reward has a format part: the
+    definition of rlvr.rewards.types.format_rate), len/mean, len/correct, len/incorrect (None when
     no such sample), len/truncated_frac."""
     n = len(rewards)
     m: dict[str, Any] = {}
@@ -698,7 +700,9 @@ def sample_metrics(rewards, rollouts) -> dict[str, Any]:
         m[f"reward/{p}"] = sum(float(r.parts.get(p, 0.0)) for r in rewards) / n
     correct = [r.status is Status.CORRECT for r in rewards]
     m["accuracy"] = sum(correct) / n
-    m["format_rate"] = sum(r.formatted for r in rewards) / n
+    fmt = format_rate([r.parts for r in rewards])
+    if not math.isnan(fmt):  # a reward without a format part: no format rate (eval prints "n/a")
+        m["format_rate"] = fmt
     lens = [len(ro.response_ids) for ro in rollouts]
     m["len/mean"] = sum(lens) / n
     lc = [x for x, c in zip(lens, correct, strict=True) if c]

@@ -92,11 +92,14 @@ def train_sft(
     on_step: Callable[[int, dict], None] | None = None,
     stop_at_accuracy: float = 0.0,
     stop_after: int = 0,
+    eval_name: str = "eval",
 ) -> TrainResult:
     """Run SFT as configured (resume=True continues cfg.run.out_dir from its latest checkpoint).
     data: optional TaskData instead of loading cfg.data. stop_at_accuracy > 0 stops early once a
     periodic greedy evaluation reaches it (the demo's "until partly right"). stop_after > 0 ends the
-    run after that step with a checkpoint, as a preempted job would (the schedule still spans run.steps)."""
+    run after that step with a checkpoint, as a preempted job would (the schedule still spans run.steps).
+    eval_name: the prefix of the periodic evaluation's metrics; "val" when data's eval split is a validation
+    slice of the training problems rather than held-out ones (the demo), logged as val/accuracy, ...)."""
     from rlvr.rollout import build_generator, with_thinking_budget
     from rlvr.runs import checkpoint as ckpt_mod
     from rlvr.runs.progress import Progress
@@ -172,13 +175,14 @@ def train_sft(
                 samples = ev.pop("samples", [])
                 if samples:
                     run.log_samples(step, samples)
-                metrics.update(eval_prefixed(ev))
+                metrics.update(eval_prefixed(ev, eval_name))
                 generator.sleep()
                 if stop_at_accuracy and ev.get("accuracy", 0.0) >= stop_at_accuracy:
                     done = True
             metrics.update(memory_stats(cfg.model.device))
             last = run.log_metrics(step, metrics)
-            progress.update(1, loss=loss, **({"acc": metrics["eval/accuracy"]} if "eval/accuracy" in metrics else {}))
+            acc = metrics.get(f"{eval_name}/accuracy")
+            progress.update(1, loss=loss, **({"acc": acc} if acc is not None else {}))
             if on_step is not None:
                 on_step(step, metrics)
             if done or (r.checkpoint_every and step % r.checkpoint_every == 0) or stop.requested:

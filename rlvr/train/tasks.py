@@ -78,7 +78,25 @@ def load_task_data(data_cfg, tokenizer=None, *, train: bool = True, episodes: bo
         raise
     except (ValueError, KeyError, OSError) as exc:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+        if "missing key" in msg and not (getattr(data_cfg, "question_key", "") or getattr(data_cfg, "answer_key", "")):
+            msg += "; map your own column names with data.question_key / data.answer_key"
         raise TaskDataError(f"data (task={data_cfg.task!r}): {msg}") from exc
+
+
+def _load_hf(data_cfg, split: str, columns: dict[str, str]) -> list:
+    """Rows of data.hf_dataset's `split` as the task's Examples; a failure of `datasets` (no such dataset or
+    split, offline, ...) becomes a one-line TaskDataError naming data.hf_dataset."""
+    from rlvr.data import load_hf
+    from rlvr.data.jsonl import DataError
+
+    try:
+        return load_hf(data_cfg.task, data_cfg.hf_dataset, split, config=data_cfg.hf_config or None, columns=columns)
+    except (DataError, TaskDataError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - datasets raises many types (FileNotFoundError, DatasetNotFoundError...)
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise TaskDataError(f"data.hf_dataset={data_cfg.hf_dataset!r} (split {split!r}): {type(exc).__name__}: "
+                            f"{first}") from exc
 
 
 def _load_task_data(data_cfg, tokenizer=None, need_train: bool = True) -> TaskData:
@@ -94,10 +112,13 @@ def _load_task_data(data_cfg, tokenizer=None, need_train: bool = True) -> TaskDa
 
     task = get_task(data_cfg.task)
     template = data_cfg.template or task.default_template
+    columns = {"question": getattr(data_cfg, "question_key", ""), "answer": getattr(data_cfg, "answer_key", "")}
+    hf = getattr(data_cfg, "hf_dataset", "")
     if not need_train:
         train = []
-    elif data_cfg.train_path:
-        train = task.load(data_cfg.train_path)
+    elif data_cfg.train_path or hf:
+        train = (_load_hf(data_cfg, data_cfg.hf_split, columns) if hf else
+                 task.load(data_cfg.train_path, columns=columns))
         if data_cfg.num_train:
             train = train[: data_cfg.num_train]
     elif task.generate is not None:
@@ -105,7 +126,9 @@ def _load_task_data(data_cfg, tokenizer=None, need_train: bool = True) -> TaskDa
     else:
         raise ValueError(f"data.train_path is required for task {data_cfg.task!r} (it has no built-in generator)")
     if data_cfg.eval_path:
-        held_out = task.load(data_cfg.eval_path)
+        held_out = task.load(data_cfg.eval_path, columns=columns)
+    elif hf and data_cfg.hf_eval_split:
+        held_out = _load_hf(data_cfg, data_cfg.hf_eval_split, columns)
     elif task.generate is not None:
         held_out = task.generate(data_cfg.num_eval, "test", data_cfg.seed, **_difficulty(data_cfg))
     else:

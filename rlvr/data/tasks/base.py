@@ -80,8 +80,10 @@ class Task:
             raise ValueError(f"task {self.name!r} defines no SFT target format")
         return self.make_target(example, template or self.default_template)
 
-    def from_rows(self, rows: Iterable[dict], source: str = "rows") -> list[Example]:
-        """Rows (dicts) -> Examples, validating required keys; errors name `source` and the row."""
+    def from_rows(self, rows: Iterable[dict], source: str = "rows",
+                  columns: Mapping[str, str] | None = None) -> list[Example]:
+        """Rows (dicts) -> Examples, validating required keys; errors name `source` and the row.
+        columns: {"question": your column, "answer": your column} (map_columns)."""
         from rlvr.data.jsonl import DataError
 
         if self.parse_row is None:
@@ -89,17 +91,56 @@ class Task:
         out = []
         for i, row in enumerate(rows):
             where = f"{source}:{i}"
-            for key in self.required_keys:
+            for key in _source_keys(self.required_keys, columns):
                 if key not in row:
                     raise DataError(f'{where}: missing key "{key}" (has: {", ".join(sorted(row))})')
-            out.append(self.parse_row(row, where, i))
+            out.append(self.parse_row(map_columns(row, columns, where), where, i))
         return out
 
-    def load(self, path: str | Path) -> list[Example]:
-        """Examples from a JSONL file; a bad line raises DataError "path:line: ..."."""
+    def load(self, path: str | Path, columns: Mapping[str, str] | None = None) -> list[Example]:
+        """Examples from a JSONL file; a bad line raises DataError "path:line: ...". columns: as in
+        from_rows (a TRL-style {"prompt", "answer"} file: columns={"question": "prompt"})."""
         if self.parse_row is None:
             raise ValueError(f"task {self.name!r} is synthetic; use generate()")
         return [
-            self.parse_row(row, where, i)
-            for i, (where, row) in enumerate(iter_jsonl(path, self.required_keys))
+            self.parse_row(map_columns(row, columns, where), where, i)
+            for i, (where, row) in enumerate(iter_jsonl(path, _source_keys(self.required_keys, columns)))
         ]
+
+
+# The keys a task's parse_row reads for the question and the answer (the first is what a mapped column
+# becomes; the others are dropped from a mapped row so that they cannot take precedence).
+COLUMN_ALIASES = {"question": ("question", "problem"), "answer": ("answer", "reference")}
+
+
+def _source_keys(required: Iterable[str], columns: Mapping[str, str] | None) -> tuple[str, ...]:
+    """The required keys of a raw row under a column mapping: a mapped key is required under its own name."""
+    columns = {k: v for k, v in (columns or {}).items() if v}
+    renamed = {alias: columns[role] for role, aliases in COLUMN_ALIASES.items() if role in columns
+               for alias in aliases}
+    out = [renamed.get(k, k) for k in required]
+    out += [v for v in columns.values() if v not in out]
+    return tuple(dict.fromkeys(out))
+
+
+def map_columns(row: dict, columns: Mapping[str, str] | None, where: str = "") -> dict:
+    """The row with your columns under the names tasks read (data.question_key / data.answer_key):
+    columns={"question": "prompt"} turns {"prompt": "2+2?", "answer": "4"} into {"question": "2+2?",
+    "answer": "4"}; the task's other names for that role ("problem"; "reference") are dropped."""
+    from rlvr.data.jsonl import DataError
+
+    columns = {k: v for k, v in (columns or {}).items() if v}
+    if not columns:
+        return row
+    out = dict(row)
+    for role, source in columns.items():
+        if source not in row:
+            raise DataError(f'{where}: missing key "{source}" (data.{role}_key; has: {", ".join(sorted(row))})')
+        value = row[source]
+        if isinstance(value, list) and role == "question":  # TRL's conversational format: a list of messages
+            raise DataError(f'{where}: key "{source}" holds a list (chat messages?); rlvr renders the prompt '
+                            "itself from a question text and data.template: map a plain-text column")
+        for alias in COLUMN_ALIASES[role]:
+            out.pop(alias, None)
+        out[COLUMN_ALIASES[role][0]] = value
+    return out

@@ -245,10 +245,13 @@ def cgroup_support() -> CgroupSupport:
     """Probed once per process; the fallback is logged once, as a warning."""
     support = _probe_cgroup()
     if not support.available:
-        log.warning("rlvr sandbox: no cgroup v2 for the boxes (%s); falling back to per-process rlimits "
-                    "(RLIMIT_AS memory and RLIMIT_CPU per process, RLIMIT_NPROC per uid): memory and CPU are "
-                    "limited per process, not per box. Set %s to a delegated cgroup v2 directory to limit each box "
-                    "as a whole.", support.reason, CGROUP_ENV)
+        # One short line (it used to be a paragraph on every run); the reason and the details are at INFO
+        # level, in isolation().notes and in docs/code_rewards.md ("Resource limits per box").
+        log.warning("rlvr sandbox: no cgroup v2, so limits are per process (rlimits); %s=DIR limits each box",
+                    CGROUP_ENV)
+        log.info("rlvr sandbox: no cgroup v2 for the boxes: %s; falling back to per-process rlimits (RLIMIT_AS "
+                 "memory and RLIMIT_CPU per process, RLIMIT_NPROC per uid). Set %s to a delegated cgroup v2 "
+                 "directory to limit each box as a whole.", support.reason, CGROUP_ENV)
     return support
 
 
