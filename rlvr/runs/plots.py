@@ -7,12 +7,10 @@ figure per theme, and returns the PNG paths under RUN_DIR/plots/:
                       eval/format_rate, eval/pass@k (val/* likewise) vs step
     reward_time.png   the same against wall time ("time", seconds since the run started)
     length.png        len/mean, len/correct, len/incorrect (tokens); truncated fractions; median/max
-    optimization.png  loss, grad_norm, entropy, kl, clip_frac/*, ratio/*, lr
-    system.png        tokens_per_s, time/*, verifier/*, zero_var_groups, kept_frac
     optimization.png  loss, grad_norm, entropy, kl, clip_frac/*, ratio/*, lr, sampler-trainer log-prob
                       gap, rollout correction, critic/* (PPO)
-    system.png        tokens_per_s, time/*, tokens/*, mem/*, verifier/*, zero_var_groups, kept_frac,
-                      rollout/staleness
+    system.png        tokens_per_s, perf/* (rollout and learner tokens/s, MFU), time/*, tokens/*, mem/*,
+                      verifier/*, zero_var_groups, kept_frac, rollout/staleness
     other.png         numeric keys outside the schema (at most 12), only when there are some
 
 A series that stays at one value (clip fraction 0, ratio 1, no verifier failure, a constant lr) is not
@@ -65,7 +63,8 @@ FIGURES: list[tuple[str, str, list[tuple[str, str, list[str]]]]] = [
         ("Critic (PPO)", "value", ["critic/*"]),
     ]),
     ("system.png", "step", [
-        ("Throughput", "tokens / s", ["tokens_per_s"]),
+        ("Throughput", "tokens / s", ["tokens_per_s", "perf/*tokens_per_s"]),
+        ("Model FLOPs utilization", "fraction of peak", ["perf/mfu"]),
         ("Time per step", "seconds", ["time/*"]),
         ("Tokens per step", "tokens", ["tokens/*"]),
         ("Memory", "GiB", ["mem/*"]),
