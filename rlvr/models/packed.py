@@ -1,0 +1,294 @@
+"""Padding-free packed forward: the rows of a micro-batch concatenated into one sequence, no pad token.
+
+A right-padded micro-batch of b rows is as wide as its longest row, so b * T tokens go through every
+linear layer although only sum(n_r) are real. Here the real inputs of the rows are concatenated into one
+sequence of shape (1, N), N = sum(n_r), with position ids restarting at 0 for each row, and attention
+is variable-length: a token attends to the earlier tokens of its own row only (a document-causal mask).
+
+    input_ids (1, N)     row 0's n_0 inputs | row 1's n_1 inputs | ...
+    position_ids (1, N)  0 .. n_0-1         | 0 .. n_1-1         | ...
+    mask(q, kv)          doc[q] == doc[kv] and kv <= q
+
+Attention is PyTorch's `flex_attention` with a `BlockMask`, through this module's attention function
+(registered in transformers' AttentionInterface as "rlvr_packed", switched on only for the packed
+forward, like rlvr.models.cascade). The BlockMask is built on the host from the rows' lengths (Python
+ints, `PackPlan.build`): which 128 x 128 blocks of the (N x N) score matrix a query block reads, which of
+them are fully visible (no mask evaluated) and which need the mask; blocks of other rows are never
+computed. On CUDA flex_attention is compiled (torch.compile, once per process: the standard way; the
+fused kernel reads the block indices); a failure to compile is caught by a probe before the first
+packed forward and packing is then turned off with a warning (`flex_ready`). On CPU flex_attention runs eagerly
+(the unfused implementation: the mask on the whole (N x N) score matrix) and has no backward, so a
+forward with grad uses the same mask written out densely through SDPA there: correct (the tests check
+it against the padded path), but N x N memory and slower than the cascade path, which is why
+`algo.packing=auto` packs on CUDA only.
+
+Only the response labels need logits: the LM head is applied to those positions alone (transformers'
+`logits_to_keep` with an index tensor), and their logprobs / entropy are scattered back to the (b, T)
+layout the loss reads (0 elsewhere, including the prompt's positions, which the loss never reads).
+
+Everything that depends on the rows' lengths is computed on the host before the micro-batch loop
+(`PackPlan.build` from CPU masks, then moved to the device once), so the forward itself has no host
+synchronisation.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from rlvr.algo.logprobs import DEFAULT_CHUNK_SIZE, Truncation, logprobs_and_entropy
+from rlvr.models.cascade import CASCADE_MODEL_TYPES, forward_params
+
+NAME = "rlvr_packed"
+BLOCK = 128  # flex_attention's default block size (query and key blocks)
+_REGISTERED = [False]
+_FLEX_STATE: dict = {}  # device type -> the flex_attention callable, or None when compiling failed
+
+
+@dataclass
+class PackPlan:
+    """How one right-padded micro-batch (b, T) is packed; every tensor on the model's device.
+
+    gather (N,): flat index into the (b * T) inputs of each packed token; position_ids (1, N);
+    keep (M,): packed positions whose label enters the loss (response tokens: the LM head runs there
+    only); out_index (M,): where their values go in the flat (b * T) layout; block_mask: the
+    document-causal flex BlockMask; doc (N padded to a multiple of BLOCK,): each packed token's row
+    (-1 on the block padding), read by the mask."""
+
+    rows: int
+    width: int
+    tokens: int
+    gather: torch.Tensor
+    position_ids: torch.Tensor
+    keep: torch.Tensor
+    out_index: torch.Tensor
+    doc: torch.Tensor
+    block_mask: object
+
+    @classmethod
+    def build(cls, attention_mask: torch.Tensor, response_mask: torch.Tensor, device, block: int = BLOCK) -> PackPlan:
+        """From a right-padded micro-batch's CPU masks (b, T): 1 on real inputs, True on loss labels."""
+        am = attention_mask.detach().to("cpu")
+        rm = response_mask.detach().to("cpu").bool()
+        b, T = am.shape
+        flat = am.reshape(-1).nonzero().squeeze(1)  # (N,) real inputs, row by row (right padding: t = 0..n-1)
+        row, pos = flat // T, flat % T
+        lens = am.sum(-1).tolist()
+        keep = rm.reshape(-1).index_select(0, flat).nonzero().squeeze(1)  # (M,) packed positions of loss labels
+        n = int(flat.numel())
+        doc = torch.cat([row.to(torch.int32), torch.full((-n % block,), -1, dtype=torch.int32)])
+        kv_num, kv_idx, full_num, full_idx = document_blocks([x for x in lens if x > 0], block)
+        mv = lambda t: t.to(device)  # noqa: E731
+        doc_dev = mv(doc)
+        from torch.nn.attention.flex_attention import BlockMask
+
+        bm = BlockMask.from_kv_blocks(mv(kv_num), mv(kv_idx), mv(full_num), mv(full_idx), BLOCK_SIZE=block,
+                                      mask_mod=document_causal(doc_dev), seq_lengths=(n, n))
+        return cls(rows=b, width=T, tokens=n, gather=mv(flat), position_ids=mv(pos).unsqueeze(0), keep=mv(keep),
+                   out_index=mv(flat.index_select(0, keep)), doc=doc_dev, block_mask=bm)
+
+
+    def dense_mask(self) -> torch.Tensor:
+        """(N, N) bool: the document-causal mask written out (the CPU backward's SDPA; N x N memory)."""
+        doc = self.doc[: self.tokens]
+        return (doc.unsqueeze(1) == doc.unsqueeze(0)).tril_()
+
+
+def document_causal(doc: torch.Tensor):
+    """flex mask_mod: query q sees key kv iff both belong to the same row (doc) and kv <= q. One factory,
+    so every plan's mask_mod has the same code (a compiled flex_attention does not retrace per plan)."""
+
+    def mask_mod(b, h, q, kv):
+        return (doc[q] == doc[kv]) & (kv <= q)
+
+    return mask_mod
+
+
+def document_blocks(lens: list[int], block: int = BLOCK):
+    """Block sparsity of the document-causal mask of rows of `lens` tokens packed in order, computed on
+    the host: (kv_num_blocks (1, 1, nb), kv_indices (1, 1, nb, nb), full_kv_num_blocks, full_kv_indices)
+    int32, as BlockMask.from_kv_blocks takes them. Query block i reads key block j iff j <= i and the
+    blocks share a row (rows are contiguous, so: the last row of j is the first row of i, or later); the
+    block is full (no mask needed) iff j < i and both blocks lie inside one and the same row (a query block
+    cut short by the end of the sequence is never full). Equal to what create_block_mask computes from the
+    mask itself (tests/test_packing.py), without evaluating the mask on the (N x N) grid."""
+    n = sum(lens)
+    nb = max(1, -(-n // block))
+    doc = torch.repeat_interleave(torch.arange(len(lens)), torch.tensor(lens, dtype=torch.long))
+    starts = torch.arange(nb) * block
+    first = doc[starts.clamp_max(n - 1)]
+    last = doc[(starts + block).clamp_max(n) - 1]
+    i, j = torch.arange(nb).unsqueeze(1), torch.arange(nb).unsqueeze(0)
+    visible = (j <= i) & (last.unsqueeze(0) >= first.unsqueeze(1))
+    whole = first == last  # (nb,) a block inside one row
+    # a last query block cut short by n is never full: its padding rows see nothing (as create_block_mask has it)
+    whole_q = whole & (starts + block <= n)
+    full = (j < i) & whole.unsqueeze(0) & whole_q.unsqueeze(1) & (first.unsqueeze(0) == first.unsqueeze(1))
+    partial = visible & ~full
+
+    def listed(m: torch.Tensor):
+        order = torch.where(m, j, nb + j).argsort(dim=-1)  # the listed blocks first, ascending
+        return m.sum(-1).to(torch.int32).view(1, 1, nb), order.to(torch.int32).view(1, 1, nb, nb)
+
+    return (*listed(partial), *listed(full))
+
+
+def packed_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """transformers attention-function signature. query (1, h, N, d); key, value (1, hkv, N, d) of the
+    packed sequence; the mask comes from kwargs["rlvr_pack"] (PackPlan), attention_mask is ignored.
+    Returns ((1, N, h, d), None)."""
+    pack: PackPlan | None = kwargs.get("rlvr_pack")
+    if pack is None:
+        raise RuntimeError("rlvr_packed attention needs the rlvr_pack argument: run the forward through "
+                           "rlvr.models.packed.score_packed")
+    if dropout and module.training:
+        raise RuntimeError("the packed forward has no attention dropout; set the model's attention_dropout to 0")
+    if key.dtype != query.dtype or value.dtype != query.dtype:  # flex_attention wants one dtype
+        key, value = key.to(query.dtype), value.to(query.dtype)
+    gqa = query.shape[1] != key.shape[1]
+    flex = _FLEX_STATE.get(query.device.type)
+    if flex is None and torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
+        # flex_attention has no backward on CPU: the same mask, dense, through SDPA (checks and CPU runs only)
+        out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=pack.dense_mask(),
+                                                               scale=scaling, enable_gqa=gqa)
+    else:  # compiled on CUDA (flex_ready), eager elsewhere
+        out = (flex or _eager_flex())(query, key, value, block_mask=pack.block_mask, scale=scaling, enable_gqa=gqa)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _eager_flex():
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return flex_attention
+
+
+@functools.cache
+def _compiled_flex():
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention)
+
+
+def flex_ready(device, dtype, head_dim: int, heads: int, kv_heads: int) -> bool:
+    """Whether the packed forward may run on `device`: on CUDA it needs a compiled flex_attention, which a
+    probe (forward and backward on two packed shapes, so that the dynamic-shape recompile happens here too)
+    compiles once per process; on a failure packing is turned off with a warning, never a crash. Other
+    devices run flex_attention eagerly (always ready)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return True
+    if device.type not in _FLEX_STATE:
+        try:
+            flex = _compiled_flex()
+            for lens in ([200, 37, 64], [300, 11, 129, 5]):
+                plan = _probe_plan(lens, device)
+                q = torch.randn(1, heads, plan.tokens, head_dim, device=device, dtype=dtype, requires_grad=True)
+                k = torch.randn(1, kv_heads, plan.tokens, head_dim, device=device, dtype=dtype, requires_grad=True)
+                v = torch.randn(1, kv_heads, plan.tokens, head_dim, device=device, dtype=dtype, requires_grad=True)
+                flex(q, k, v, block_mask=plan.block_mask, enable_gqa=heads != kv_heads).sum().backward()
+            _FLEX_STATE[device.type] = flex
+        except Exception as exc:  # noqa: BLE001 - any compiler failure means: do not pack
+            warnings.warn(f"algo.packing: compiling flex_attention failed on {device} ({type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0] if str(exc) else ''}); the learner runs padded rows instead",
+                          RuntimeWarning, stacklevel=2)
+            _FLEX_STATE[device.type] = None
+    return _FLEX_STATE[device.type] is not None
+
+
+def _probe_plan(lens: list[int], device) -> PackPlan:
+    T = max(lens)
+    am = (torch.arange(T).unsqueeze(0) < torch.tensor(lens).unsqueeze(1)).long()
+    return PackPlan.build(am, am.bool(), device)
+
+
+def register() -> None:
+    """Add "rlvr_packed" to transformers' attention functions (once per process)."""
+    if _REGISTERED[0]:
+        return
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(NAME, lambda *a, **k: packed_attention(*a, **k))  # looked up per call
+    _REGISTERED[0] = True
+
+
+def supported(model) -> str | None:
+    """None when the packed forward may run `model`, else why not: a decoder of CASCADE_MODEL_TYPES
+    (plain softmax attention through transformers' AttentionInterface, rotary positions from position_ids),
+    no active sliding window, no attention dropout, a forward that passes **kwargs down to the attention
+    and takes logits_to_keep."""
+    cfg = getattr(model, "config", None)
+    kind = getattr(cfg, "model_type", None)
+    if cfg is None or kind not in CASCADE_MODEL_TYPES:
+        return f"model type {kind!r} is not one of {', '.join(CASCADE_MODEL_TYPES)}"
+    if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", kind == "mistral"):
+        return "the model uses sliding-window attention"
+    if float(getattr(cfg, "attention_dropout", 0.0) or 0.0) > 0:
+        return "the model has attention dropout"
+    params = forward_params(type(model))
+    if "logits_to_keep" not in params or not any(p.kind.name == "VAR_KEYWORD" for p in params.values()):
+        return "its forward takes no logits_to_keep or **kwargs"
+    return None
+
+
+def use_packing(model, packing) -> bool:
+    """Resolve algo.packing for `model`: "auto" packs on CUDA when the model is supported and flex_attention
+    compiles there; True packs (a clear error when the model cannot be packed); False never packs."""
+    if packing is False or packing in ("false", "off"):
+        return False
+    param = next(model.parameters())
+    why = supported(model)
+    if packing is True or packing == "true":
+        if why is not None:
+            raise ValueError(f"algo.packing=true cannot pack this model: {why}; set algo.packing=auto or false")
+        return flex_ready(param.device, param.dtype, *_head_shape(model))
+    if param.device.type != "cuda" or why is not None:
+        return False
+    return flex_ready(param.device, param.dtype, *_head_shape(model))
+
+
+def _head_shape(model) -> tuple[int, int, int]:
+    cfg = model.config
+    heads = cfg.num_attention_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    return head_dim, heads, getattr(cfg, "num_key_value_heads", None) or heads
+
+
+def score_packed(
+    model,
+    input_ids: torch.Tensor,
+    labels: torch.Tensor,
+    pack: PackPlan,
+    *,
+    with_entropy: bool = False,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    temperature: float = 1.0,
+    truncation: Truncation | None = None,
+):
+    """`score_tokens` of a right-padded micro-batch (input_ids, labels (b, T) on the model's device) through
+    one packed forward (see the module docstring). Returns rlvr.models.ScoreOutput with logprobs and
+    entropy (b, T) float32, set on the loss labels (pack.keep) and 0 elsewhere; gradients flow when
+    called with grad enabled. temperature, truncation: the distribution scored, as in score_tokens."""
+    from rlvr.models.cascade import attention
+    from rlvr.models.scoring import ScoreOutput
+
+    b, T = input_ids.shape
+    if (b, T) != (pack.rows, pack.width):
+        raise ValueError(f"the micro-batch is {(b, T)} but its PackPlan was built for {(pack.rows, pack.width)}")
+    ids = input_ids.reshape(-1).index_select(0, pack.gather).unsqueeze(0)  # (1, N)
+    register()
+    with attention(model, NAME):
+        out = model(input_ids=ids, position_ids=pack.position_ids, use_cache=False, logits_to_keep=pack.keep,
+                    rlvr_pack=pack)
+    logits = out.logits[0]  # (M, V): the loss labels' positions only
+    del out
+    lab = labels.reshape(-1).index_select(0, pack.out_index)
+    lp, ent = logprobs_and_entropy(logits, lab, chunk_size=chunk_size, with_entropy=with_entropy,
+                                   temperature=temperature, truncation=truncation)
+
+    def place(x):  # (M,) -> (b, T), 0 off the loss labels; backward: one index_select
+        return x.new_zeros(b * T).index_copy(0, pack.out_index, x).view(b, T)
+
+    return ScoreOutput(logprobs=place(lp), entropy=place(ent) if with_entropy else None)
