@@ -174,26 +174,35 @@ def _compiled_flex():
 
 def flex_ready(device, dtype, head_dim: int, heads: int, kv_heads: int) -> bool:
     """Whether the packed forward may run on `device`: on CUDA it needs a compiled flex_attention, which a
-    probe (forward and backward on two packed shapes, so that the dynamic-shape recompile happens here too)
-    compiles once per process; on a failure packing is turned off with a warning, never a crash. Other
-    devices run flex_attention eagerly (always ready)."""
+    probe compiles once per process before the first packed forward, as the model will call it (q, k, v in
+    the projections' (1, N, heads, d) memory layout, the model's dtype and scale, with grad and without,
+    each on two packed lengths so that the dynamic-shape recompile happens here too); on a failure packing
+    is turned off with a warning, never a crash. Other devices run flex_attention eagerly (always ready)."""
     device = torch.device(device)
     if device.type != "cuda":
         return True
     if device.type not in _FLEX_STATE:
         try:
             flex = _compiled_flex()
-            for lens in ([200, 37, 64], [300, 11, 129, 5]):
-                plan = _probe_plan(lens, device)
-                q = torch.randn(1, heads, plan.tokens, head_dim, device=device, dtype=dtype, requires_grad=True)
-                k = torch.randn(1, kv_heads, plan.tokens, head_dim, device=device, dtype=dtype, requires_grad=True)
-                v = torch.randn(1, kv_heads, plan.tokens, head_dim, device=device, dtype=dtype, requires_grad=True)
-                flex(q, k, v, block_mask=plan.block_mask, enable_gqa=heads != kv_heads).sum().backward()
+            for grad in (True, False):
+                for lens in ([200, 37, 64], [300, 11, 129, 5]):
+                    plan = _probe_plan(lens, device)
+
+                    def qkv(h, plan=plan, grad=grad):
+                        x = torch.randn(1, plan.tokens, h, head_dim, device=device, dtype=dtype, requires_grad=grad)
+                        return x.transpose(1, 2)
+
+                    with torch.set_grad_enabled(grad):
+                        out = flex(qkv(heads), qkv(kv_heads), qkv(kv_heads), block_mask=plan.block_mask,
+                                   scale=head_dim ** -0.5, enable_gqa=heads != kv_heads)
+                        if grad:
+                            out.sum().backward()
+            torch.cuda.synchronize(device)
             _FLEX_STATE[device.type] = flex
         except Exception as exc:  # noqa: BLE001 - any compiler failure means: do not pack
+            first = str(exc).splitlines()[0] if str(exc) else ""
             warnings.warn(f"algo.packing: compiling flex_attention failed on {device} ({type(exc).__name__}: "
-                          f"{str(exc).splitlines()[0] if str(exc) else ''}); the learner runs padded rows instead",
-                          RuntimeWarning, stacklevel=2)
+                          f"{first}); the learner runs padded rows instead", RuntimeWarning, stacklevel=2)
             _FLEX_STATE[device.type] = None
     return _FLEX_STATE[device.type] is not None
 
