@@ -97,6 +97,11 @@ def test_packed_scores_and_gradients_equal_the_padded_forward(arch, kv_heads, te
                                           with_entropy=True, temperature=temperature))
     plan = PackPlan.build(batch.attention_mask, m, "cpu")
     assert plan.tokens == int(batch.attention_mask.sum()) < batch.input_ids.numel()  # no pad token packed
+    # positions restart at 0 in every row (rotary attention within a row would not see a per-row shift,
+    # but positions past the model's trained range would: checked here directly)
+    lens = batch.attention_mask.sum(-1).tolist()
+    assert plan.position_ids.tolist() == [[t for n in lens for t in range(n)]]
+    assert plan.doc[:plan.tokens].tolist() == [r for r, n in enumerate(lens) for _ in range(n)]
     got, g_got = run(lambda: score_packed(model, batch.input_ids, batch.labels, plan, with_entropy=True,
                                           temperature=temperature))
     assert torch.allclose(got.logprobs, ref.logprobs * m, atol=1e-5)
