@@ -414,7 +414,7 @@ class AlgoConfig:
     micro_batch_size: int = 0
     """Rollouts per forward/backward; 0 = train_batch_size (no accumulation)."""
     micro_batch_tokens: int = 0
-    """Token budget per forward/backward (prompt + response, padded); > 0 replaces micro_batch_size by
+    """Token budget per forward/backward (prompt + response, padded; real tokens only with algo.packing); > 0 replaces micro_batch_size by
     micro-batches of at most this many tokens (long responses get fewer rows)."""
     filter_zero_variance: bool = False
     """Drop groups whose rewards are all equal from the loss (DAPO dynamic sampling)."""
