@@ -176,7 +176,9 @@ def flex_ready(device, dtype, head_dim: int, heads: int, kv_heads: int) -> bool:
     """Whether the packed forward may run on `device`: on CUDA it needs a compiled flex_attention, which a
     probe compiles once per process before the first packed forward, as the model will call it (q, k, v in
     the projections' (1, N, heads, d) memory layout, the model's dtype and scale, with grad and without,
-    each on two packed lengths so that the dynamic-shape recompile happens here too); on a failure packing
+    each on two packed lengths so that the dynamic-shape recompile happens here too, and on a one-block
+    length, which the dynamic graph specializes apart; checked with dynamo's recompile log on CPU: after
+    these, other lengths reuse the compiled graphs); on a failure packing
     is turned off with a warning, never a crash. Other devices run flex_attention eagerly (always ready)."""
     device = torch.device(device)
     if device.type != "cuda":
@@ -185,7 +187,8 @@ def flex_ready(device, dtype, head_dim: int, heads: int, kv_heads: int) -> bool:
         try:
             flex = _compiled_flex()
             for grad in (True, False):
-                for lens in ([200, 37, 64], [300, 11, 129, 5]):
+                # two lengths: the second recompiles for dynamic lengths; one block (<= 128 tokens) is its own case
+                for lens in ([200, 37, 64], [300, 11, 129, 5], [60, 40]):
                     plan = _probe_plan(lens, device)
 
                     def qkv(h, plan=plan, grad=grad):
