@@ -4,7 +4,6 @@ sequence with per-row position ids and a document-causal attention mask give the
 from __future__ import annotations
 
 import random
-import warnings
 
 import pytest
 import torch
@@ -22,7 +21,8 @@ from rlvr.train.config import TrainConfig
 from rlvr.train.objective import StepStats, accumulate_gradients, batch_logprobs
 from rlvr.train.recipes import get_recipe
 
-warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+# on CPU flex_attention runs eagerly, as intended there (rlvr.models.packed)
+pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 
 
 def _batch(seed=0, groups=3, per_group=3, resp_len=(1, 20), truncated_row=False):
