@@ -13,7 +13,7 @@ from torch.nn.attention.flex_attention import create_block_mask
 import rlvr.models.packed as packed
 from rlvr.config import load_config
 from rlvr.models import score_tokens
-from rlvr.models.packed import PackPlan, document_blocks, document_causal, score_packed, use_packing
+from rlvr.models.packed import PackPlan, packed_causal, score_packed, segment_blocks, use_packing
 from rlvr.models.tiny import build_tiny_model
 from rlvr.models.tokenize import build_training_batch
 from rlvr.train.batching import micro_batches
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without to
 
 
 def _batch(seed=0, groups=3, per_group=3, resp_len=(1, 20), truncated_row=False):
-    """Groups of rows sharing a prompt of 2..7 tokens, responses of mixed length, in random order;
+    """Groups of rows sharing a prompt of 2..7 tokens, responses of mixed length, rows in random order;
     truncated_row: one row with no loss label (sampling.mask_truncated)."""
     rng = random.Random(seed)
     P, R = [], []
@@ -35,6 +35,9 @@ def _batch(seed=0, groups=3, per_group=3, resp_len=(1, 20), truncated_row=False)
         for _ in range(per_group):
             P.append(p)
             R.append([rng.randrange(4, 90) for _ in range(rng.randint(*resp_len))])
+    order = list(range(len(P)))
+    rng.shuffle(order)
+    P, R = [P[i] for i in order], [R[i] for i in order]
     masks = [[True] * len(r) for r in R]
     if truncated_row:
         masks[1] = [False] * len(R[1])
@@ -66,7 +69,8 @@ def test_block_sparsity_built_from_lengths_equals_create_block_mask(lens, block)
     n = sum(lens)
     doc = torch.repeat_interleave(torch.arange(len(lens)), torch.tensor(lens))
     doc = torch.cat([doc, torch.full((-n % block,), -1)])
-    ref = create_block_mask(document_causal(doc), 1, 1, n, n, device="cpu", BLOCK_SIZE=block)
+    ref = create_block_mask(lambda b, h, q, kv: (doc[q] == doc[kv]) & (kv <= q), 1, 1, n, n, device="cpu",
+                            BLOCK_SIZE=block)  # rows packed one after the other, each causal
     am = (torch.arange(max(lens)).unsqueeze(0) < torch.tensor(lens).unsqueeze(1)).long()
     got = PackPlan.build(am, am.bool(), "cpu", block=block).block_mask
     assert torch.equal(got.to_dense(), ref.to_dense())
@@ -76,14 +80,38 @@ def test_block_sparsity_built_from_lengths_equals_create_block_mask(lens, block)
         assert torch.equal(a, b), num
         for i, k in enumerate(a.reshape(-1).tolist()):  # the listed blocks (the rest is unused)
             assert torch.equal(getattr(got, idx)[0, 0, i, :k], getattr(ref, idx)[0, 0, i, :k]), (idx, i)
-    assert document_blocks(lens, block)[0].shape == (1, 1, -(-n // block))
+    assert segment_blocks([(x, r, True) for r, x in enumerate(lens)], block)[0].shape == (1, 1, -(-n // block))
 
 
-@pytest.mark.parametrize(("arch", "kv_heads", "temperature"), [("qwen2", None, 1.0), ("llama", 1, 0.7),
-                                                                ("qwen2", 2, 1.0)])
-def test_packed_scores_and_gradients_equal_the_padded_forward(arch, kv_heads, temperature):
+@pytest.mark.parametrize(("seed", "block", "resp_len"), [(0, 8, (1, 20)), (1, 16, (1, 3)), (2, 8, (30, 40))])
+def test_shared_prompt_block_sparsity_equals_create_block_mask(seed, block, resp_len):
+    """The shared-prompt layout: each group's prompt once, its responses after it, seeing the prompt and
+    themselves; the host-built blocks equal create_block_mask's from the mask itself."""
+    batch = _batch(seed=seed, groups=3, per_group=3, resp_len=resp_len, truncated_row=True)
+    plan = PackPlan.build(batch.attention_mask, batch.response_mask, "cpu", block=block, input_ids=batch.input_ids,
+                          share=True)
+    n = plan.tokens
+    ref = create_block_mask(packed_causal(plan.grp, plan.own), 1, 1, n, n, device="cpu", BLOCK_SIZE=block)
+    got = plan.block_mask
+    assert torch.equal(got.to_dense(), ref.to_dense())
+    for num, idx in (("kv_num_blocks", "kv_indices"), ("full_kv_num_blocks", "full_kv_indices"),
+                     ("q_num_blocks", "q_indices"), ("full_q_num_blocks", "full_q_indices")):
+        a, b = getattr(got, num), getattr(ref, num)
+        assert torch.equal(a, b), num
+        for i, k in enumerate(a.reshape(-1).tolist()):
+            assert torch.equal(getattr(got, idx)[0, 0, i, :k], getattr(ref, idx)[0, 0, i, :k]), (idx, i)
+    assert int(ref.full_kv_num_blocks.sum()) > 0 or resp_len[1] < block  # full blocks were compared too
+
+
+@pytest.mark.parametrize(("arch", "kv_heads", "temperature", "share", "resp_len"),
+                         [("qwen2", None, 1.0, False, (1, 20)), ("llama", 1, 0.7, False, (1, 20)),
+                          ("qwen2", 2, 1.0, False, (1, 20)), ("qwen2", None, 1.0, True, (1, 20)),
+                          ("llama", 1, 0.7, True, (1, 20)), ("qwen2", 2, 1.0, True, (1, 2))])
+def test_packed_scores_and_gradients_equal_the_padded_forward(arch, kv_heads, temperature, share, resp_len):
+    """Rows in random order, mixed lengths (one-token responses among them with resp_len (1, 2)), a row with
+    no loss label; share: each group's prompt once, its responses attending to it."""
     model = _model(arch, kv_heads)
-    batch = _batch(seed=1, truncated_row=True)
+    batch = _batch(seed=1, resp_len=resp_len, truncated_row=True)
     m = batch.response_mask
     w = torch.randn(m.shape, generator=torch.Generator().manual_seed(0))
 
@@ -95,13 +123,20 @@ def test_packed_scores_and_gradients_equal_the_padded_forward(arch, kv_heads, te
 
     ref, g_ref = run(lambda: score_tokens(model, batch.input_ids, batch.labels, batch.attention_mask,
                                           with_entropy=True, temperature=temperature))
-    plan = PackPlan.build(batch.attention_mask, m, "cpu")
-    assert plan.tokens == int(batch.attention_mask.sum()) < batch.input_ids.numel()  # no pad token packed
-    # positions restart at 0 in every row (rotary attention within a row would not see a per-row shift,
-    # but positions past the model's trained range would: checked here directly)
+    plan = PackPlan.build(batch.attention_mask, m, "cpu", input_ids=batch.input_ids, share=share)
     lens = batch.attention_mask.sum(-1).tolist()
-    assert plan.position_ids.tolist() == [[t for n in lens for t in range(n)]]
-    assert plan.doc[:plan.tokens].tolist() == [r for r, n in enumerate(lens) for _ in range(n)]
+    if share:  # the prompts once (3 groups), each labelled row's response but its last token; no pad
+        first = m.int().argmax(-1)
+        prompts = {tuple(batch.input_ids[r, :int(first[r]) + 1].tolist()) for r in range(len(lens)) if m[r].any()}
+        assert len(prompts) == 3
+        assert plan.tokens == sum(len(p) for p in prompts) + sum(
+            n - int(first[r]) - 1 for r, n in enumerate(lens) if m[r].any())
+    else:
+        assert plan.tokens == int(batch.attention_mask.sum()) < batch.input_ids.numel()  # no pad token packed
+        # positions restart at 0 in every row (rotary attention within a row would not see a per-row shift,
+        # but positions past the model's trained range would: checked here directly)
+        assert plan.position_ids.tolist() == [[t for n in lens for t in range(n)]]
+        assert plan.grp[:plan.tokens].tolist() == [r for r, n in enumerate(lens) for _ in range(n)]
     got, g_got = run(lambda: score_packed(model, batch.input_ids, batch.labels, plan, with_entropy=True,
                                           temperature=temperature))
     assert torch.allclose(got.logprobs, ref.logprobs * m, atol=1e-5)
@@ -110,8 +145,9 @@ def test_packed_scores_and_gradients_equal_the_padded_forward(arch, kv_heads, te
     _assert_grads_close(g_got, g_ref)
 
 
-@pytest.mark.parametrize(("arch", "kv_heads"), [("qwen2", None), ("llama", 1)])
-def test_the_flex_attention_path_gives_the_padded_logprobs(arch, kv_heads, monkeypatch):
+@pytest.mark.parametrize(("arch", "kv_heads", "share"), [("qwen2", None, False), ("llama", 1, False),
+                                                          ("llama", 1, True)])
+def test_the_flex_attention_path_gives_the_padded_logprobs(arch, kv_heads, share, monkeypatch):
     """No grad (old / reference logprobs): flex_attention itself runs (eagerly on CPU) with the BlockMask."""
     calls = []
     real = packed._eager_flex
@@ -119,7 +155,7 @@ def test_the_flex_attention_path_gives_the_padded_logprobs(arch, kv_heads, monke
     model = _model(arch, kv_heads)
     batch = _batch(seed=2, groups=4, truncated_row=True)
     ref = batch_logprobs(model, batch, 0, temperature=0.8, micro_batch_tokens=60, packing=False)
-    got = batch_logprobs(model, batch, 0, temperature=0.8, micro_batch_tokens=60, packing=True)
+    got = batch_logprobs(model, batch, 0, temperature=0.8, micro_batch_tokens=60, packing=True, shared_prefix=share)
     chunks = micro_batches(batch.attention_mask.sum(-1).tolist(), max_tokens=60, packed=True)
     assert len(chunks) > 1 and len(calls) == 2 * len(chunks)  # every layer of every micro-batch
     m = batch.response_mask
@@ -158,9 +194,11 @@ def test_a_packed_minibatch_gives_the_padded_loss_gradient_and_statistics(shared
     assert e_p.keys() == e_r.keys() and all(e_p[i] == pytest.approx(e_r[i], rel=1e-5, abs=1e-6) for i in e_r)
 
 
-def test_a_packed_step_does_no_pad_token_work():
-    """FLOP count of a training micro-batch: the linear layers run on the real tokens only, the LM head on
-    the response tokens only (the padded forward runs both on every padded position)."""
+@pytest.mark.parametrize("share", [False, True])
+def test_a_packed_step_does_no_pad_token_work(share):
+    """FLOP count of a training micro-batch: the linear layers run on the real tokens only (share: each
+    prompt once), the LM head on the response tokens only (the padded forward runs both on every padded
+    position)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     model = _model("qwen2", None, layers=2)
@@ -181,7 +219,12 @@ def test_a_packed_step_does_no_pad_token_work():
         counts = fc.get_flop_counts()["Global"]
         return sum(v for k, v in counts.items() if "mm" in str(k) and "attention" not in str(k))
 
-    plan = PackPlan.build(batch.attention_mask, m, "cpu")
+    plan = PackPlan.build(batch.attention_mask, m, "cpu", input_ids=batch.input_ids, share=share)
+    if share:  # the 2 prompts once, then every response but its last token
+        first = m.int().argmax(-1).tolist()
+        prompts = {tuple(batch.input_ids[r, :first[r] + 1].tolist()) for r in range(b)}
+        real = sum(map(len, prompts)) + sum(int(batch.attention_mask[r].sum()) - first[r] - 1 for r in range(b))
+        assert len(prompts) == 2 and plan.tokens == real
     got = matmul_flops(lambda: score_packed(model, batch.input_ids, batch.labels, plan, with_entropy=True))
     # forward 2 FLOPs per weight and token, backward twice that (input and weight gradients); the entropy's
     # row dot product E_p[x] (a bmm) 2 V per scored position, forward and backward

@@ -53,10 +53,10 @@ class PackPlan:
     """How one right-padded micro-batch (b, T) is packed; every tensor on the model's device.
 
     gather (N,): flat index into the (b * T) inputs of each packed token; position_ids (1, N);
-    keep (M,): packed positions whose label enters the loss (response tokens: the LM head runs there
-    only); out_index (M,): where their values go in the flat (b * T) layout; block_mask: the
-    document-causal flex BlockMask; doc (N padded to a multiple of BLOCK,): each packed token's row
-    (-1 on the block padding), read by the mask."""
+    keep (M,): packed positions whose logits the loss needs (the LM head runs there only); out_index (M,):
+    where their values go in the flat (b * T) layout; block_mask: the flex BlockMask; grp, own (N padded to
+    a multiple of the block): each packed token's group (its row, or with share its prompt's group; -1 on
+    the block padding) and its own segment (a response's suffix; -1 on a prompt), read by the mask."""
 
     rows: int
     width: int
@@ -65,68 +65,137 @@ class PackPlan:
     position_ids: torch.Tensor
     keep: torch.Tensor
     out_index: torch.Tensor
-    doc: torch.Tensor
+    grp: torch.Tensor
+    own: torch.Tensor
     block_mask: object
 
     @classmethod
-    def build(cls, attention_mask: torch.Tensor, response_mask: torch.Tensor, device, block: int = BLOCK) -> PackPlan:
-        """From a right-padded micro-batch's CPU masks (b, T): 1 on real inputs, True on loss labels."""
+    def build(cls, attention_mask: torch.Tensor, response_mask: torch.Tensor, device, block: int = BLOCK,
+              input_ids: torch.Tensor | None = None, share: bool = False) -> PackPlan:
+        """From a right-padded micro-batch's CPU tensors (b, T): attention_mask 1 on real inputs,
+        response_mask True on loss labels. share (needs input_ids): each group's prompt once (the module
+        docstring); else every row whole, one after the other."""
         am = attention_mask.detach().to("cpu")
         rm = response_mask.detach().to("cpu").bool()
         b, T = am.shape
-        flat = am.reshape(-1).nonzero().squeeze(1)  # (N,) real inputs, row by row (right padding: t = 0..n-1)
-        row, pos = flat // T, flat % T
         lens = am.sum(-1).tolist()
-        keep = rm.reshape(-1).index_select(0, flat).nonzero().squeeze(1)  # (M,) packed positions of loss labels
-        n = int(flat.numel())
-        doc = torch.cat([row.to(torch.int32), torch.full((-n % block,), -1, dtype=torch.int32)])
-        kv_num, kv_idx, full_num, full_idx = document_blocks([x for x in lens if x > 0], block)
+        if share and not bool(rm.any()):  # no loss label at all: nothing to share, the rows whole keep a forward
+            share = False
+        if share:
+            if input_ids is None:
+                raise ValueError("a shared-prompt PackPlan needs the micro-batch's input_ids")
+            segs, gather, pos, keep, out = _shared_layout(input_ids.detach().to("cpu"), rm, lens, T)
+        else:
+            flat = am.reshape(-1).nonzero().squeeze(1)  # (N,) real inputs, row by row (right padding: t = 0..n-1)
+            gather, pos = flat, flat % T
+            keep = rm.reshape(-1).index_select(0, flat).nonzero().squeeze(1)  # (M,) packed positions of loss labels
+            out = flat.index_select(0, keep)
+            segs = [(n, r, True) for r, n in enumerate(lens) if n > 0]  # a row: its own group, all "prompt"
+        n = int(gather.numel())
+        pad = torch.full((-n % block,), -1, dtype=torch.int32)
+        seg_len = torch.tensor([x[0] for x in segs], dtype=torch.long)
+        grp = torch.repeat_interleave(torch.tensor([x[1] for x in segs], dtype=torch.int32), seg_len)
+        own = torch.repeat_interleave(torch.tensor([-1 if x[2] else i for i, x in enumerate(segs)],
+                                                   dtype=torch.int32), seg_len)
+        kv_num, kv_idx, full_num, full_idx = segment_blocks(segs, block)
         mv = lambda t: t.to(device)  # noqa: E731
-        doc_dev = mv(doc)
+        grp_dev, own_dev = mv(torch.cat([grp, pad])), mv(torch.cat([own, pad]))
         from torch.nn.attention.flex_attention import BlockMask
 
         bm = BlockMask.from_kv_blocks(mv(kv_num), mv(kv_idx), mv(full_num), mv(full_idx), BLOCK_SIZE=block,
-                                      mask_mod=document_causal(doc_dev), seq_lengths=(n, n))
-        return cls(rows=b, width=T, tokens=n, gather=mv(flat), position_ids=mv(pos).unsqueeze(0), keep=mv(keep),
-                   out_index=mv(flat.index_select(0, keep)), doc=doc_dev, block_mask=bm)
-
+                                      mask_mod=packed_causal(grp_dev, own_dev), seq_lengths=(n, n))
+        return cls(rows=b, width=T, tokens=n, gather=mv(gather), position_ids=mv(pos).unsqueeze(0), keep=mv(keep),
+                   out_index=mv(out), grp=grp_dev, own=own_dev, block_mask=bm)
 
     def dense_mask(self) -> torch.Tensor:
-        """(N, N) bool: the document-causal mask written out (the CPU backward's SDPA; N x N memory)."""
-        doc = self.doc[: self.tokens]
-        return (doc.unsqueeze(1) == doc.unsqueeze(0)).tril_()
+        """(N, N) bool: the mask written out (the CPU backward's SDPA; N x N memory)."""
+        g, o = self.grp[: self.tokens], self.own[: self.tokens]
+        seen = (o.unsqueeze(0) < 0) | (o.unsqueeze(1) == o.unsqueeze(0))
+        return ((g.unsqueeze(1) == g.unsqueeze(0)) & seen).tril_()
 
 
-def document_causal(doc: torch.Tensor):
-    """flex mask_mod: query q sees key kv iff both belong to the same row (doc) and kv <= q. One factory,
-    so every plan's mask_mod has the same code (a compiled flex_attention does not retrace per plan)."""
+def _shared_layout(ids: torch.Tensor, rm: torch.Tensor, lens: list[int], T: int):
+    """The shared-prompt layout of a micro-batch: per group (rows whose inputs 0..S agree, S = index of the
+    first loss label) the prompt's S + 1 inputs once, then each of its rows' inputs S + 1 .. n - 1 (its
+    response but the last token), positions continuing the prompt's. The logits of a row's label at S come
+    from its prompt's last position (duplicated in keep), the others from its own suffix. Rows without a
+    loss label need no logits and are left out. Returns (segments [(length, group, is_prompt)], gather,
+    positions, keep, out_index) as CPU tensors."""
+    has = rm.any(dim=-1).tolist()
+    first = rm.int().argmax(dim=-1).tolist()
+    groups: dict[tuple, int] = {}
+    members: list[list[int]] = []
+    for r in range(len(lens)):
+        if not has[r]:
+            continue
+        key = tuple(ids[r, : first[r] + 1].tolist())
+        if key not in groups:
+            groups[key] = len(members)
+            members.append([])
+        members[groups[key]].append(r)
+    segs, gather, pos, keep, out = [], [], [], [], []
+    at = 0
+    for g, rows in enumerate(members):
+        rep, S = rows[0], first[rows[0]]
+        segs.append((S + 1, g, True))
+        gather.append(rep * T + torch.arange(S + 1))
+        pos.append(torch.arange(S + 1))
+        last = at + S  # the prompt's last position: it predicts each row's first response token
+        at += S + 1
+        for r in rows:
+            L = lens[r] - S - 1  # the suffix: inputs S + 1 .. n - 1
+            if L > 0:
+                segs.append((L, g, False))
+                gather.append(r * T + S + 1 + torch.arange(L))
+                pos.append(S + 1 + torch.arange(L))
+            t = rm[r].nonzero().squeeze(1)  # the row's loss labels, t >= S
+            keep.append(torch.where(t == S, torch.full_like(t, last), at + t - S - 1))
+            out.append(r * T + t)
+            at += max(L, 0)
+    cat = lambda xs: torch.cat(xs) if xs else torch.zeros(0, dtype=torch.long)  # noqa: E731
+    return segs, cat(gather), cat(pos), cat(keep), cat(out)
+
+
+def packed_causal(grp: torch.Tensor, own: torch.Tensor):
+    """flex mask_mod: query q sees key kv iff both are in the same group, kv <= q, and kv is a prompt token
+    or in q's own segment (plain packing: every row its own group, all prompt, so: the same row, causal).
+    One factory, so every plan's mask_mod has the same code (a compiled flex_attention does not retrace)."""
 
     def mask_mod(b, h, q, kv):
-        return (doc[q] == doc[kv]) & (kv <= q)
+        return (grp[q] == grp[kv]) & (kv <= q) & ((own[kv] < 0) | (own[q] == own[kv]))
 
     return mask_mod
 
 
-def document_blocks(lens: list[int], block: int = BLOCK):
-    """Block sparsity of the document-causal mask of rows of `lens` tokens packed in order, computed on
-    the host: (kv_num_blocks (1, 1, nb), kv_indices (1, 1, nb, nb), full_kv_num_blocks, full_kv_indices)
-    int32, as BlockMask.from_kv_blocks takes them. Query block i reads key block j iff j <= i and the
-    blocks share a row (rows are contiguous, so: the last row of j is the first row of i, or later); the
-    block is full (no mask needed) iff j < i and both blocks lie inside one and the same row (a query block
-    cut short by the end of the sequence is never full). Equal to what create_block_mask computes from the
-    mask itself (tests/test_packing.py), without evaluating the mask on the (N x N) grid."""
-    n = sum(lens)
+def segment_blocks(segs: list[tuple[int, int, bool]], block: int = BLOCK):
+    """Block sparsity of the packed mask, computed on the host from the segments [(length, group, is_prompt)]
+    in layout order (a group's prompt before its suffixes): (kv_num_blocks (1, 1, nb), kv_indices
+    (1, 1, nb, nb), full_kv_num_blocks, full_kv_indices) int32, as BlockMask.from_kv_blocks takes them.
+
+    Segment A (queries) sees segment B iff same group and (B is a prompt or B == A); causality between
+    blocks j < i holds for every pair, and on the diagonal block a query sees its own position. So query
+    block i reads key block j <= i iff some segment pair over the two blocks is visible, and j is full
+    (no mask evaluated) iff j < i and every pair is (a query block cut short by the end of the sequence is
+    never full): counted with a 2-D prefix sum of the segment visibility. Equal to what create_block_mask
+    computes from the mask itself (tests/test_packing.py), without evaluating it on the (N x N) grid."""
+    segs = [x for x in segs if x[0] > 0]
+    seg_len = torch.tensor([x[0] for x in segs], dtype=torch.long)
+    n = int(seg_len.sum())
     nb = max(1, -(-n // block))
-    doc = torch.repeat_interleave(torch.arange(len(lens)), torch.tensor(lens, dtype=torch.long))
+    group = torch.tensor([x[1] for x in segs])
+    prompt = torch.tensor([x[2] for x in segs], dtype=torch.bool)
+    k = len(segs)
+    vis = (group.unsqueeze(1) == group.unsqueeze(0)) & (prompt.unsqueeze(0) | torch.eye(k, dtype=torch.bool))
+    c = torch.zeros(k + 1, k + 1, dtype=torch.long)
+    c[1:, 1:] = vis.long().cumsum(0).cumsum(1)
+    seg_of = torch.repeat_interleave(torch.arange(k), seg_len)
     starts = torch.arange(nb) * block
-    first = doc[starts.clamp_max(n - 1)]
-    last = doc[(starts + block).clamp_max(n) - 1]
+    lo, hi = seg_of[starts.clamp_max(n - 1)], seg_of[(starts + block).clamp_max(n) - 1] + 1  # [lo, hi) per block
+    a0, a1, b0, b1 = lo.unsqueeze(1), hi.unsqueeze(1), lo.unsqueeze(0), hi.unsqueeze(0)  # query rows, key columns
+    count = c[a1, b1] - c[a0, b1] - c[a1, b0] + c[a0, b0]  # visible segment pairs of (query block, key block)
     i, j = torch.arange(nb).unsqueeze(1), torch.arange(nb).unsqueeze(0)
-    visible = (j <= i) & (last.unsqueeze(0) >= first.unsqueeze(1))
-    whole = first == last  # (nb,) a block inside one row
-    # a last query block cut short by n is never full: its padding rows see nothing (as create_block_mask has it)
-    whole_q = whole & (starts + block <= n)
-    full = (j < i) & whole.unsqueeze(0) & whole_q.unsqueeze(1) & (first.unsqueeze(0) == first.unsqueeze(1))
+    visible = (j <= i) & (count > 0)
+    full = (j < i) & (count == (a1 - a0) * (b1 - b0)) & (starts + block <= n).unsqueeze(1)
     partial = visible & ~full
 
     def listed(m: torch.Tensor):

@@ -371,7 +371,8 @@ def accumulate_gradients(
     if packed:  # everything on the device before the loop: no host round trip inside it
         device = next(model.parameters()).device
         plans = [PackPlan.build(batch.attention_mask[c.start:c.stop, :w], batch.response_mask[c.start:c.stop, :w],
-                                device) for c, w in zip(chunks, widths, strict=True)]
+                                device, input_ids=batch.input_ids[c.start:c.stop, :w], share=parts.shared_prefix)
+                 for c, w in zip(chunks, widths, strict=True)]
         batch, advantages = batch.to(device), advantages.to(device)
         old_logp, ref_logp, old_values, returns = (None if t is None else t.to(device)
                                                    for t in (old_logp, ref_logp, old_values, returns))
@@ -454,7 +455,8 @@ def batch_logprobs(model, batch: TrainingBatch, micro_batch_size: int, temperatu
     if packed:  # plans and tokens on the device before the loop, the result read back once after it
         device = next(model.parameters()).device
         plans = [PackPlan.build(batch.attention_mask[c.start:c.stop, :w], batch.response_mask[c.start:c.stop, :w],
-                                device) for c, w in zip(chunks, widths, strict=True)]
+                                device, input_ids=batch.input_ids[c.start:c.stop, :w], share=shared_prefix)
+                 for c, w in zip(chunks, widths, strict=True)]
         ids, labels = batch.input_ids.to(device), batch.labels.to(device)
         out = torch.zeros(batch.labels.shape, dtype=torch.float32, device=device)
         for c, w, plan in zip(chunks, widths, plans, strict=True):
