@@ -7,14 +7,27 @@ is variable-length: a token attends to the earlier tokens of its own row only (a
 
     input_ids (1, N)     row 0's n_0 inputs | row 1's n_1 inputs | ...
     position_ids (1, N)  0 .. n_0-1         | 0 .. n_1-1         | ...
-    mask(q, kv)          doc[q] == doc[kv] and kv <= q
+    mask(q, kv)          same row and kv <= q
+
+With the shared prompt (algo.shared_prefix, `share=True`) the G rows of a group (the rows whose inputs
+0..S agree, S = the first loss label's index) put their prompt in the sequence once, then each row's
+inputs S+1 .. n-1 with positions continuing the prompt's; a response token sees its group's prompt and
+its own earlier tokens:
+
+    input_ids (1, N)     prompt A (S+1) | row 1's suffix | row 2's suffix | prompt B | ...
+    mask(q, kv)          same group and kv <= q and (kv in the prompt or kv in q's own suffix)
+
+so the prompt's work is done once per group and a micro-batch is still one forward, one attention kernel
+per layer. Each row's first response label is predicted at its prompt's last position (one logit row per
+row there), the others in its suffix. One mask_mod serves both layouts (`packed_causal`: per token a group
+and an own-segment id, -1 on prompts; plain packing is every row a group of its own, all "prompt").
 
 Attention is PyTorch's `flex_attention` with a `BlockMask`, through this module's attention function
 (registered in transformers' AttentionInterface as "rlvr_packed", switched on only for the packed
 forward, like rlvr.models.cascade). The BlockMask is built on the host from the rows' lengths (Python
-ints, `PackPlan.build`): which 128 x 128 blocks of the (N x N) score matrix a query block reads, which of
-them are fully visible (no mask evaluated) and which need the mask; blocks of other rows are never
-computed. On CUDA flex_attention is compiled (torch.compile, once per process: the standard way; the
+ints, `PackPlan.build`, `segment_blocks`): which 128 x 128 blocks of the (N x N) score matrix a query
+block reads, which of them are fully visible (no mask evaluated) and which need the mask; blocks of other
+rows (groups) are never computed. On CUDA flex_attention is compiled (torch.compile, once per process: the standard way; the
 fused kernel reads the block indices); a failure to compile is caught by a probe before the first
 packed forward and packing is then turned off with a warning (`flex_ready`). On CPU flex_attention runs eagerly
 (the unfused implementation: the mask on the whole (N x N) score matrix) and has no backward, so a

@@ -455,9 +455,10 @@ class AlgoConfig:
     packing: Literal["auto", True, False] = "auto"
     """Padding-free learner forwards (rlvr.models.packed): a micro-batch's rows concatenated into one sequence,
     attention by a flex_attention document mask, the LM head on response tokens only, micro_batch_tokens
-    counting real tokens; same numbers up to float rounding. auto = on when the policy is on CUDA (compiled
-    flex_attention) and off on CPU, where the padded (shared_prefix) path is faster; true also packs on CPU
-    (a dense mask there: for checks); with packing on, shared_prefix is not used by the learner."""
+    counting real tokens; with shared_prefix each group's prompt is in the sequence once, its responses
+    attending to it through the mask; same numbers up to float rounding. auto = on when the policy is on
+    CUDA (compiled flex_attention) and off on CPU, where the padded (cascade) path is faster; true also packs
+    on CPU (a dense mask there: for checks)."""
     rollout_correction: str = "auto"
     """Correct the sampler/trainer mismatch with importance weights pi_old/pi_sampler (rlvr.algo.correction):
     token_tis (min(ratio, cap) per token), token_mask (tokens with ratio outside [low, cap] leave the loss),
