@@ -156,7 +156,10 @@ def test_the_flex_attention_path_gives_the_padded_logprobs(arch, kv_heads, share
     batch = _batch(seed=2, groups=4, truncated_row=True)
     ref = batch_logprobs(model, batch, 0, temperature=0.8, micro_batch_tokens=60, packing=False)
     got = batch_logprobs(model, batch, 0, temperature=0.8, micro_batch_tokens=60, packing=True, shared_prefix=share)
-    chunks = micro_batches(batch.attention_mask.sum(-1).tolist(), max_tokens=60, packed=True)
+    from rlvr.models.packed import row_prompts
+
+    chunks = micro_batches(batch.attention_mask.sum(-1).tolist(), max_tokens=60, packed=True,
+                           prompts=row_prompts(batch.input_ids, batch.response_mask) if share else None)
     assert len(chunks) > 1 and len(calls) == 2 * len(chunks)  # every layer of every micro-batch
     m = batch.response_mask
     assert torch.allclose(got, ref * m, atol=1e-5)
@@ -262,6 +265,33 @@ def test_token_budget_counts_real_tokens_when_packed():
     assert micro_batches(lens, max_tokens=20) == [range(0, 2), range(2, 4), range(4, 6)]  # padded: rows x longest
     assert micro_batches(lens, max_tokens=20, packed=True) == [range(0, 4), range(4, 6)]  # packed: the sum
     assert micro_batches([30, 2], max_tokens=20, packed=True) == [range(0, 1), range(1, 2)]
+    # with the shared prompt a row whose prompt is in the range already costs its other tokens only
+    lens = [10, 8, 7, 3, 9, 4]
+    prompts = [("a", 6), ("a", 6), ("a", 6), ("b", 2), (None, 0), ("b", 2)]  # costs 10 2 1 3 | 9 4
+    assert micro_batches(lens, max_tokens=20, packed=True, prompts=prompts) == [range(0, 4), range(4, 6)]
+    assert micro_batches(lens, max_tokens=20, packed=True) == [range(0, 2), range(2, 5), range(5, 6)]
+
+
+def test_the_shared_prompt_token_budget_is_the_packed_length():
+    """Each micro-batch cut with the shared prompts' costs packs to at most the budget, the first ones to
+    nearly all of it (a micro-batch's packed length is the cost micro_batches counted)."""
+    from rlvr.models.packed import row_prompts
+
+    batch = _batch(seed=5, groups=4, per_group=4, resp_len=(5, 30), truncated_row=True)
+    lens = batch.attention_mask.sum(-1).tolist()
+    prompts = row_prompts(batch.input_ids, batch.response_mask)
+    chunks = micro_batches(lens, max_tokens=90, packed=True, prompts=prompts)
+    sizes = [PackPlan.build(batch.attention_mask[c.start:c.stop], batch.response_mask[c.start:c.stop], "cpu",
+                            input_ids=batch.input_ids[c.start:c.stop], share=True).tokens for c in chunks]
+    assert len(chunks) > 2 and max(sizes) <= 90
+    # the packed length is the counted cost (the row without a loss label, counted whole, is left out)
+    for c, size in zip(chunks, sizes, strict=True):
+        seen, cost = set(), 0
+        for r in c:
+            key, plen = prompts[r]
+            cost += 0 if key is None else lens[r] - (plen if key in seen else 0)
+            seen.add(key)
+        assert size == cost
 
 
 @pytest.mark.parametrize("shared", ["true", "false"])

@@ -134,14 +134,12 @@ def _shared_layout(ids: torch.Tensor, rm: torch.Tensor, lens: list[int], T: int)
     from its prompt's last position (duplicated in keep), the others from its own suffix. Rows without a
     loss label need no logits and are left out. Returns (segments [(length, group, is_prompt)], gather,
     positions, keep, out_index) as CPU tensors."""
-    has = rm.any(dim=-1).tolist()
     first = rm.int().argmax(dim=-1).tolist()
     groups: dict[tuple, int] = {}
     members: list[list[int]] = []
-    for r in range(len(lens)):
-        if not has[r]:
+    for r, (key, _) in enumerate(row_prompts(ids, rm)):
+        if key is None:
             continue
-        key = tuple(ids[r, : first[r] + 1].tolist())
         if key not in groups:
             groups[key] = len(members)
             members.append([])
@@ -167,6 +165,16 @@ def _shared_layout(ids: torch.Tensor, rm: torch.Tensor, lens: list[int], T: int)
             at += max(L, 0)
     cat = lambda xs: torch.cat(xs) if xs else torch.zeros(0, dtype=torch.long)  # noqa: E731
     return segs, cat(gather), cat(pos), cat(keep), cat(out)
+
+
+def row_prompts(input_ids: torch.Tensor, response_mask: torch.Tensor) -> list[tuple[tuple | None, int]]:
+    """Each row's (prompt, prompt tokens) as the shared-prompt layout groups them: its inputs 0..S (S = the
+    first loss label's index) and S + 1; (None, 0) for a row without a loss label (left out of the layout).
+    CPU tensors (b, T)."""
+    rm = response_mask.bool()
+    has, first = rm.any(dim=-1).tolist(), rm.int().argmax(dim=-1).tolist()
+    ids = input_ids.tolist()
+    return [(tuple(ids[r][: first[r] + 1]), first[r] + 1) if has[r] else (None, 0) for r in range(len(ids))]
 
 
 def packed_causal(grp: torch.Tensor, own: torch.Tensor):

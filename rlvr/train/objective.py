@@ -47,7 +47,7 @@ from rlvr.algo import (
     whiten,
 )
 from rlvr.models import TrainingBatch, score_tokens
-from rlvr.models.packed import PackPlan, score_packed, use_packing
+from rlvr.models.packed import PackPlan, row_prompts, score_packed, use_packing
 from rlvr.models.prefix import score_rows
 from rlvr.rewards.types import Reward, Status
 from rlvr.train.batching import BatchPlan, micro_batches
@@ -364,7 +364,9 @@ def accumulate_gradients(
     norm = normalizers or loss_normalizers(batch.response_mask, constant=float(norm_length) if norm_length else None)
     seq_lens = batch.attention_mask.sum(-1).tolist()
     packed = critic is None and use_packing(model, parts.packing)  # a critic reads the plain forward's states
-    chunks = micro_batches(seq_lens, max_rows=micro_batch_size, max_tokens=micro_batch_tokens, packed=packed)
+    prompts = row_prompts(batch.input_ids, batch.response_mask) if packed and parts.shared_prefix else None
+    chunks = micro_batches(seq_lens, max_rows=micro_batch_size, max_tokens=micro_batch_tokens, packed=packed,
+                           prompts=prompts)
     # a micro-batch is only as wide as its longest row (rows were right-padded to the batch's)
     widths = [max(seq_lens[c.start:c.stop]) for c in chunks]
     plans: list[PackPlan | None] = [None] * len(chunks)
@@ -450,7 +452,9 @@ def batch_logprobs(model, batch: TrainingBatch, micro_batch_size: int, temperatu
     model.eval()
     seq_lens = batch.attention_mask.sum(-1).tolist()
     packed = use_packing(model, packing)
-    chunks = micro_batches(seq_lens, max_rows=micro_batch_size, max_tokens=micro_batch_tokens, packed=packed)
+    prompts = row_prompts(batch.input_ids, batch.response_mask) if packed and shared_prefix else None
+    chunks = micro_batches(seq_lens, max_rows=micro_batch_size, max_tokens=micro_batch_tokens, packed=packed,
+                           prompts=prompts)
     widths = [max(seq_lens[c.start:c.stop]) for c in chunks]
     if packed:  # plans and tokens on the device before the loop, the result read back once after it
         device = next(model.parameters()).device
