@@ -12,7 +12,10 @@ micro-batch) and batch_logprobs (one no-grad forward, as the old-logprob / refer
 
   padded         algo.packing=false algo.shared_prefix=false: every row whole, right-padded (sdpa)
   padded_shared  algo.packing=false algo.shared_prefix=true: the cascade (each prompt once per micro-batch)
-  packed         algo.packing=true: rows concatenated, flex_attention document mask, LM head on responses
+  packed         algo.packing=true algo.shared_prefix=false: rows concatenated, flex_attention document
+                 mask, LM head on responses
+  packed_shared  algo.packing=true algo.shared_prefix=true (the GPU default): each prompt once in the
+                 packed sequence, its responses attending to it
 
 time = median of --reps calls after one warm-up call (the warm-up's time is printed too: on CUDA it holds
 flex_attention's compile probe, once per process); tokens/s counts real (unpadded) tokens; peak memory is
@@ -32,7 +35,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-VARIANTS = {"padded": (False, False), "padded_shared": (False, True), "packed": (True, False)}
+VARIANTS = {"padded": (False, False), "padded_shared": (False, True), "packed": (True, False),
+            "packed_shared": (True, True)}
 
 
 def build(shape: str, dtype, device):
