@@ -27,7 +27,7 @@ Attention is PyTorch's `flex_attention` with a `BlockMask`, through this module'
 forward, like rlvr.models.cascade). The BlockMask is built on the host from the rows' lengths (Python
 ints, `PackPlan.build`, `segment_blocks`): which 128 x 128 blocks of the (N x N) score matrix a query
 block reads, which of them are fully visible (no mask evaluated) and which need the mask; blocks of other
-rows (groups) are never computed. On CUDA flex_attention is compiled (torch.compile, once per process: the standard way; the
+rows (groups) are never computed. On CUDA flex_attention is compiled (torch.compile with dynamic lengths, once per process; the
 fused kernel reads the block indices); a failure to compile is caught by a probe before the first
 packed forward and packing is then turned off with a warning (`flex_ready`). On CPU flex_attention runs eagerly
 (the unfused implementation: the mask on the whole (N x N) score matrix) and has no backward, so a
@@ -259,16 +259,18 @@ def _eager_flex():
 def _compiled_flex():
     from torch.nn.attention.flex_attention import flex_attention
 
-    return torch.compile(flex_attention)
+    # dynamic: every packed length is a new shape; compiled for symbolic lengths at once (a static first
+    # compile would be thrown away at the second length)
+    return torch.compile(flex_attention, dynamic=True)
 
 
 def flex_ready(device, dtype, head_dim: int, heads: int, kv_heads: int) -> bool:
     """Whether the packed forward may run on `device`: on CUDA it needs a compiled flex_attention, which a
     probe compiles once per process before the first packed forward, as the model will call it (q, k, v in
     the projections' (1, N, heads, d) memory layout, the model's dtype and scale, with grad and without,
-    each on two packed lengths so that the dynamic-shape recompile happens here too, and on a one-block
-    length, which the dynamic graph specializes apart; checked with dynamo's recompile log on CPU: after
-    these, other lengths reuse the compiled graphs); on a failure packing
+    each on two packed lengths and on a one-block length, which the dynamic graph specializes apart;
+    checked with dynamo's recompile log on CPU: after these, other lengths reuse the compiled graphs); on a
+    failure packing
     is turned off with a warning, never a crash. Other devices run flex_attention eagerly (always ready)."""
     device = torch.device(device)
     if device.type != "cuda":
@@ -277,7 +279,7 @@ def flex_ready(device, dtype, head_dim: int, heads: int, kv_heads: int) -> bool:
         try:
             flex = _compiled_flex()
             for grad in (True, False):
-                # two lengths: the second recompiles for dynamic lengths; one block (<= 128 tokens) is its own case
+                # two lengths (the second must reuse the first's graph); one block (<= 128 tokens) is its own case
                 for lens in ([200, 37, 64], [300, 11, 129, 5], [60, 40]):
                     plan = _probe_plan(lens, device)
 
