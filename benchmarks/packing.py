@@ -17,7 +17,8 @@ micro-batch) and batch_logprobs (one no-grad forward, as the old-logprob / refer
   packed_shared  algo.packing=true algo.shared_prefix=true (the GPU default): each prompt once in the
                  packed sequence, its responses attending to it
 
-time = median of --reps calls after one warm-up call (the warm-up's time is printed too: on CUDA it holds
+The last column is the largest |logprob| difference to the padded variant's on the response tokens
+(float rounding: ~1e-5 in float32, ~1e-2 in bfloat16). time = median of --reps calls after one warm-up call (the warm-up's time is printed too: on CUDA it holds
 flex_attention's compile probe, once per process); tokens/s counts real (unpadded) tokens; peak memory is
 torch.cuda.max_memory_allocated on CUDA. Writes benchmarks/results/packing.{json,md}.
 """
@@ -85,7 +86,7 @@ def run(args) -> dict:
     adv = torch.randn(n, generator=torch.Generator().manual_seed(1))
     real = int(batch.attention_mask.sum())
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    rows = []
+    rows, logps = [], {}
     for name, (packing, shared) in VARIANTS.items():
         if args.only and name not in args.only:
             continue
@@ -98,8 +99,9 @@ def run(args) -> dict:
             accumulate_gradients(model, batch, adv, None, None, algo, micro_batch_size=0, norm_length=0,
                                  micro_batch_tokens=args.tokens)
 
-        def score(packing=packing, shared=shared):
-            batch_logprobs(model, batch, 0, micro_batch_tokens=args.tokens, shared_prefix=shared, packing=packing)
+        def score(packing=packing, shared=shared, name=name):
+            logps[name] = batch_logprobs(model, batch, 0, micro_batch_tokens=args.tokens, shared_prefix=shared,
+                                         packing=packing)
 
         out = {"variant": name}
         for what, fn in (("learner", train_step), ("logprobs", score)):
@@ -119,6 +121,9 @@ def run(args) -> dict:
             out[f"{what}_tok_s"] = real / out[f"{what}_s"]
             if device.type == "cuda":
                 out[f"{what}_peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+        if "padded" in logps:  # the same numbers as the padded rows (response tokens: all the loss reads)
+            m = batch.response_mask
+            out["max_logprob_diff"] = float(((logps[name] - logps["padded"]) * m).abs().max())
         rows.append(out)
         print(json.dumps(out), flush=True)
     return {"device": str(device), "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "",
@@ -128,12 +133,14 @@ def run(args) -> dict:
 
 def table(res: dict) -> str:
     cuda = res["device"].startswith("cuda")
-    head = "| variant | learner s | learner tok/s | logprobs s | logprobs tok/s | first call s (learner, logprobs) |"
+    head = ("| variant | learner s | learner tok/s | logprobs s | logprobs tok/s | first call s (learner, logprobs) "
+            "| max logprob diff vs padded |")
     head += " peak GiB |" if cuda else ""
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in res["results"]:
         line = (f"| {r['variant']} | {r['learner_s']:.3f} | {r['learner_tok_s']:,.0f} | {r['logprobs_s']:.3f} | "
-                f"{r['logprobs_tok_s']:,.0f} | {r['learner_first_s']:.1f}, {r['logprobs_first_s']:.1f} |")
+                f"{r['logprobs_tok_s']:,.0f} | {r['learner_first_s']:.1f}, {r['logprobs_first_s']:.1f} | "
+                f"{r.get('max_logprob_diff', float('nan')):.2g} |")
         lines.append(line + (f" {r['learner_peak_gib']:.1f} |" if cuda else ""))
     a = res["args"]
     return (f"{res['device']} {res['gpu']} torch {res['torch']}: {a['shape']} {a['dtype']}, {res['rows']} rows "
