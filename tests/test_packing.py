@@ -317,3 +317,18 @@ def test_training_packed_equals_the_padded_path(tmp_path, shared, monkeypatch):
             assert f[k] == pytest.approx(s[k], rel=1e-4, abs=1e-6), k
         assert f["rollout/logprob_diff_max"] < 1e-4 and s["rollout/logprob_diff_max"] < 1e-4
         assert f["grad_norm"] > 1e-3
+
+
+def test_the_shared_prompt_layout_groups_rows_by_their_whole_prompt():
+    """Prompts 5 6 7 and 5 6 8 differ only in their last token (the input that predicts the first response
+    token): two groups, and the plain forward's logprobs."""
+    model = _model()
+    batch = build_training_batch([[5, 6, 7], [5, 6, 7], [5, 6, 8], [5, 6, 8]], [[10, 11], [12, 13, 14], [15], [16, 17]],
+                                 0)
+    m = batch.response_mask
+    plan = PackPlan.build(batch.attention_mask, m, "cpu", input_ids=batch.input_ids, share=True)
+    lens = batch.attention_mask.sum(-1).tolist()
+    assert plan.tokens == 2 * 3 + sum(n - 3 for n in lens)  # two prompts of 3 inputs once, then the rest of each row
+    ref = score_tokens(model, batch.input_ids, batch.labels, batch.attention_mask).logprobs.detach()
+    got = score_packed(model, batch.input_ids, batch.labels, plan).logprobs.detach()
+    assert torch.allclose(got, ref * m, atol=1e-5)
