@@ -189,7 +189,7 @@ def _schema(cls: type) -> dict[str, tuple[Any, type]]:
 def type_name(tp: Any) -> str:
     """Readable type: `float`, `list[str]`, `{loss, reward}` for Literals."""
     if typing.get_origin(tp) is Literal:
-        return "{" + ", ".join(str(a) for a in typing.get_args(tp)) + "}"
+        return "{" + ", ".join(str(a).lower() if isinstance(a, bool) else str(a) for a in typing.get_args(tp)) + "}"
     if typing.get_origin(tp) is list:
         return f"list[{type_name(typing.get_args(tp)[0])}]"
     return tp.__name__ if isinstance(tp, type) else str(tp).replace("typing.", "")

@@ -330,3 +330,19 @@ def test_cascade_in_bfloat16_is_as_close_to_float32_as_the_plain_forward():
     err_shared = float((shared - ref)[real].abs().max())
     assert 0 < err_plain < 0.05  # bf16 really rounds, and not absurdly
     assert err_shared <= 1.5 * err_plain, (err_shared, err_plain)
+
+
+def test_prompts_that_differ_only_in_their_last_token_are_not_shared():
+    """A group is the rows whose whole prompt agrees, its last token (input S, which predicts the first
+    response token) included: prompts 5 6 7 and 5 6 8 are two groups, and their scores are the plain ones."""
+    model, _ = build_tiny_model(hidden_size=32, num_layers=1, num_heads=2, seed=0)
+    batch = build_training_batch([[5, 6, 7], [5, 6, 7], [5, 6, 8], [5, 6, 8]], [[10, 11], [12, 13, 14], [15], [16, 17]],
+                                 0)
+    g = prefix_groups(batch.input_ids, batch.response_mask, batch.attention_mask)
+    assert g is not None and g.group_of_row.tolist() == [0, 0, 1, 1]
+    m = batch.response_mask
+    ref = score_tokens(model, batch.input_ids, batch.labels, batch.attention_mask).logprobs.detach()
+    for cascade in (True, False):
+        got = score_shared_prefix(model, batch.input_ids, batch.labels, batch.attention_mask, g,
+                                  use_cascade=cascade).logprobs.detach()
+        assert torch.allclose(got * m, ref * m, atol=1e-5), cascade

@@ -92,12 +92,12 @@ def _correct(old_logp, sampler_logp, mask, *, cap: float, low: float, sequence: 
         kept = inside & (lr <= log_cap) & (lr >= (math.log(low) if low > 0 else -math.inf))
         weight = kept.float()
         truncated = torch.zeros_like(kept)
-    any_unit = bool(unit.any())
-    inf = torch.tensor(math.inf, device=lr.device)
+    any_unit = unit.any()  # a tensor: no host round trip
+    inf = torch.full((), math.inf, device=lr.device)
     stats = {
         "correction_ratio_mean": masked_mean(ratio, unit),
-        "correction_ratio_min": torch.where(unit, ratio, inf).min() if any_unit else zero,
-        "correction_ratio_max": torch.where(unit, ratio, -inf).max() if any_unit else zero,
+        "correction_ratio_min": torch.where(any_unit, torch.where(unit, ratio, inf).amin(), zero),
+        "correction_ratio_max": torch.where(any_unit, torch.where(unit, ratio, -inf).amax(), zero),
         "correction_truncated": masked_mean(truncated.float(), unit),
         "correction_masked": masked_mean((~kept).float(), unit),
         "correction_units": unit.sum().float(),

@@ -72,13 +72,13 @@ def _ratio(logp: torch.Tensor, old_logp: torch.Tensor, valid: torch.Tensor) -> t
 
 def _ratio_stats(ratio: torch.Tensor, valid: torch.Tensor) -> dict[str, torch.Tensor]:
     r = ratio.detach()
-    any_valid = bool(valid.any())
+    any_valid = valid.any()  # a tensor: no host round trip (the trainer reads the statistics after its loop)
     zero = torch.zeros((), dtype=r.dtype, device=r.device)
-    inf = torch.tensor(float("inf"), dtype=r.dtype, device=r.device)
+    inf = torch.full((), float("inf"), dtype=r.dtype, device=r.device)
     return {
         "ratio_mean": masked_mean(r, valid),
-        "ratio_min": torch.where(valid, r, inf).min() if any_valid else zero,
-        "ratio_max": torch.where(valid, r, -inf).max() if any_valid else zero,
+        "ratio_min": torch.where(any_valid, torch.where(valid, r, inf).amin(), zero),
+        "ratio_max": torch.where(any_valid, torch.where(valid, r, -inf).amax(), zero),
     }
 
 

@@ -51,8 +51,8 @@ class PrefixGroups:
 
 def prefix_groups(input_ids: torch.Tensor, response_mask: torch.Tensor, attention_mask: torch.Tensor,
                   min_share: int = 2) -> PrefixGroups | None:
-    """Group the rows of a right-padded batch by their prompt: the inputs before the first response
-    label (S = index of the first True of response_mask). Returns None when sharing saves nothing
+    """Group the rows of a right-padded batch by their prompt: inputs 0..S, S = index of the first True of
+    response_mask (input S is the prompt's last token; it predicts the first response token). Returns None when sharing saves nothing
     (no group has min_share rows, or some row has no response label: then score it whole)."""
     if input_ids.shape[0] < min_share or not bool(response_mask.any(dim=-1).all()):
         return None
@@ -64,7 +64,7 @@ def prefix_groups(input_ids: torch.Tensor, response_mask: torch.Tensor, attentio
     group_of_row, rep, plen = [], [], []
     ids = input_ids.tolist()
     for i, s in enumerate(first.tolist()):
-        key = tuple(ids[i][:s])
+        key = tuple(ids[i][:s + 1])  # the whole prompt: input S (its last token) predicts the first response token
         g = keys.get(key)
         if g is None:
             g = keys[key] = len(rep)

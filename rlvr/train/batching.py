@@ -11,7 +11,7 @@ long responses then go fewer to a micro-batch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 
@@ -106,13 +106,17 @@ def split_indices(n: int, size: int) -> list[range]:
     return [range(i, min(i + size, n)) for i in range(0, n, size)]
 
 
-def micro_batches(seq_lens: Sequence[int], *, max_rows: int = 0, max_tokens: int = 0) -> list[range]:
+def micro_batches(seq_lens: Sequence[int], *, max_rows: int = 0, max_tokens: int = 0,
+                  packed: bool = False, prompts: Sequence[tuple[Hashable, int]] | None = None) -> list[range]:
     """Cut rows 0..n-1 (in the given order) into contiguous micro-batches for forward/backward.
 
     seq_lens: (n,) token count of each row (prompt + response). A micro-batch is padded to its
-    longest row, so its cost is rows * max(seq_lens in it) tokens. Each range has at most
-    `max_rows` rows (0 = unlimited) and a padded token count <= `max_tokens` (0 = unlimited),
-    and at least one row: a single row longer than max_tokens gets a range of its own.
+    longest row, so its cost is rows * max(seq_lens in it) tokens; packed (the padding-free forward,
+    rlvr.models.packed) it is sum(seq_lens in it). Each range has at most `max_rows` rows (0 =
+    unlimited) and a token count <= `max_tokens` (0 = unlimited), and at least one row: a single row
+    longer than max_tokens gets a range of its own. prompts (packed with the shared prompt): each row's
+    (prompt key, prompt tokens), key None for a row that shares nothing; a row whose prompt is already in
+    the range costs only its other tokens (the packed sequence holds each prompt once).
 
     Greedy: a range grows until the next row would break a limit, so every range but the last is
     as long as the limits allow. Rows are not reordered (the caller may sort by length first to
@@ -122,18 +126,25 @@ def micro_batches(seq_lens: Sequence[int], *, max_rows: int = 0, max_tokens: int
     if max_rows < 0 or max_tokens < 0:
         raise ValueError(f"max_rows and max_tokens must be >= 0 (0 = unlimited), got {max_rows} and {max_tokens}")
     out: list[range] = []
-    start, longest = 0, 0
+    start, longest, total = 0, 0, 0
+    seen: set = set()  # prompt keys in the current range
     for i, n in enumerate(seq_lens):
         if n < 0:
             raise ValueError(f"seq_lens[{i}] = {n} is negative")
+        key, plen = prompts[i] if prompts is not None else (None, 0)
+        cost = n - plen if key is not None and key in seen else n
         rows = i - start + 1  # rows of the current range if row i joins it
         grown = max(longest, n)
         too_many = max_rows > 0 and rows > max_rows
-        too_long = max_tokens > 0 and rows * grown > max_tokens
+        too_long = max_tokens > 0 and (total + cost if packed else rows * grown) > max_tokens
         if rows > 1 and (too_many or too_long):
             out.append(range(start, i))
-            start, grown = i, n
+            start, grown, total, cost = i, n, 0, n
+            seen.clear()
         longest = grown
+        total += cost
+        if key is not None:
+            seen.add(key)
     if len(seq_lens) > start:
         out.append(range(start, len(seq_lens)))
     return out

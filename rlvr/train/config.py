@@ -447,7 +447,7 @@ class AlgoConfig:
     micro_batch_size: int = 0
     """Rollouts per forward/backward; 0 = train_batch_size (no accumulation)."""
     micro_batch_tokens: int = 0
-    """Token budget per forward/backward (prompt + response, padded); > 0 replaces micro_batch_size by
+    """Token budget per forward/backward (prompt + response, padded; real tokens only with algo.packing); > 0 replaces micro_batch_size by
     micro-batches of at most this many tokens (long responses get fewer rows)."""
     filter_zero_variance: bool = False
     """Drop groups whose rewards are all equal from the loss (DAPO dynamic sampling)."""
@@ -485,6 +485,13 @@ class AlgoConfig:
     shared_prefix: bool = True
     """Training forwards run each group's prompt once and reuse its keys/values for the group's responses
     (rlvr.models.prefix: same numbers up to float rounding, less work); false = every row whole."""
+    packing: Literal["auto", True, False] = "auto"
+    """Padding-free learner forwards (rlvr.models.packed): a micro-batch's rows concatenated into one sequence,
+    attention by a flex_attention document mask, the LM head on response tokens only, micro_batch_tokens
+    counting real tokens; with shared_prefix each group's prompt is in the sequence once, its responses
+    attending to it through the mask; same numbers up to float rounding. auto = on when the policy is on
+    CUDA (compiled flex_attention) and off on CPU, where the padded (cascade) path is faster; true also packs
+    on CPU (a dense mask there: for checks)."""
     rollout_correction: str = "auto"
     """Correct the sampler/trainer mismatch with importance weights pi_old/pi_sampler (rlvr.algo.correction):
     token_tis (min(ratio, cap) per token), token_mask (tokens with ratio outside [low, cap] leave the loss),

@@ -47,6 +47,7 @@ from rlvr.algo import (
     whiten,
 )
 from rlvr.models import TrainingBatch, score_tokens
+from rlvr.models.packed import PackPlan, row_prompts, score_packed, use_packing
 from rlvr.models.prefix import score_rows
 from rlvr.rewards.types import Reward, Status
 from rlvr.train.batching import BatchPlan, micro_batches
@@ -187,6 +188,7 @@ class LossParts:
     value: tuple[float, float | None] | None = None
     shared_prefix: bool = False  # each group's prompt forwarded once (rlvr.models.prefix)
     correction: tuple[str, float, float] | None = None
+    packing: str | bool = "auto"  # algo.packing: padding-free forwards (rlvr.models.packed); auto = on CUDA
 
     @classmethod
     def from_algo(cls, algo, correction: str | None = None) -> LossParts:
@@ -206,7 +208,7 @@ class LossParts:
         corr = None if mode == "none" else (mode, algo.rollout_correction_cap, algo.rollout_correction_low)
         return cls(policy=policy, aggregate=LOSS_AGGREGATIONS[algo.aggregation], kl=kl,
                    entropy_coef=algo.entropy_coef, value=value, shared_prefix=getattr(algo, "shared_prefix", False),
-                   correction=corr)
+                   correction=corr, packing=getattr(algo, "packing", "auto"))
 
 
 def resolve_rollout_correction(mode: str, backend: str) -> str:
@@ -231,6 +233,7 @@ def micro_batch_loss(
     critic=None,
     old_values: torch.Tensor | None = None,
     returns: torch.Tensor | None = None,
+    pack: PackPlan | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Loss of one micro-batch, already divided by the minibatch's global normalizers, so that
     summing backward() over the micro-batches of a minibatch gives the minibatch gradient.
@@ -239,7 +242,8 @@ def micro_batch_loss(
     logp.detach() is used). algo: LossParts or an AlgoConfig (resolved here). temperature, truncation: the
     sampling distribution the policy is scored under (sampling.temperature, top_k / top_p). critic (with
     old_values, returns (b, T)): adds value_coef * the clipped value loss, token-mean over the
-    minibatch. Returns (loss scalar, detached stats).
+    minibatch. pack: the micro-batch's rlvr.models.packed.PackPlan: one padding-free forward (logprobs
+    and entropy on the response tokens only, 0 elsewhere). Returns (loss scalar, detached stats).
 
     With a rollout correction (parts.correction) and the batch's sampler logprobs, the policy term of
     each token is multiplied by its detached weight (rlvr.algo.correction: old vs sampler logprobs); a
@@ -254,7 +258,10 @@ def micro_batch_loss(
     batch = batch.to(device)
     advantages = advantages.to(device)
     shared_values = critic is not None and critic.shared
-    if shared_values:  # the value head reads the hidden states of the one plain forward
+    if pack is not None:
+        out = score_packed(model, batch.input_ids, batch.labels, pack, with_entropy=True, temperature=temperature,
+                           truncation=truncation)
+    elif shared_values:  # the value head reads the hidden states of the one plain forward
         out = score_tokens(model, batch.input_ids, batch.labels, batch.attention_mask, with_entropy=True,
                            temperature=temperature, with_hidden=True, truncation=truncation)
     else:
@@ -277,7 +284,7 @@ def micro_batch_loss(
         seen = mask if keep is None else keep
         diff = (old.detach() - sampler).abs()
         stats["logprob_diff"] = masked_mean(diff, seen)
-        stats["logprob_diff_max"] = (diff * seen).max() if seen.any() else diff.new_zeros(())
+        stats["logprob_diff_max"] = (diff * seen).amax()  # 0 when nothing is seen (diff >= 0); no host sync
         if parts.correction is not None:  # importance weights sampler -> trainer (rlvr.algo.correction)
             mode, cap, low = parts.correction
             corr = rollout_correction(mode, old, sampler, mask, cap=cap, low=low)
@@ -342,43 +349,60 @@ def accumulate_gradients(
     """Backward over one minibatch (b rows) in micro-batches; returns the minibatch loss.
 
     Micro-batches hold at most micro_batch_size rows and, when micro_batch_tokens > 0, at most that
-    many (padded) tokens. The aggregation normalizers come from the whole minibatch's mask, so the
+    many tokens (padded; real tokens when packed: algo.packing, rlvr.models.packed). The aggregation normalizers come from the whole minibatch's mask, so the
     accumulated gradient does not depend on how it is split. Gradients are added to .grad (the
     caller zeroes them). row_entropy, if given, receives the mean token entropy of each row, keyed
     by row_ids[row] (default: the row's index in `batch`). algo: LossParts or an AlgoConfig.
     temperature, truncation: the sampling distribution scored (micro_batch_loss).
     critic, old_values, returns (b, T): PPO's value term (see micro_batch_loss). normalizers: the
     LossNormalizers of the whole minibatch when `batch` is one worker's share of it (data-parallel
-    learners, rlvr.distributed.dp); None = computed from `batch`.
+    learners, rlvr.distributed.dp); None = computed from `batch`. Packed, the micro-batches' plans and
+    the minibatch's tensors go to the device before the loop, and the losses and statistics are read back
+    after it, so the loop itself never waits on the device.
     """
     parts = LossParts.from_algo(algo)
     norm = normalizers or loss_normalizers(batch.response_mask, constant=float(norm_length) if norm_length else None)
-    total = 0.0
     seq_lens = batch.attention_mask.sum(-1).tolist()
+    packed = critic is None and use_packing(model, parts.packing)  # a critic reads the plain forward's states
+    prompts = row_prompts(batch.input_ids, batch.response_mask) if packed and parts.shared_prefix else None
+    chunks = micro_batches(seq_lens, max_rows=micro_batch_size, max_tokens=micro_batch_tokens, packed=packed,
+                           prompts=prompts)
+    # a micro-batch is only as wide as its longest row (rows were right-padded to the batch's)
+    widths = [max(seq_lens[c.start:c.stop]) for c in chunks]
+    plans: list[PackPlan | None] = [None] * len(chunks)
+    if packed:  # everything on the device before the loop: no host round trip inside it
+        device = next(model.parameters()).device
+        plans = [PackPlan.build(batch.attention_mask[c.start:c.stop, :w], batch.response_mask[c.start:c.stop, :w],
+                                device, input_ids=batch.input_ids[c.start:c.stop, :w], share=parts.shared_prefix)
+                 for c, w in zip(chunks, widths, strict=True)]
+        batch, advantages = batch.to(device), advantages.to(device)
+        old_logp, ref_logp, old_values, returns = (None if t is None else t.to(device)
+                                                   for t in (old_logp, ref_logp, old_values, returns))
 
-    def cut(t: torch.Tensor | None, idx, width):
-        return None if t is None else t[idx, :width]
+    def cut(t: torch.Tensor | None, c: range, width):
+        return None if t is None else t[c.start:c.stop, :width]
 
-    for chunk in micro_batches(seq_lens, max_rows=micro_batch_size, max_tokens=micro_batch_tokens):
-        idx = torch.arange(chunk.start, chunk.stop)
-        mb = batch.rows(idx)
-        # a micro-batch is only as wide as its longest row (rows were right-padded to the batch's)
-        width = int(mb.attention_mask.sum(-1).max())
-        mb = _narrow(mb, width)
+    done = []  # (chunk, loss, stats, response tokens): read back after the loop
+    for chunk, width, plan in zip(chunks, widths, plans, strict=True):
+        mb = _narrow(_slice(batch, chunk), width)
+        w = mb.response_mask.sum()
+        adv = advantages[chunk.start:chunk.stop] if advantages.dim() == 1 else cut(advantages, chunk, width)
         loss, meta = micro_batch_loss(
-            model, mb, advantages[idx] if advantages.dim() == 1 else advantages[idx, :width],
-            cut(old_logp, idx, width), cut(ref_logp, idx, width), norm, parts, temperature=temperature,
-            truncation=truncation, critic=critic, old_values=cut(old_values, idx, width),
-            returns=cut(returns, idx, width),
+            model, mb, adv, cut(old_logp, chunk, width), cut(ref_logp, chunk, width), norm, parts,
+            temperature=temperature, truncation=truncation, critic=critic, old_values=cut(old_values, chunk, width),
+            returns=cut(returns, chunk, width), pack=plan,
         )
         loss.backward()
-        total += float(loss.detach())
+        done.append((chunk, loss.detach(), meta, w))
+    total = 0.0
+    for chunk, loss, meta, w in done:
+        total += float(loss)
         ent = meta.pop("row_entropy")
         if row_entropy is not None:
-            for j, e in zip(idx.tolist(), ent.tolist(), strict=True):
+            for j, e in zip(chunk, ent.tolist(), strict=True):
                 row_entropy[row_ids[j] if row_ids is not None else j] = e
         if stats is not None:
-            w = float(mb.response_mask.sum())
+            w = float(w)
             # the rollout correction's statistics are over its units (tokens or responses)
             units = float(meta.pop("correction_units", w))
             for k, v in meta.items():
@@ -389,6 +413,14 @@ def accumulate_gradients(
                 else:
                     stats.add(k, float(v), units if k.startswith("correction_") else w)
     return total
+
+
+def _slice(batch: TrainingBatch, rows: range) -> TrainingBatch:
+    """Rows rows.start .. rows.stop - 1 of every tensor, as views (no copy, no index tensor)."""
+    import dataclasses
+
+    return dataclasses.replace(batch, **{f.name: v[rows.start:rows.stop] for f in dataclasses.fields(batch)
+                                         if isinstance(v := getattr(batch, f.name), torch.Tensor)})
 
 
 # micro-batch statistics kept as the step's min / max (StepStats.extreme), not token-weighted means
@@ -409,20 +441,36 @@ def _narrow(batch: TrainingBatch, width: int) -> TrainingBatch:
 @torch.no_grad()
 def batch_logprobs(model, batch: TrainingBatch, micro_batch_size: int, temperature: float = 1.0,
                    micro_batch_tokens: int = 0, shared_prefix: bool = False,
-                   truncation: Truncation | None = None) -> torch.Tensor:
+                   truncation: Truncation | None = None, packing: str | bool = "auto") -> torch.Tensor:
     """(N, T) float32 token logprobs of `batch` under `model`, no grad, in micro-batches of at most
-    micro_batch_size rows and (when > 0) micro_batch_tokens padded tokens, like the training forward:
+    micro_batch_size rows and (when > 0) micro_batch_tokens tokens, like the training forward:
     a token budget that bounds the backward must bound these forwards too. shared_prefix: each
     group's prompt forwarded once (rlvr.models.prefix). temperature, truncation: the sampling
-    distribution scored (sampling.temperature, top_k / top_p)."""
+    distribution scored (sampling.temperature, top_k / top_p). packing: algo.packing (rlvr.models.packed):
+    padding-free forwards, logprobs on the response tokens only (0 elsewhere: the loss reads no others)."""
     was_training = model.training
     model.eval()
-    out = torch.zeros(batch.labels.shape, dtype=torch.float32)
     seq_lens = batch.attention_mask.sum(-1).tolist()
-    for chunk in micro_batches(seq_lens, max_rows=micro_batch_size, max_tokens=micro_batch_tokens):
-        mb = batch.rows(torch.arange(chunk.start, chunk.stop))
-        width = int(mb.attention_mask.sum(-1).max())
-        mb = _narrow(mb, width)
+    packed = use_packing(model, packing)
+    prompts = row_prompts(batch.input_ids, batch.response_mask) if packed and shared_prefix else None
+    chunks = micro_batches(seq_lens, max_rows=micro_batch_size, max_tokens=micro_batch_tokens, packed=packed,
+                           prompts=prompts)
+    widths = [max(seq_lens[c.start:c.stop]) for c in chunks]
+    if packed:  # plans and tokens on the device before the loop, the result read back once after it
+        device = next(model.parameters()).device
+        plans = [PackPlan.build(batch.attention_mask[c.start:c.stop, :w], batch.response_mask[c.start:c.stop, :w],
+                                device, input_ids=batch.input_ids[c.start:c.stop, :w], share=shared_prefix)
+                 for c, w in zip(chunks, widths, strict=True)]
+        ids, labels = batch.input_ids.to(device), batch.labels.to(device)
+        out = torch.zeros(batch.labels.shape, dtype=torch.float32, device=device)
+        for c, w, plan in zip(chunks, widths, plans, strict=True):
+            out[c.start:c.stop, :w] = score_packed(model, ids[c.start:c.stop, :w], labels[c.start:c.stop, :w], plan,
+                                                   temperature=temperature, truncation=truncation).logprobs
+        model.train(was_training)
+        return out.cpu()
+    out = torch.zeros(batch.labels.shape, dtype=torch.float32)
+    for chunk, width in zip(chunks, widths, strict=True):
+        mb = _narrow(_slice(batch, chunk), width)
         lp = score_rows(model, mb.input_ids, mb.labels, mb.attention_mask, mb.response_mask,
                         shared_prefix=shared_prefix, temperature=temperature, truncation=truncation).logprobs
         out[chunk.start:chunk.stop, :width] = lp.float().cpu()

@@ -409,10 +409,11 @@ def learn(model, optimizer, scheduler, batch, adv: torch.Tensor, kept: torch.Ten
         old_logp = old_logp_fn(model, batch, plan.micro_batch, s.temperature, a.micro_batch_tokens, truncation=tr)
     elif objective.needs_old_logprobs:
         old_logp = batch_logprobs(model, batch, plan.micro_batch, s.temperature, a.micro_batch_tokens,
-                                  shared_prefix=a.shared_prefix, truncation=tr)
+                                  shared_prefix=a.shared_prefix, truncation=tr, packing=a.packing)
     else:
         old_logp = None
-    ref_logp = reference.logprobs(batch, plan.micro_batch, s.temperature, a.micro_batch_tokens, truncation=tr)
+    ref_logp = reference.logprobs(batch, plan.micro_batch, s.temperature, a.micro_batch_tokens, truncation=tr,
+                                  packing=a.packing)
     old_values = critic.values(model, batch, plan.micro_batch, a.micro_batch_tokens) if critic is not None else None
     targets = objective.targets(adv, batch.response_mask, old_logp, ref_logp, old_values, steps=steps)
     token_adv = targets.advantages  # (B,) or (B, T)

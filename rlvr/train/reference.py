@@ -27,15 +27,16 @@ class ReferencePolicy:
             self.model.requires_grad_(False)
 
     def logprobs(self, batch, micro_batch_size: int, temperature: float,
-                 micro_batch_tokens: int = 0, truncation=None) -> torch.Tensor | None:
+                 micro_batch_tokens: int = 0, truncation=None, packing="auto") -> torch.Tensor | None:
         """(N, T) reference logprobs of `batch`, or None without a reference; under the sampling
-        distribution (temperature, truncation: rlvr.algo.logprobs.Truncation or None), as the policy's."""
+        distribution (temperature, truncation: rlvr.algo.logprobs.Truncation or None), as the policy's.
+        packing: algo.packing (padding-free forwards, rlvr.models.packed)."""
         if self.model is None:
             return None
         from rlvr.train.objective import batch_logprobs
 
         return batch_logprobs(self.model, batch, micro_batch_size, temperature, micro_batch_tokens,
-                              truncation=truncation)
+                              truncation=truncation, packing=packing)
 
     # -- refresh and snapshots -------------------------------------------------------------------
     @property
