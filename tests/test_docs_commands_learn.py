@@ -10,17 +10,19 @@ for a config file it names), at the documented size unless the case names a smal
 command the run's held-out accuracy (the last `eval/accuracy` of its metrics.jsonl; greedy, as every trainer
 evaluates by default) is read, and each check asserts a trained run's accuracy against its start's:
 
-    after >= before - margin        (and after >= floor, where a floor is given)
+    before >= start_floor           (the start is partly right: it has something to keep or lose)
+    after >= before - margin
 
 with margins measured (module constants below, with what was measured; fixed seeds: the pages' own).
+Measured time (2 cores shared with other jobs, one thread): 974 s for the four cases.
 
 Documented training commands not here, and why:
 - `rlvr demo` (README, index.md, training.md): tests/test_demo.py::test_full_demo_meets_its_targets
   (slow) asserts its gain on the median of three seeds.
-- agents.md, distributed.md, config.md, training.md's `--help`-free commands that train a fresh tiny model
-  (no `model.init_from`): a random start has no accuracy to lose.
+- agents.md, distributed.md, config.md: they train a fresh tiny model (no `model.init_from`); a random
+  start has no accuracy to lose.
 - GPU / hub-model commands (README's and real_model.md's examples): tests/test_docs_examples.py's SKIP_RULES.
-- filtering.md: its `rlvr sft` is training.md's; `rlvr filter` does not train.
+- filtering.md: `rlvr filter` does not train (its `rlvr sft` line is the 3-digit one training.md had).
 """
 
 from __future__ import annotations
@@ -36,9 +38,20 @@ from test_docs_examples import ROOT, _fenced_blocks, _rlvr, doc_commands
 
 pytestmark = pytest.mark.slow
 
-# Allowed drops of held-out accuracy (fractions), measured (see each case).
-PROCESS_MARGIN = 0.0
+# Allowed drops of held-out accuracy (fractions). Measured with the pinned kernels of conftest.py, the
+# pages' seeds (held-out greedy accuracy, start -> trained):
+# - process_rewards.md (100 problems): SFT 88%; the RL line 89% (seeds 0 and 1 of the RL run: 89%, 89%;
+#   docs/process_rewards.md has the table). Before the fix (lr 5e-4, group baseline): 0.0%. A drop of
+#   3 problems is allowed: at lr 5e-5 the same line lost 3 and 4 points (seeds 0, 1).
+# - training.md (200 problems): SFT 29.0% -> GRPO 100 steps 41.0% -> resumed to 200 steps 66.5% (native
+#   kernels: 24.0% -> 39.5% -> 67.5%). Before the fix the SFT line ended at 0.0% (3-digit addition).
+# - expert_iteration.md (200 problems): SFT 29.0% -> 40 EI rounds 53.0%.
+# - pipeline.md (10 problems, the page's "plumbing demo"): 20% -> 3 GRPO steps 20% -> 6 steps 20%, as the
+#   page's summary shows; one problem (10 points) may flip.
+PROCESS_MARGIN = 0.03
 TRAINING_MARGIN = 0.0
+EI_MARGIN = 0.0
+PIPELINE_MARGIN = 0.1
 
 
 @dataclass
@@ -70,6 +83,15 @@ CASES = [
           ("--resume runs/grpo run.steps=200", {"grpo_200": "runs/grpo"})],
          [Check("sft", "grpo", margin=TRAINING_MARGIN, start_floor=0.1),
           Check("grpo", "grpo_200", margin=TRAINING_MARGIN)]),
+    Case("docs/expert_iteration.md",
+         [("run.out_dir=runs/sft", {"sft": "runs/sft"}),
+          ("rlvr ei ei.yaml model.init_from=runs/sft", {"ei": "runs/ei"})],
+         [Check("sft", "ei", margin=EI_MARGIN, start_floor=0.1)]),
+    Case("docs/pipeline.md",  # the page's "plumbing demo": 3 (then 6) GRPO steps after the SFT stage
+         [("rlvr pipeline stages.yaml", {"warmup": "runs/pipeline/01_warmup", "grpo": "runs/pipeline/02_grpo"}),
+          ("rlvr pipeline stages.yaml --resume stages.grpo.run.steps=6", {"grpo_6": "runs/pipeline/02_grpo"})],
+         [Check("warmup", "grpo", margin=PIPELINE_MARGIN, start_floor=0.1),
+          Check("grpo", "grpo_6", margin=PIPELINE_MARGIN)]),
 ]
 
 
