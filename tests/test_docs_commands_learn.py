@@ -14,7 +14,8 @@ evaluates by default) is read, and each check asserts a trained run's accuracy a
     after >= before - margin
 
 with margins measured (module constants below, with what was measured; fixed seeds: the pages' own).
-Measured time (2 cores shared with other jobs, one thread): 974 s for the four cases.
+Measured time (one thread): 974 s for the four cases on 2 cores shared with other jobs (load ~7); the
+process case alone took 117 s on a quieter machine.
 
 Documented training commands not here, and why:
 - `rlvr demo` (README, index.md, training.md): tests/test_demo.py::test_full_demo_meets_its_targets
