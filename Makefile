@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.rlvr-installed
 
-.PHONY: demo test test-slow test-ray test-vllm vllm-venv lint bench bench-vs-trl studies clean-venv
+.PHONY: demo test test-slow test-docs-learn test-ray test-vllm vllm-venv lint bench bench-vs-trl studies clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,11 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
+
+# The documented training commands learn (slow tier, about 10-15 min on 2 cores): each docs page's own
+# commands at their documented size, asserting held-out accuracy is not lost (tests/test_docs_commands_learn.py).
+test-docs-learn: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow tests/test_docs_commands_learn.py
 
 # The source documents' claims measured (docs/studies/): each study is one command, minutes on 2 cores.
 # Results go to runs/studies/results/; STUDY_ARGS=--publish replaces the committed benchmarks/results/studies/.
