@@ -362,7 +362,8 @@ def stage_rlvr(a, built: dict, name: str, extra: list[str], profile_out: Path | 
         rows.append(dict(m, step=step))
         log(f"  {name} step {step}: {m.get('time/step', 0):.2f} s (generate {m.get('time/generate', 0):.2f}, "
             f"train {m.get('time/train', 0):.2f}), {m.get('tokens/generated', 0)} generated, "
-            f"{m.get('tokens/trained', 0)} trained tokens")
+            f"{m.get('tokens/trained', 0)} trained tokens, sampler-trainer logprob gap mean "
+            f"{m.get('rollout/logprob_diff_mean', float('nan')):.2e} max {m.get('rollout/logprob_diff_max', float('nan')):.2e}")
 
     # what is measured is the step: the run's final checkpoint (weights + fp32 master + AdamW states, ~6 GB at
     # this shape) and its plots are left out of the benchmark's wall time
@@ -384,7 +385,10 @@ def stage_rlvr(a, built: dict, name: str, extra: list[str], profile_out: Path | 
             "sampler_tok_s": gen_tok / gen_s if gen_tok and gen_s else None,
             "learner_tok_s": trained / learner_s if trained and learner_s else None,
             "peak_gib": max(peaks) if peaks else None, "overrides": extra, "steps": rows,
-            "perf_mfu_logged": _median([r.get("perf/mfu") for r in timed])}
+            "perf_mfu_logged": _median([r.get("perf/mfu") for r in timed]),
+            # the learner's logprobs against the sampler's on the same tokens: a check of the learner's forward
+            "logprob_diff_mean": _median([r.get("rollout/logprob_diff_mean") for r in timed]),
+            "logprob_diff_max": _median([r.get("rollout/logprob_diff_max") for r in timed])}
 
 
 SYNC_OPS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "aten::item",
@@ -566,6 +570,8 @@ def comparisons(results: dict[str, dict]) -> list[str]:
         if trl and r.get("sampler_tok_s") and trl.get("sampler_tok_s"):
             parts.append(f"sampler {r['sampler_tok_s'] / trl['sampler_tok_s']:.2f}x TRL's generation tokens/s "
                          "(goal >= 1)")
+        if r.get("logprob_diff_max") is not None:
+            parts.append(f"sampler vs learner logprob gap mean {r['logprob_diff_mean']:.1e}, max {r['logprob_diff_max']:.1e}")
         if parts:
             out.append(f"- {name}: " + "; ".join(parts))
     return out
