@@ -1,8 +1,8 @@
-"""`rlvr eval [CONFIG.yaml] [key=value ...] [--thinking-budget B1,B2,...]`: accuracy, pass@k, maj@k,
-format rate, lengths and timing of a policy on a task's held-out problems.
+"""`rlvr eval [RUN_DIR | CONFIG.yaml] [key=value ...] [--thinking-budget B1,B2,...]`: accuracy, pass@k,
+maj@k, format rate, lengths and timing of a policy on a task's held-out problems.
 
 The policy is a model folder or hub id (`model.name=PATH`), or a run directory / checkpoint
-(`model.init_from=RUN`: its latest checkpoint). A run's own config.yaml supplies what the run was
+(`model.init_from=RUN`: its latest checkpoint; `rlvr eval RUN` and `rlvr eval RUN/config.yaml` say the same). A run's own config.yaml supplies what the run was
 trained on (every data.* key and sampling max_tokens / top_p / stop / keep_stop / thinking_budget /
 stop_thinking_text) as the lowest layer under an eval YAML file and command-line overrides, so
 `rlvr eval model.init_from=RUN` evaluates the run's task the way it was sampled, not eval's defaults.
@@ -66,6 +66,29 @@ def run_settings(run_dir: Path) -> dict[str, Any]:
     return {"data": {**data, **NO_TRAIN["data"]}, "sampling": sampling}
 
 
+def policy_positionals(args: list[str] | None) -> list[str]:
+    """The natural spellings of the policy to evaluate, as overrides: a run directory or checkpoint
+    (`rlvr eval runs/grpo`) is `model.init_from=DIR`, a model folder (config.json) `model.name=DIR`, and a
+    run's own config.yaml (`rlvr eval runs/grpo/config.yaml`: a trainer's dump, not an eval config) is
+    `model.init_from=` its run. Everything else is passed on as it was."""
+    out = []
+    for arg in args or ():
+        p = Path(arg)
+        if "=" not in arg and p.is_dir():
+            if (p / "config.json").is_file():
+                out.append(f"model.name={arg}")
+                continue
+            if find_run_dir(p) is None and not (p / "model" / "config.json").is_file():
+                fail(f"{arg}: a directory, but neither a run directory (config.yaml) nor a checkpoint or model "
+                     "folder (config.json)")
+            out.append(f"model.init_from={arg}")
+        elif p.name == "config.yaml" and p.is_file() and find_run_dir(p.parent) is not None:
+            out.append(f"model.init_from={p.parent}")
+        else:
+            out.append(arg)
+    return out
+
+
 def parse_budgets(text: str) -> list[int]:
     """"0,256,1024" -> [0, 256, 1024]; each >= -1 (-1 = no budget)."""
     try:
@@ -108,7 +131,7 @@ def _budget_label(budget: int) -> str:
 
 @with_keys_help(EvalConfig)
 def eval(  # noqa: A001 - the command is called `eval`
-    args: list[str] = typer.Argument(None, help="Optional CONFIG.yaml, then dotted key=value overrides."),
+    args: list[str] = typer.Argument(None, help="Optional RUN_DIR (a run, checkpoint or model folder) or CONFIG.yaml, then dotted key=value overrides."),
     threads: int = typer.Option(0, "--threads", help="torch CPU threads (sets run.num_threads)."),
     thinking_budget: str = typer.Option(
         "", "--thinking-budget",
@@ -119,7 +142,7 @@ def eval(  # noqa: A001 - the command is called `eval`
 
     A run directory or checkpoint (model.init_from=RUN) is evaluated on the run's task and response settings.
 
-    Examples: `rlvr eval model.init_from=runs/sft`, `rlvr eval model.init_from=runs/grpo sampling.n=8
+    Examples: `rlvr eval runs/sft` (= model.init_from=runs/sft), `rlvr eval model.init_from=runs/grpo sampling.n=8
     sampling.temperature=1 run.out=eval.json`, `rlvr eval model.name=Qwen/Qwen3-1.7B data.task=math
     data.eval_path=math500.jsonl --thinking-budget 0,256,1024`.
     """
@@ -128,6 +151,7 @@ def eval(  # noqa: A001 - the command is called `eval`
     from rlvr.train.common import resolve_model_dir
 
     extra = [f"run.num_threads={threads}"] if threads else []
+    args = policy_positionals(args)  # `rlvr eval runs/grpo`, `rlvr eval runs/grpo/config.yaml`
     cfg = load_or_exit(EvalConfig, args, base=NO_TRAIN, extra=extra)
     init_from = cfg.model.init_from
     name = cfg.model.name

@@ -351,7 +351,7 @@ def _run_base(init_from: str) -> tuple[Path | None, dict | None]:
 
 @with_keys_help(FilterConfig)
 def filter(  # noqa: A001 - the command is called `filter`
-    args: list[str] = typer.Argument(None, help="Optional CONFIG.yaml, then dotted key=value overrides."),
+    args: list[str] = typer.Argument(None, help="Optional RUN_DIR (a run, checkpoint or model folder) or CONFIG.yaml, then dotted key=value overrides."),
     k: int = typer.Option(8, "--k", help="Samples per problem for its pass rate."),
     band: str = typer.Option(
         "medium", "--band",
@@ -389,6 +389,9 @@ def filter(  # noqa: A001 - the command is called `filter`
 
     t_start = time.perf_counter()
     extra = [f"run.num_threads={threads}"] if threads else []
+    from rlvr.commands.eval import policy_positionals
+
+    args = policy_positionals(args)  # `rlvr filter runs/sft`, as `rlvr eval runs/sft`
     cfg = load_or_exit(FilterConfig, args, extra=extra)
     run_dir = None
     taken = ""

@@ -1,0 +1,74 @@
+"""Issue 25, "the first hour, round two", items 2, 6, 7, 12 and 13, run as a user runs them (the installed
+`rlvr` script in a subprocess): a run given as model.init_from lends its task to train and sft as it does
+to eval, and every trainer says what it evaluates on (2); prompt + max_tokens checked against the model's
+positions before any work (6); the final evaluation announced, its CPU batch sized by tokens (7); the
+natural spellings of a run, a stop string and a directory (12); the defaults that tripped (13)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_cli_first_hour import _refused  # exit 2, one error line naming the key
+from test_cli_first_hour_two import _rlvr
+
+# A tiny model on one-digit additions of four terms: the demo's own task (9006 distinct training problems).
+MODEL = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64"]
+TASK = ["data.digits=1", "data.operands=4", "data.num_eval=4"]
+FAST = ["sampling.max_tokens=4", "run.eval_every=0", "run.log_samples_every=0"]
+RL = ["sampling.n_prompts=2", "sampling.group_size=2"]
+
+
+def _no_traceback(res) -> None:
+    assert "Traceback" not in res.stdout + res.stderr, res.stderr
+
+
+def _header(res, prefix: str) -> str:
+    """The one line of the output that starts with `prefix`."""
+    lines = [x for x in (res.stdout + res.stderr).splitlines() if x.startswith(prefix)]
+    assert len(lines) == 1, f"{prefix!r}:\nstdout:\n{res.stdout}\nstderr:\n{res.stderr}"
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def sft_run(tmp_path_factory) -> Path:
+    """A finished SFT run of two steps on the demo's task with its own response settings (max_tokens 6, an
+    extra stop string): what `rlvr sft` leaves for eval, filter and train to start from."""
+    run = tmp_path_factory.mktemp("runs") / "sft"
+    res = _rlvr("sft", *MODEL, *TASK, "data.num_train=64", "sampling.max_tokens=6", "sampling.stop=[\"#\"]",
+                "run.steps=2", "run.eval_every=0", "run.log_samples_every=0", f"run.out_dir={run}")
+    assert res.returncode == 0, res.stderr
+    return run
+
+
+# --- item 12: natural spellings ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spelling", ["{run}", "{run}/config.yaml", "model.init_from={run}"])
+def test_eval_takes_a_run_directory_or_its_config_yaml(sft_run, spelling):
+    """`rlvr eval runs/sft` was "neither a config file nor an override", `rlvr eval runs/sft/config.yaml` 18
+    config errors (the trainer's dump read as an eval config); both now mean model.init_from=runs/sft."""
+    res = _rlvr("eval", spelling.format(run=sft_run), "sampling.max_tokens=2")
+    assert res.returncode == 0, res.stderr
+    _no_traceback(res)
+    head = _header(res, "evaluating ")
+    assert f"(run {sft_run})" in head and f"from {sft_run / 'config.yaml'}" in head, head
+    assert "4 held-out problems" in head and "stop='#'" in head, head  # the run's data.num_eval and stop string
+
+
+def test_eval_refuses_a_directory_that_is_no_run(tmp_path):
+    (tmp_path / "notes").mkdir()
+    _refused(_rlvr("eval", str(tmp_path / "notes")), str(tmp_path / "notes"), "neither a run directory")
+
+
+def test_stop_override_without_brackets_is_a_one_item_list(sft_run):
+    """`sampling.stop=</answer>` was refused (expects list[str]); it is the list of that one string."""
+    res = _rlvr("eval", str(sft_run), "sampling.max_tokens=2", "sampling.stop=</answer>")
+    assert res.returncode == 0, res.stderr
+    assert "stop='</answer>'" in _header(res, "evaluating "), res.stdout
+
+
+def test_grade_on_a_directory_is_one_clear_line(sft_run):
+    line = _refused(_rlvr("grade", str(sft_run), "--reward", "arithmetic"), str(sft_run), "is a directory",
+                    "one JSONL file")
+    assert str(sft_run / "metrics.jsonl") in line  # the files it could have meant
