@@ -72,3 +72,46 @@ def test_grade_on_a_directory_is_one_clear_line(sft_run):
     line = _refused(_rlvr("grade", str(sft_run), "--reward", "arithmetic"), str(sft_run), "is a directory",
                     "one JSONL file")
     assert str(sft_run / "metrics.jsonl") in line  # the files it could have meant
+
+
+# --- item 2: a run given as model.init_from lends its task; every trainer says what it evaluates on ----
+
+
+def _config(run: Path) -> dict:
+    import yaml
+
+    return yaml.safe_load((run / "config.yaml").read_text())
+
+
+@pytest.mark.parametrize("command", ["train", "sft", "ei"])
+def test_init_from_a_run_trains_and_evaluates_on_its_task(sft_run, tmp_path, command):
+    """`rlvr train model.init_from=runs/sft` trained and evaluated on the defaults (3-digit sums, 200 problems,
+    16 tokens: 0.0% in filtering.md's "then train on it" step) and said nothing about it."""
+    run = tmp_path / command
+    rl = [] if command == "sft" else RL
+    res = _rlvr(command, f"model.init_from={sft_run}", *rl, "run.steps=1", "run.log_samples_every=0",
+                f"run.out_dir={run}")
+    assert res.returncode == 0, res.stderr
+    _no_traceback(res)
+    assert f"the run's task (data.*) and response settings (sampling.*) from {sft_run / 'config.yaml'}" in res.stderr
+    plan = _header(res, "evaluates on ")
+    assert plan.startswith("evaluates on arithmetic (template question_only, reward arithmetic): 4 held-out problems")
+    assert "greedy, max_tokens=6, stop='#', after the last step" in plan, plan
+    assert "evaluating 4 held-out problems ..." in res.stderr  # the final evaluation is announced
+    cfg = _config(run)
+    assert (cfg["data"]["digits"], cfg["data"]["operands"], cfg["data"]["num_eval"], cfg["data"]["num_train"]) == \
+        (1, 4, 4, 64)
+    assert (cfg["sampling"]["max_tokens"], cfg["sampling"]["stop"]) == (6, ["#"])
+
+
+def test_an_override_still_wins_and_another_task_drops_the_runs_data(sft_run, tmp_path):
+    res = _rlvr("train", f"model.init_from={sft_run}", *RL, "run.steps=1", "data.num_eval=2", "sampling.max_tokens=3",
+                "run.log_samples_every=0", f"run.out_dir={tmp_path / 'a'}")
+    assert res.returncode == 0, res.stderr
+    assert "2 held-out problems" in _header(res, "evaluates on ") and "max_tokens=3" in _header(res, "evaluates on ")
+    res = _rlvr("train", f"model.init_from={sft_run}", *RL, "run.steps=1", "data.task=countdown", "data.num_eval=2",
+                "data.num_train=8", "run.log_samples_every=0", f"run.out_dir={tmp_path / 'b'}")
+    assert res.returncode == 0, res.stderr
+    assert "the run's response settings (sampling.*) from" in res.stderr
+    assert _header(res, "evaluates on ").startswith("evaluates on countdown")
+    assert _config(tmp_path / "b")["data"]["digits"] == 3  # the run's arithmetic knobs did not come along

@@ -250,7 +250,9 @@ def train_ei(
                                          scheduler=scheduler, verbose=r.progress)
     if start:  # the checkpoint's weights replaced those the generator was built with
         generator.update_weights(model.named_parameters(), version=start)
-    if not task.eval:
+    if (what := session.evaluation_plan(task, cfg)) is not None:
+        session.say(what, r.progress)
+    elif not task.eval:
         session.say("note: no held-out problems (set data.eval_path): the run is not evaluated", r.progress)
     data_pos, last, noted_empty = int(state.get("data_pos", 0)), {}, False
     reward_errors = reward_error_log(cfg.data, task, run.path)  # a raising reward is printed, logged, and stops
@@ -305,6 +307,8 @@ def train_ei(
             metrics["lr"] = scheduler.get_last_lr()[0]
             metrics["tokens_per_s"] = metrics["tokens/generated"] / max(time.perf_counter() - timer.t0, 1e-9)
             if (r.eval_every and rnd % r.eval_every == 0) or rnd == r.steps:
+                if rnd == r.steps:
+                    session.say_final_evaluation(task, cfg)
                 with timer("eval"):
                     metrics.update(eval_prefixed(eval_policy(sampler, task, cfg, greedy=r.eval_greedy, step=rnd)))
             metrics.update(timer.metrics() | memory_stats(cfg.model.device))

@@ -292,7 +292,9 @@ def train(
     reward_errors = reward_error_log(cfg.data, task, run.path)  # a raising reward is printed, logged, and stops
     source = ProblemSource(task.train, cfg.data, r.seed)  # the stream, or an online band / curriculum
     source.load_state_dict(state.get("pass_rates"))
-    if not task.eval:
+    if (what := session.evaluation_plan(task, cfg)) is not None:
+        session.say(what, r.progress)
+    elif not task.eval:
         session.say("note: no held-out problems (set data.eval_path): the run is not evaluated", r.progress)
     data_pos, last_ckpt, last, filtered_note = int(state.get("data_pos", 0)), start_step, {}, False
     progress = Progress(r.steps, "rl", start=start_step, mode=None if r.progress else "off")
@@ -354,6 +356,8 @@ def train(
             metrics["lr"] = scheduler.get_last_lr()[0]
             metrics["tokens_per_s"] = sum(len(ro.response_ids) for ro in rollouts) / max(time.perf_counter() - timer.t0, 1e-9)
             if (r.eval_every and step % r.eval_every == 0) or step == r.steps:
+                if step == r.steps:
+                    session.say_final_evaluation(task, cfg)
                 with timer("eval"):
                     metrics.update(eval_prefixed(eval_policy(sampler, task, cfg, greedy=r.eval_greedy, step=step)))
             metrics.update(timer.metrics() | memory_stats(cfg.model.device) | placement.metrics())

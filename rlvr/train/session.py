@@ -159,6 +159,44 @@ def model_source(mcfg) -> str | None:
     return None if mcfg.name == "tiny" else mcfg.name
 
 
+def evaluation_plan(task, cfg) -> str | None:
+    """What a trainer evaluates on, in the words of `rlvr eval`'s header: the task, template, reward, how many
+    held-out problems, the decoding and when; None when the task has no held-out problems (the trainers say
+    that in a note of their own)."""
+    from rlvr.train.tasks import eval_examples
+
+    examples = eval_examples(task, cfg.data.num_eval)
+    if not examples:
+        return None
+    if getattr(task, "env", None) is not None:
+        reward = f"the {cfg.data.env} environment's"
+    else:
+        try:
+            from rlvr.data import get_task
+
+            reward = cfg.data.reward or get_task(cfg.data.task).reward_name(task.template)
+        except KeyError:
+            reward = cfg.data.reward or "the task's"
+    count = f"{len(examples)} held-out problems" + (
+        f" (first {len(examples)} of {len(task.eval)})" if len(examples) < len(task.eval) else "")
+    r, s = cfg.run, cfg.sampling
+    mode = "greedy" if r.eval_greedy else f"sampled T={r.eval_temperature:g}"
+    stop = tuple(dict.fromkeys((*task.stop, *s.stop)))
+    decoding = f"{mode}, max_tokens={s.max_tokens}" + (f", stop={','.join(repr(x) for x in stop)}" if stop else "")
+    when = f"every {r.eval_every} steps and after the last" if r.eval_every and r.eval_every < r.steps else "after the last step"
+    source = f"data.eval_path={cfg.data.eval_path}" if cfg.data.eval_path else "the task's held-out split"
+    return (f"evaluates on {task.name} (template {task.template}, reward {reward}): {count} from {source}, "
+            f"{decoding}, {when}")
+
+
+def say_final_evaluation(task, cfg) -> None:
+    """The line before a trainer's last evaluation, which can take longer than a training step."""
+    from rlvr.train.tasks import eval_examples
+
+    if n := len(eval_examples(task, cfg.data.num_eval)):
+        say(f"evaluating {n} held-out problems ...", cfg.run.progress)
+
+
 def last_metrics(run_dir: str | Path) -> dict[str, Any]:
     """The last row of a run's metrics.jsonl ({} if none)."""
     from rlvr.runs.rundir import read_jsonl

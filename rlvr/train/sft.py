@@ -135,7 +135,9 @@ def train_sft(
                                    template=getattr(task, "template", ""))
     run, start_step, _ = session.open_run(cfg, resume=resume, model=model, optimizer=optimizer,
                                           scheduler=scheduler, verbose=r.progress)
-    if not task.eval:
+    if (what := session.evaluation_plan(task, cfg)) is not None:
+        session.say(what, r.progress)
+    elif not task.eval:
         session.say("note: no held-out problems (set data.eval_path): the run is not evaluated", r.progress)
     last: dict[str, Any] = {}
     progress = Progress(r.steps, "sft", start=start_step, mode=None if r.progress else "off")
@@ -166,6 +168,8 @@ def train_sft(
             }
             done = step == r.steps or step == stop_after
             if (r.eval_every and step % r.eval_every == 0) or step == r.steps:
+                if step == r.steps:
+                    session.say_final_evaluation(task, cfg)
                 generator.update_weights(model.named_parameters(), version=step)
                 ev = eval_policy(sampler, task, cfg, greedy=r.eval_greedy, step=step,
                                  samples=r.num_log_samples if r.log_samples_every else 0)
