@@ -115,3 +115,49 @@ def test_an_override_still_wins_and_another_task_drops_the_runs_data(sft_run, tm
     assert "the run's response settings (sampling.*) from" in res.stderr
     assert _header(res, "evaluates on ").startswith("evaluates on countdown")
     assert _config(tmp_path / "b")["data"]["digits"] == 3  # the run's arithmetic knobs did not come along
+
+
+# --- item 6: prompt + max_tokens against the model's positions, before any work ------------------------
+
+
+@pytest.mark.parametrize("command", ["train", "sft", "eval"])
+def test_max_tokens_past_the_positions_of_a_rope_model_is_refused(tmp_path, command):
+    """The tiny model (RoPE; 512 positions then, 4096 now) generated past its positions silently (5000 tokens
+    for two minutes after the bar said 100%); now one line naming the keys, and no run directory."""
+    run = tmp_path / "run"
+    rl = RL if command == "train" else []
+    run_keys = [] if command == "eval" else ["data.num_train=64", "run.steps=1", f"run.out_dir={run}"]
+    res = _rlvr(command, *MODEL, *TASK, *rl, "sampling.max_tokens=5000", *run_keys)
+    line = _refused(res, "sampling.max_tokens=5000 + the longest prompt (", "but the model has 4096",
+                    "max_position_embeddings of model.name=tiny", "lower it to at most")
+    room = int(line.split("lower it to at most ")[1].split(",")[0])
+    assert 4070 < room < 4096  # 4096 minus a one-line addition prompt of a few characters
+    assert not run.exists()
+
+
+@pytest.fixture(scope="module")
+def gpt2_folder(tmp_path_factory) -> Path:
+    """A tiny GPT-2 (absolute positions, 64 of them) with the tiny model's character tokenizer."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from rlvr.models import build_tiny_model
+
+    _, tok = build_tiny_model(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
+    folder = tmp_path_factory.mktemp("gpt2") / "model"
+    cfg = GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=32, n_layer=1, n_head=2,
+                     bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id)
+    GPT2LMHeadModel(cfg).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def test_absolute_position_model_is_refused_not_an_index_error(gpt2_folder, tmp_path):
+    """GPT-2 with 64 positions asked for 80 response tokens: a 100-line IndexError from the embedding lookup
+    (and a stub run directory) before; now one line."""
+    run = tmp_path / "run"
+    res = _rlvr("train", f"model.name={gpt2_folder}", *TASK, "data.num_train=64", *RL, "sampling.max_tokens=80",
+                "run.steps=1", f"run.out_dir={run}")
+    _refused(res, "sampling.max_tokens=80", "but the model has 64", f"model.name={gpt2_folder}")
+    assert not run.exists()
+    res = _rlvr("eval", f"model.name={gpt2_folder}", *TASK, "sampling.max_tokens=40")  # fits: it runs
+    assert res.returncode == 0, res.stderr

@@ -210,6 +210,18 @@ def eval(  # noqa: A001 - the command is called `eval`
     examples = eval_examples(task, cfg.data.num_eval)
     prompts = [task.prompt(ex) for ex in examples]
     spec = task.sampling_spec(cfg.sampling, seed=cfg.run.seed, logprobs=False)
+    from rlvr.config import ConfigError
+    from rlvr.models.positions import check_positions
+
+    tokens, keys = cfg.sampling.max_tokens, f"sampling.max_tokens={cfg.sampling.max_tokens}"
+    if max(budgets) > 0:
+        tokens, keys = tokens + max(budgets), f"{keys} + a thinking budget of {max(budgets)}"
+    try:  # before any generation: prompt + response within the model's positions
+        named = [(str(getattr(ex, "id", i)), p) for i, (ex, p) in enumerate(zip(examples, prompts, strict=True))]
+        check_positions(model, tok, named, tokens, response_keys=keys,
+                        model_desc=f"model.init_from={init_from}" if init_from else f"model.name={name}")
+    except ConfigError as exc:
+        fail(str(exc))
 
     from rlvr.data import get_task
 

@@ -528,6 +528,18 @@ def filter(  # noqa: A001 - the command is called `filter`
         task.prompt(train[0])  # a chat template without a tokenizer chat_template fails here, not mid-run
     except ValueError as exc:
         fail(f"data.template={template}: {exc}")
+    from rlvr.config import ConfigError
+    from rlvr.models.positions import check_positions
+
+    tokens, keys = spec.max_tokens, f"sampling.max_tokens={spec.max_tokens}"
+    if cfg.sampling.thinking_budget > 0:
+        tokens, keys = tokens + cfg.sampling.thinking_budget, f"{keys} + sampling.thinking_budget={cfg.sampling.thinking_budget}"
+    try:  # before any sampling: prompt + response within the model's positions
+        check_positions(model, tok, [(str(getattr(ex, "id", i)), task.prompt(ex)) for i, ex in enumerate(train)],
+                        tokens, response_keys=keys, model_desc=f"model.init_from={cfg.model.init_from}"
+                        if cfg.model.init_from else f"model.name={cfg.model.name}")
+    except ConfigError as exc:
+        fail(str(exc))
 
     from rlvr.rollout import build_generator, with_thinking_budget
     from rlvr.rollout.types import EngineError

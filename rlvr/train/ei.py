@@ -241,6 +241,7 @@ def train_ei(
     task = data if data is not None else load_task_data(cfg.data, tokenizer)
     if not task.train:
         raise TaskDataError(f"data: task {task.name!r} has no training examples")
+    session.check_positions(model, tokenizer, task, cfg)  # prompt + max_tokens within the model's positions
     optimizer, scheduler = optimizer_from_config(model, cfg.optim, total_steps=r.steps,
                                                  master_weights=cfg.model.master_weights)
     generator = build_generator(cfg.rollout, model, tokenizer, model_source=session.model_source(cfg.model),

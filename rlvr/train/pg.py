@@ -257,6 +257,7 @@ def train(
     task = data if data is not None else load_task_data(cfg.data, tokenizer, episodes=True)
     if not task.train:
         raise TaskDataError(f"data: task {task.name!r} has no training examples")
+    session.check_positions(model, tokenizer, task, cfg)  # prompt + max_tokens within the model's positions
     # auto resolved here, once (rlvr.train.objective.resolve_rollout_correction); every forward scores the
     # distribution the sampler drew from (temperature, and top_k / top_p when on)
     objective = Objective(a, s.group_size, s.max_tokens, plan, rollout_backend=cfg.rollout.backend,

@@ -159,6 +159,27 @@ def model_source(mcfg) -> str | None:
     return None if mcfg.name == "tiny" else mcfg.name
 
 
+def check_positions(model, tokenizer, task, cfg, *, train: bool = True) -> None:
+    """Before any work: the longest prompt (of the training problems when `train`, and of the held-out ones)
+    plus the response budget (sampling.max_tokens, and sampling.thinking_budget when on) fits the model's
+    positions, else ConfigError naming the keys (rlvr.models.positions). Multi-turn environments (whose
+    episodes have their own budget, data.env_max_tokens) are not checked here."""
+    from rlvr.models.positions import check_positions as check
+    from rlvr.train.tasks import eval_examples
+
+    if getattr(task, "env", None) is not None:
+        return
+    s = cfg.sampling
+    tokens, keys = s.max_tokens, f"sampling.max_tokens={s.max_tokens}"
+    if getattr(s, "thinking_budget", -1) > 0:
+        tokens, keys = tokens + s.thinking_budget, f"{keys} + sampling.thinking_budget={s.thinking_budget}"
+    examples = [*(task.train if train else ()), *eval_examples(task, cfg.data.num_eval)]
+    prompts = [(str(getattr(ex, "id", i)), task.prompt(ex)) for i, ex in enumerate(examples)]
+    m = cfg.model
+    check(model, tokenizer, prompts, tokens, response_keys=keys,
+          model_desc=f"model.init_from={m.init_from}" if m.init_from else f"model.name={m.name}")
+
+
 def evaluation_plan(task, cfg) -> str | None:
     """What a trainer evaluates on, in the words of `rlvr eval`'s header: the task, template, reward, how many
     held-out problems, the decoding and when; None when the task has no held-out problems (the trainers say

@@ -67,6 +67,26 @@ def sft_batch(examples, prompt_fn, target_fn, tokenizer, max_length: int) -> Tra
     return build_training_batch(prompt_ids, response_ids, tokenizer.pad_token_id)
 
 
+def _check_sft_positions(model, tokenizer, pairs, prompt_fn, target_fn, cfg) -> None:
+    """A training sequence (prompt + target, cut at algo.max_length) longer than the model's positions is
+    refused before any work, naming algo.max_length and the longest pair (an absolute-position model
+    raised an IndexError from inside the forward)."""
+    from rlvr.config import ConfigError
+    from rlvr.models.positions import max_positions, prompt_lengths
+
+    limit = max_positions(model)
+    if limit is None or cfg.algo.max_length <= limit:
+        return  # every sequence is cut at max_length
+    texts = [prompt_fn(e) + target_fn(e) for e in pairs]
+    lengths = prompt_lengths(tokenizer, texts)
+    i = max(range(len(lengths)), key=lengths.__getitem__)
+    if lengths[i] > limit:
+        raise ConfigError(
+            f"algo.max_length={cfg.algo.max_length}: the longest training pair (prompt + target, {lengths[i]} "
+            f"tokens, example {getattr(pairs[i], 'id', i)}) exceeds the model's {limit} positions "
+            f"(max_position_embeddings): lower algo.max_length to at most {limit}")
+
+
 def sft_loss(model, batch: TrainingBatch, aggregation: str, micro_batch_size: int, norm_length: int = 0) -> float:
     """Backward of the aggregated response-token NLL over `batch` in micro-batches; returns the loss.
 
@@ -126,6 +146,9 @@ def train_sft(
     if not pairs:
         raise TaskDataError(f"data.sft_path={cfg.data.sft_path}: no training examples" if cfg.data.sft_path
                             else f"data: task {task.name!r} has no training examples")
+    # the periodic evaluation's prompt + max_tokens, and the training sequences, within the model's positions
+    session.check_positions(model, tokenizer, task, cfg, train=False)
+    _check_sft_positions(model, tokenizer, pairs, prompt_fn, target_fn, cfg)
     o = cfg.optim
     optimizer, scheduler = optimizer_from_config(model, o, total_steps=r.steps, master_weights=cfg.model.master_weights)
     # evaluation samples through the configured engine; the learner's weights are pushed before each one
