@@ -6,6 +6,7 @@ natural spellings of a run, a stop string and a directory (12); the defaults tha
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -161,3 +162,129 @@ def test_absolute_position_model_is_refused_not_an_index_error(gpt2_folder, tmp_
     assert not run.exists()
     res = _rlvr("eval", f"model.name={gpt2_folder}", *TASK, "sampling.max_tokens=40")  # fits: it runs
     assert res.returncode == 0, res.stderr
+
+
+# --- item 7: CPU evaluation sized by tokens --------------------------------------------------------------
+
+MATH500 = Path(__file__).resolve().parents[2] / "shared" / "data" / "math500" / "test.jsonl"
+needs_math500 = pytest.mark.skipif(not MATH500.exists(), reason="needs ../shared/data/math500")
+
+
+def _math_prompt_tokens(n: int) -> list[int]:
+    """Token counts of the first n MATH-500 prompts under r1_zero with the tiny model's tokenizer."""
+    from rlvr.config import load_config
+    from rlvr.models import build_tiny_model
+    from rlvr.train.config import EvalConfig
+    from rlvr.train.tasks import eval_examples, load_task_data
+
+    _, tok = build_tiny_model(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
+    cfg = load_config(EvalConfig, None, ["data.task=math", f"data.eval_path={MATH500}", f"data.num_eval={n}"])
+    task = load_task_data(cfg.data, tok, train=False)
+    return [len(tok(task.prompt(ex))["input_ids"]) for ex in eval_examples(task, n)]
+
+
+@needs_math500
+def test_cpu_eval_of_long_prompts_is_cut_by_tokens():
+    """MATH-500 under r1_zero (400-1200 tokens a prompt with the character tokenizer) went to the model 256
+    prompts at a time on CPU: 183 s for what takes 26 s in calls of 32. Now each generate call holds at most
+    16384 tokens (rows x (longest prompt + max_tokens)); the progress lines show where the calls end."""
+    res = _rlvr("eval", *MODEL, "data.task=math", f"data.eval_path={MATH500}", "data.num_eval=40",
+                "sampling.max_tokens=8")
+    assert res.returncode == 0, res.stderr
+    _no_traceback(res)
+    lines = [x for x in res.stderr.splitlines() if x.startswith("loaded in")]
+    assert len(lines) == 1 and "generating 40 x 1 responses, " in lines[0], res.stderr
+    calls = int(lines[0].split("responses, ")[1].split(" generate calls")[0])
+    assert "of at most 16384 tokens (CPU)" in lines[0]
+    ends = [int(x.split("/")[0]) for x in res.stderr.splitlines() if x.startswith("  ") and "/40 problems" in x]
+    assert len(ends) == calls >= 2 and ends[-1] == 40, res.stderr
+    lengths = _math_prompt_tokens(40)
+    for start, end in zip([0, *ends[:-1]], ends, strict=True):
+        rows = end - start
+        assert rows * (max(lengths[start:end]) + 8) <= 16384 or rows == 1  # within the budget
+        if end < 40:  # and as full as the budget allows: the next prompt would not have fitted
+            assert (rows + 1) * (max(lengths[start:end + 1]) + 8) > 16384
+
+
+@needs_math500
+def test_filter_on_cpu_is_cut_by_tokens_too(tmp_path):
+    out = tmp_path / "filtered"
+    res = _rlvr("filter", *MODEL, "data.task=math", f"data.train_path={MATH500}", "data.num_train=24",
+                "sampling.max_tokens=4", f"run.out_dir={out}", "--k", "2")
+    assert res.returncode == 0, res.stderr
+    line = _header(res, "pass rates: 24 problems x 2 samples in ")
+    assert line.endswith("generate calls of at most 16384 tokens (CPU)"), line
+    assert (out / "train.jsonl").exists()
+
+
+# --- item 13: defaults that tripped -------------------------------------------------------------------
+
+
+def test_the_demos_task_trains_with_the_default_num_train(tmp_path):
+    """data.num_train=20000 (the default) was refused on the demo's own task (9006 distinct problems), so every
+    recipe command needed data.num_train=8000. The default is now as many as there are, up to 20000."""
+    run = tmp_path / "run"
+    res = _rlvr("train", "--recipe", "grpo", *MODEL, *TASK, *RL, *FAST, "run.steps=1", f"run.out_dir={run}")
+    assert res.returncode == 0, res.stderr
+    _no_traceback(res)
+    assert _config(run)["data"]["num_train"] == 0
+
+
+def test_more_prompts_per_step_than_problems_is_said(tmp_path):
+    res = _rlvr("train", *MODEL, *TASK, "data.num_train=3", "sampling.n_prompts=4", "sampling.group_size=2", *FAST,
+                "run.steps=1", f"run.out_dir={tmp_path / 'run'}")
+    assert res.returncode == 0, res.stderr
+    line = _header(res, "warning: sampling.n_prompts=4 ")
+    assert "more than the 3 training problems (task arithmetic)" in line and "at most 3" in line
+
+
+GOOD = json.dumps({"question": "Tom has 2 apples and buys 3. How many?", "answer": "2+3=5\n#### 5"})
+
+
+@pytest.mark.parametrize("lines,needles", [
+    ([], ["no training problems (the file has no non-blank lines)"]),
+    ([GOOD, "{not json", GOOD, '{"question": "q"}', "[1]", GOOD, '{"question": "q", "answer": "no marker"}', "x"],
+     ["5 bad lines of 8: line 2: invalid JSON", "line 4: missing key \"answer\"", "line 5: expected a JSON object",
+      "(and 2 more)"]),
+])
+def test_a_bad_data_file_is_named_with_every_bad_line_before_the_model_loads(tmp_path, lines, needles):
+    """An empty train file said "task 'gsm8k' has no training examples" (no file named); a file with bad lines
+    reported only the first, after the model had loaded."""
+    path = tmp_path / "train.jsonl"
+    path.write_text("".join(x + "\n" for x in lines))
+    run = tmp_path / "run"
+    res = _rlvr("train", *MODEL, "data.task=gsm8k", f"data.train_path={path}", "data.template=question_only", *RL,
+                *FAST, "run.steps=1", f"run.out_dir={run}")
+    _refused(res, f"data.train_path={path}: ", *needles)
+    assert "loading model" not in res.stderr  # found before any model work
+    assert not run.exists()
+
+
+def test_config_yaml_records_the_shape_that_was_trained(sft_run, tmp_path):
+    """model.hidden_size=48 with model.init_from is ignored (a warning says so), and config.yaml recorded 48
+    anyway; it now records the loaded model's shape."""
+    run = tmp_path / "run"
+    res = _rlvr("train", f"model.init_from={sft_run}", "model.hidden_size=48", "model.num_layers=3", *RL, *FAST,
+                "run.steps=1", f"run.out_dir={run}")
+    assert res.returncode == 0, res.stderr
+    assert "ignored with model.init_from" in res.stderr
+    m = _config(run)["model"]
+    assert (m["hidden_size"], m["num_layers"], m["num_heads"], m["intermediate_size"]) == (32, 1, 2, 64)
+    res = _rlvr("train", "--resume", str(run), "run.steps=2")  # the recorded shape resumes without a warning
+    assert res.returncode == 0, res.stderr
+    assert "ignored with" not in res.stderr and _config(run)["model"]["hidden_size"] == 32
+
+
+@pytest.mark.parametrize("recipe,needle,shown", [
+    ("dapo", "note: step 1 made no update (loss shows 'skipped'): every group's responses scored alike",
+     "loss=skipped"),
+    ("grpo", "is ~0 by construction, not a bug", "loss=0"),
+])
+def test_the_progress_lines_loss_is_explained(tmp_path, recipe, needle, shown):
+    """`--recipe dapo` showed loss=None with no hint (a fresh model solves nothing: every group is dropped);
+    GRPO's on-policy loss of ~1e-9 on the demo's progress line read like a bug."""
+    res = _rlvr("train", "--recipe", recipe, *MODEL, *TASK, *RL, *FAST, "algo.refill_rounds=0", "run.steps=1",
+                f"run.out_dir={tmp_path / 'run'}", RLVR_PROGRESS="plain")
+    assert res.returncode == 0, res.stderr
+    assert needle in res.stderr, res.stderr
+    assert [x for x in res.stdout.splitlines() if x.startswith("rl 1/1")][0].split()[-1].startswith(shown), res.stdout

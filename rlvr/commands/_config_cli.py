@@ -80,7 +80,7 @@ def load_run_config(
         cfg = load_or_exit(cls, args, base=base, extra=extra)
     else:
         cfg = _with_run_task(cls, args, base, extra)
-    _warn_ignored_model_keys(cfg)
+        _warn_ignored_model_keys(cfg)  # (a resumed run's config.yaml records the model's real shape)
     return cfg
 
 

@@ -180,10 +180,11 @@ def eval(  # noqa: A001 - the command is called `eval`
     budgets = parse_budgets(thinking_budget) if thinking_budget else [cfg.sampling.thinking_budget]
 
     from rlvr.runtime import set_num_threads
-    from rlvr.train.tasks import TaskDataError, eval_examples, load_task_data
+    from rlvr.train.tasks import TaskDataError, check_data_files, eval_examples, load_task_data
 
-    # The task first (cheap): a missing held-out split or a bad file fails before the model loads.
+    # The task first (cheap): a missing held-out split or a bad file (every bad line) fails before the model loads.
     try:
+        check_data_files(cfg.data, train=False)
         check = load_task_data(cfg.data, None, train=False)
     except (TaskDataError, ValueError, KeyError, OSError) as exc:
         fail(str(exc))
@@ -247,23 +248,28 @@ def eval(  # noqa: A001 - the command is called `eval`
     except (KeyError, ImportError, ValueError, EngineError) as exc:
         fail(str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc))
     load_s = time.perf_counter() - t0
-    _say(f"loaded in {load_s:.1f} s; generating {len(examples)} x {spec.n} responses ...")
-
-    from rlvr.eval import evaluate
+    from rlvr.eval import CPU_EVAL_TOKENS, cpu_chunks, evaluate
     from rlvr.train.tasks import task_scorer
 
+    # On CPU, prompts per generate call sized by tokens (a fixed 256 long prompts was several times slower)
+    chunks = cpu_chunks(tok, prompts, n=spec.n, max_tokens=tokens, max_prompts=cfg.sampling.batch_size,
+                        device=cfg.model.device, backend=cfg.rollout.backend)
+    calls = len(chunks) if chunks is not None else -(-len(examples) // cfg.sampling.batch_size)
+    how = (f"{calls} generate calls of at most {CPU_EVAL_TOKENS} tokens (CPU)" if chunks is not None
+           else f"{calls} generate calls of at most {cfg.sampling.batch_size} problems")
+    _say(f"loaded in {load_s:.1f} s; generating {len(examples)} x {spec.n} responses, {how} ...")
     results = {}
     for budget in budgets:
         generator = with_thinking_budget(base_gen, budget, cfg.sampling.stop_thinking_text, template=task.template)
         started = time.perf_counter()
 
         def progress(done: int, total: int, started=started) -> None:
-            if total > cfg.sampling.batch_size:  # one chunk needs no progress line
+            if calls > 1:  # one generate call needs no progress line
                 _say(f"  {done}/{total} problems, {time.perf_counter() - started:.0f} s")
 
         try:
             results[budget] = evaluate(generator, examples, prompts, None, spec, chunk_size=cfg.sampling.batch_size,
-                                       scorer=task_scorer(task, cfg.data), on_chunk=progress)
+                                       chunks=chunks, scorer=task_scorer(task, cfg.data), on_chunk=progress)
         except (ValueError, EngineError) as exc:  # e.g. a thinking budget with a backend that cannot take prompt ids
             fail(str(exc))
 

@@ -53,7 +53,8 @@ class FilterSamplingConfig:
     stop_thinking_text: str = ""
     """Text forced when the thinking budget runs out; '' = Qwen3's."""
     batch_size: int = 64
-    """Problems per generate call (each with k samples); the progress bar advances per call."""
+    """Problems per generate call (each with k samples; on CPU with the hf engine also at most 16384 tokens a
+    call, rlvr.eval.CPU_EVAL_TOKENS); the progress bar advances per call."""
 
     def validate(self) -> None:
         c = _Checks("sampling")
@@ -437,11 +438,12 @@ def filter(  # noqa: A001 - the command is called `filter`
 
     # ---- the task (cheap), evaluation files: everything that can fail does so before the model loads
     from rlvr.data import get_task
-    from rlvr.train.tasks import TaskDataError, load_task_data, task_scorer
+    from rlvr.train.tasks import TaskDataError, check_data_files, load_task_data, task_scorer
 
     use_task_eval = "eval" in sources
     data_cfg = cfg.data if use_task_eval else replace(cfg.data, num_eval=0, eval_path="")
     try:
+        check_data_files(data_cfg, train=True)  # every bad line at once
         task = load_task_data(data_cfg, None, train=True)
     except (TaskDataError, ValueError, KeyError, OSError) as exc:
         fail(str(exc))
@@ -562,11 +564,25 @@ def filter(  # noqa: A001 - the command is called `filter`
             def progress(done: int, total: int) -> None:
                 bar.update(done - bar.completed)
 
+            # On CPU, problems per generate call sized by tokens (rlvr.eval.cpu_chunks): long prompts in a
+            # fixed batch of sampling.batch_size x k rows were several times slower.
+            from rlvr.eval import cpu_chunks
+
+            budget = spec_.max_tokens + (max(cfg.sampling.thinking_budget, 0) if prompt is None else 0)
+            texts = [(prompt or task.prompt)(ex) for ex in examples]  # a no-reasoning prompt is (prompt, prefix)
+            chunks = cpu_chunks(tok, [p if isinstance(p, str) else p[0] for p in texts], n=spec_.n, max_tokens=budget,
+                                max_prompts=cfg.sampling.batch_size, device=cfg.model.device,
+                                backend=cfg.rollout.backend)
+            if chunks is not None and len(chunks) > 1:
+                from rlvr.eval import CPU_EVAL_TOKENS
+
+                _say(f"{description}: {len(examples)} problems x {spec_.n} samples in {len(chunks)} generate calls "
+                     f"of at most {CPU_EVAL_TOKENS} tokens (CPU)")
             # The no-reasoning prompt closes the think block itself: no thinking budget around it.
             try:
                 return estimate_pass_rates(generator if prompt is None else base_gen, task, examples, spec_,
                                            prompt=prompt, scorer=scorer, chunk_size=cfg.sampling.batch_size,
-                                           on_progress=progress)
+                                           chunks=chunks, on_progress=progress)
             except EngineError as exc:  # the engine failed mid-run: one line, not vLLM's traceback
                 fail(str(exc))
 

@@ -180,6 +180,37 @@ def check_positions(model, tokenizer, task, cfg, *, train: bool = True) -> None:
           model_desc=f"model.init_from={m.init_from}" if m.init_from else f"model.name={m.name}")
 
 
+def record_model_shape(cfg, model):
+    """The config a run records (config.yaml) with the model's real shape: with model.init_from or a model
+    folder / hub id the tiny-model keys (hidden_size, num_layers, num_heads, intermediate_size,
+    tie_embeddings) shape nothing, and config.yaml used to record what the command line said instead of
+    what was trained. A key the model's config does not state keeps its default."""
+    import dataclasses
+
+    m = cfg.model
+    if not (m.init_from or m.name != "tiny"):
+        return cfg
+    c = getattr(model, "config", None)
+    real = {"hidden_size": getattr(c, "hidden_size", None), "num_layers": getattr(c, "num_hidden_layers", None),
+            "num_heads": getattr(c, "num_attention_heads", None),
+            "intermediate_size": getattr(c, "intermediate_size", None), "tie_embeddings": getattr(c, "tie_word_embeddings", None)}
+    plain = type(m)()
+    shape = {k: (v if type(v) is type(getattr(plain, k)) else getattr(plain, k)) for k, v in real.items()}
+    return dataclasses.replace(cfg, model=dataclasses.replace(m, **shape))
+
+
+def warn_repeated_problems(task, cfg) -> None:
+    """A step of more prompts than there are training problems holds some problem twice (the shuffled stream
+    wraps within the step): said once at the start, instead of nothing."""
+    n, have = cfg.sampling.n_prompts, len(task.train)
+    if n > have:
+        d = cfg.data
+        source = f"data.train_path={d.train_path}" if d.train_path else f"task {task.name}"
+        say(f"warning: sampling.n_prompts={n} is more than the {have} training problems ({source}): every step "
+            f"samples some problems more than once; lower sampling.n_prompts to at most {have} or give more "
+            "problems (data.num_train, data.train_path)")
+
+
 def evaluation_plan(task, cfg) -> str | None:
     """What a trainer evaluates on, in the words of `rlvr eval`'s header: the task, template, reward, how many
     held-out problems, the decoding and when; None when the task has no held-out problems (the trainers say

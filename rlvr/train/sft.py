@@ -123,7 +123,7 @@ def train_sft(
     from rlvr.runtime import memory_stats, seed_everything, set_num_threads
     from rlvr.train import session
     from rlvr.train.pg import _already_done
-    from rlvr.train.tasks import TaskDataError, eval_policy, load_task_data
+    from rlvr.train.tasks import TaskDataError, check_data_files, eval_policy, load_task_data
 
     batch_size, micro = validate_sft_config(cfg)
     r = cfg.run
@@ -132,8 +132,11 @@ def train_sft(
     set_num_threads(cfg.run.num_threads or None)
     seed_everything(cfg.run.seed)
     quiet_transformers()
+    if data is None:  # every bad line of the data files, before the model loads
+        check_data_files(cfg.data, train=not cfg.data.sft_path)
     session.say(f"loading model {cfg.model.init_from or cfg.model.name} ...", r.progress)
     model, tokenizer = policy_from_config(cfg.model, seed=cfg.run.seed)
+    cfg = session.record_model_shape(cfg, model)  # config.yaml records the shape that was trained
     task = data if data is not None else load_task_data(cfg.data, tokenizer, train=not cfg.data.sft_path)
     # Training pairs: a prompt/response JSONL when data.sft_path is set, else the task's own targets.
     # Either way the task's held-out problems and checker drive the periodic evaluation.
