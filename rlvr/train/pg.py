@@ -375,7 +375,7 @@ def train(
                 run.log_samples(step, _samples(rollouts, ro_examples, rewards, r.num_log_samples, s.group_size,
                                                learned.row_entropy))
             last = run.log_metrics(step, metrics)
-            loss_note = _loss_note(step, metrics, a, noted)
+            loss_note = _loss_note(step, metrics, a, noted, on_policy=plan.on_policy)
             if loss_note is not None:
                 session.say(loss_note, r.progress)
             shown = metrics.get("loss")
@@ -722,7 +722,7 @@ def sample_metrics(rewards, rollouts) -> dict[str, Any]:
     return m
 
 
-def _loss_note(step: int, metrics: dict, a, noted: set[str]) -> str | None:
+def _loss_note(step: int, metrics: dict, a, noted: set[str], *, on_policy: bool) -> str | None:
     """Once per run, what the progress line's loss cannot say itself: a step without an update (loss shown as
     'skipped'; DAPO's dynamic sampling showed loss=None) and an on-policy loss of ~0 (GRPO's 5.6e-09 on the
     demo's line, which reads like a bug)."""
@@ -733,11 +733,11 @@ def _loss_note(step: int, metrics: dict, a, noted: set[str]) -> str | None:
                "learning signal; algo.refill_rounds samples more problems to replace them)"
                if a.filter_zero_variance and not metrics.get("kept_frac") else "no response entered the loss")
         return f"note: step {step} made no update (loss shows 'skipped'): {why}"
-    if loss is not None and abs(loss) < 1e-6 and "zero" not in noted:
+    if loss is not None and on_policy and abs(loss) < 1e-6 and "zero" not in noted:
         noted.add("zero")
         return (f"note: loss={loss:.2g} is ~0 by construction, not a bug: on-policy the importance ratio is 1 and "
-                "each group's advantages average to 0, so the loss value is ~0 while its gradient is not; "
-                "learning shows in reward and acc")
+                "each group's advantages average to 0, so the loss value is ~0 whatever the gradient (which is not "
+                "0 where a group's rewards differ); learning shows in reward and acc")
     return None
 
 
