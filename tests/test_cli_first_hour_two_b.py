@@ -45,7 +45,8 @@ def sft_run(tmp_path_factory) -> Path:
 # --- item 12: natural spellings ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("spelling", ["{run}", "{run}/config.yaml", "model.init_from={run}"])
+@pytest.mark.parametrize("spelling", ["{run}", "{run}/config.yaml",
+                                      pytest.param("model.init_from={run}", marks=pytest.mark.slow)])  # the control
 def test_eval_takes_a_run_directory_or_its_config_yaml(sft_run, spelling):
     """`rlvr eval runs/sft` was "neither a config file nor an override", `rlvr eval runs/sft/config.yaml` 18
     config errors (the trainer's dump read as an eval config); both now mean model.init_from=runs/sft."""
@@ -84,7 +85,8 @@ def _config(run: Path) -> dict:
     return yaml.safe_load((run / "config.yaml").read_text())
 
 
-@pytest.mark.parametrize("command", ["train", "sft", "ei"])
+@pytest.mark.parametrize("command", ["train", pytest.param("sft", marks=pytest.mark.slow),
+                                     pytest.param("ei", marks=pytest.mark.slow)])  # one shared loader: train by default
 def test_init_from_a_run_trains_and_evaluates_on_its_task(sft_run, tmp_path, command):
     """`rlvr train model.init_from=runs/sft` trained and evaluated on the defaults (3-digit sums, 200 problems,
     16 tokens: 0.0% in filtering.md's "then train on it" step) and said nothing about it."""
@@ -121,7 +123,7 @@ def test_an_override_still_wins_and_another_task_drops_the_runs_data(sft_run, tm
 # --- item 6: prompt + max_tokens against the model's positions, before any work ------------------------
 
 
-@pytest.mark.parametrize("command", ["train", "sft", "eval"])
+@pytest.mark.parametrize("command", ["train", pytest.param("sft", marks=pytest.mark.slow), "eval"])
 def test_max_tokens_past_the_positions_of_a_rope_model_is_refused(tmp_path, command):
     """The tiny model (RoPE; 512 positions then, 4096 now) generated past its positions silently (5000 tokens
     for two minutes after the bar said 100%); now one line naming the keys, and no run directory."""
