@@ -257,13 +257,18 @@ def _coerce(value: Any, tp: Any, raw: str | None = None) -> Any:
                 return allowed
         raise _TypeMismatch("one of " + ", ".join(repr(a) for a in typing.get_args(tp)))
     if origin is list:
+        one = raw is not None and value is not None and not isinstance(value, list | dict)
+        if one:  # `sampling.stop=</answer>` on the command line: a one-item list
+            value = [value]
         if not isinstance(value, list):
             raise _TypeMismatch(type_name(tp))
         out = []
         for i, v in enumerate(value):
             try:
-                out.append(_coerce(v, typing.get_args(tp)[0]))
+                out.append(_coerce(v, typing.get_args(tp)[0], raw if one else None))
             except _TypeMismatch as exc:
+                if one:  # `algo.tags=x`: say what the key takes, not what item 0 of a list nobody wrote was
+                    raise _TypeMismatch(type_name(tp)) from None
                 raise _TypeMismatch(f"{type_name(tp)} (item {i}: expected {exc}, got {_show(v)})") from None
         return out
     if tp is bool:

@@ -79,7 +79,8 @@ REFUSED = [
     ("eval", ["sampling.n=0"], ["sampling.n=0 must be >= 1"]),
     ("eval", ["sampling.temperature=-1"], ["sampling.temperature=-1.0 must be >= 0"]),
     # item 8: more distinct problems than the generator can make, refused at once naming the keys
-    ("train", ["data.task=countdown"], ["data.num_train=20000", "countdown", "14665", "lower data.num_train"]),
+    ("train", ["data.task=countdown", "data.num_train=20000"],
+     ["data.num_train=20000", "countdown", "14665", "lower data.num_train"]),
     ("train", ["data.digits=1", "data.operands=4", "data.num_train=10000"],
      ["data.num_train=10000", "9006", "data.digits=1", "data.operands=4"]),
     ("eval", ["data.digits=1", "data.num_eval=50"],
@@ -238,20 +239,24 @@ def test_config_literals_match_the_registries_they_stand_for():
     for task in ("arithmetic", "countdown", "code"):
         d = DataConfig(task=task, digits=2, operands=3)
         expected = {"digits": 2, "operands": 3} if task == "arithmetic" else {}
-        assert _difficulty(d) == expected
+        assert _difficulty(d) == expected == d._knobs()
     cfg = load_config(TrainConfig, None, ["data.digits=2", "data.operands=3"])  # defaults pass
     assert cfg.data.digits == 2
 
 
 def test_problem_counts_are_checked_for_the_splits_a_command_reads():
-    """Training reads both splits; `rlvr eval` reads only held-out problems, so the default
-    data.num_train (20000, more than countdown's 14665) is no reason to refuse an evaluation."""
+    """Training reads both splits; `rlvr eval` reads only held-out problems, so a data.num_train of 20000
+    (more than countdown's 14665) is no reason to refuse an evaluation. The default (0) is as many as
+    the task has, up to 20000 (issue 25, item 13: 20000 was refused on the demo's own task)."""
     from rlvr.config import ConfigError, load_config
     from rlvr.train.config import EvalConfig, SFTConfig, TrainConfig
 
     for cls in (TrainConfig, SFTConfig):
         with pytest.raises(ConfigError, match=r"data.num_train=20000: task 'countdown' has only 14665"):
-            load_config(cls, None, ["data.task=countdown"])
+            load_config(cls, None, ["data.task=countdown", "data.num_train=20000"])
+        assert load_config(cls, None, ["data.task=countdown"]).data.generated_train_count() == 14665
+        assert load_config(cls, None, ["data.digits=1", "data.operands=4"]).data.generated_train_count() == 9006
+        assert load_config(cls, None, []).data.generated_train_count() == 20000  # 3-digit sums: 729000 of them
     assert load_config(TrainConfig, None, ["data.task=countdown", "data.num_train=14665"]).data.num_train == 14665
     assert load_config(EvalConfig, None, ["data.task=countdown"]).data.task == "countdown"
     with pytest.raises(ConfigError, match=r"data.num_eval=2000: task 'countdown' has only 1627 distinct held-out"):

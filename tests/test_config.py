@@ -132,6 +132,16 @@ def test_derived_values_follow_overrides_even_with_factory_presets():
     assert (cfg.sampling.batch, cfg.algo.micro_batch) == (15, 15)
 
 
+def test_a_scalar_override_of_a_list_key_is_a_one_item_list(tmp_path):
+    """`sampling.stop=</answer>` is what a user types (issue 25, item 12): the list of that string, the raw
+    text kept (`007` stays a string); a YAML file still has to write a list."""
+    cfg = load_config(RootConfig, overrides=["sampling.stop=</answer>", "algo.tags=3"])
+    assert (cfg.sampling.stop, cfg.algo.tags) == (["</answer>"], [3])
+    assert load_config(RootConfig, overrides=["sampling.stop=007"]).sampling.stop == ["007"]
+    with pytest.raises(ConfigError, match="expects list"):
+        load_config(RootConfig, write(tmp_path, "sampling:\n  stop: </answer>\n"))
+
+
 def test_override_values_are_yaml():
     cfg = load_config(
         RootConfig,
@@ -191,7 +201,7 @@ def test_unknown_override_and_unknown_section():
 def test_all_errors_reported_at_once_with_locations(tmp_path):
     path = write(tmp_path, "optim:\n  lr: fast\n  steps: 2.5\nsampling:\n  greedy: yes\n")
     with pytest.raises(ConfigError) as err:
-        load_config(RootConfig, path, ["optim.schedule=linear", "sampling.stop=abc"])
+        load_config(RootConfig, path, ["optim.schedule=linear", "sampling.stop={a: b}"])
     errors = err.value.errors
     assert len(errors) == 5
     text = "\n".join(errors)
@@ -200,7 +210,7 @@ def test_all_errors_reported_at_once_with_locations(tmp_path):
     # `yes` is not a boolean here (YAML 1.1 would silently read it as True)
     assert f"{path}:5: config key 'sampling.greedy' expects bool (true or false), got 'yes' (str)" in text
     assert "'optim.schedule' expects one of 'constant', 'cosine', got 'linear'" in text
-    assert "'sampling.stop' expects list[str], got 'abc'" in text
+    assert "'sampling.stop' expects list[str], got {'a': 'b'}" in text
 
 
 @pytest.mark.parametrize(
@@ -212,6 +222,7 @@ def test_all_errors_reported_at_once_with_locations(tmp_path):
         ("algo.tags=x", "expects list[int], got 'x'"),
         ("algo.tags=[1, a]", "expects list[int] (item 1: expected int, got 'a')"),
         ("sampling.stop=[1]", "expects list[str] (item 0: expected str (quote the value), got 1)"),
+        ("sampling.stop={a: b}", "expects list[str], got {'a': 'b'}"),
         ("seed=null", "expects int, got None"),
         ("seed=", "expects int, got None"),
         ("sampling.greedy=1", "expects bool"),

@@ -77,8 +77,79 @@ def load_run_config(
     extra = [f"run.num_threads={threads}"] if threads else []
     if resume is not None:
         extra.append(f"run.out_dir={resume}")
-    cfg = load_or_exit(cls, args, base=base, extra=extra)
-    _warn_ignored_model_keys(cfg)
+        cfg = load_or_exit(cls, args, base=base, extra=extra)
+    else:
+        cfg = _with_run_task(cls, args, base, extra)
+        _warn_ignored_model_keys(cfg)  # (a resumed run's config.yaml records the model's real shape)
+    return cfg
+
+
+def _dotted(mapping: Mapping[str, Any] | None, prefix: str = "") -> dict[str, Any]:
+    """{"data": {"task": "x"}, "algo.loss": "y"} -> {"data.task": "x", "algo.loss": "y"}."""
+    out: dict[str, Any] = {}
+    for key, value in (mapping or {}).items():
+        if isinstance(value, Mapping):
+            out.update(_dotted(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _init_from(cls: type, args: Sequence[str] | None, base: Mapping[str, Any] | None, extra: Sequence[str]) -> str:
+    """model.init_from as the file and overrides set it ('' when unset, or when the config does not load: the
+    full load reports that)."""
+    from rlvr.config import ConfigError, load_config, split_config_args
+
+    try:
+        path, overrides = split_config_args(args)
+        return getattr(getattr(load_config(cls, path, [*overrides, *extra], base=base), "model", None),
+                       "init_from", "")
+    except (ConfigError, KeyError, ValueError):
+        pass
+    try:  # a config that loads only with the run's settings: the override alone names the run
+        _, overrides = split_config_args(args)
+    except (ConfigError, ValueError):
+        return ""
+    found = [o.partition("=")[2].strip() for o in overrides if o.partition("=")[0].strip() == "model.init_from"]
+    return found[-1] if found else ""
+
+
+def _with_run_task(cls: type, args: Sequence[str] | None, base: Mapping[str, Any] | None, extra: Sequence[str]):
+    """The config of a new run. When model.init_from is a run directory (or one of its checkpoints), the run's
+    task and response settings (its data.* keys, sampling max_tokens / top_p / stop / keep_stop /
+    thinking_budget / stop_thinking_text: what `rlvr eval` takes from it) are a layer above `base` (a recipe)
+    and below the file and overrides, as `rlvr eval` and `rlvr filter` read them: `rlvr train
+    model.init_from=runs/sft` trains and evaluates on the task the SFT run learned, not on the defaults. A
+    file or override naming another task drops the run's data section (it belongs to its own task)."""
+    import dataclasses
+    import typing
+
+    from rlvr.commands.eval import find_run_dir, run_settings
+    from rlvr.train.config import DataConfig
+
+    init_from = _init_from(cls, args, base, extra)
+    run_dir = find_run_dir(init_from) if init_from else None
+    if run_dir is None:
+        return load_or_exit(cls, args, base=base, extra=extra)
+    import yaml
+
+    settings = run_settings(run_dir)
+    raw = (yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")) or {}).get("data") or {}
+    settings["data"].pop("num_train", None)  # eval's placeholder: a trainer takes the run's own count
+    if "num_train" in raw:
+        settings["data"]["num_train"] = raw["num_train"]
+    sampling_keys = {f.name for f in dataclasses.fields(typing.get_type_hints(cls)["sampling"])}
+    settings["sampling"] = {k: v for k, v in settings["sampling"].items() if k in sampling_keys}
+    run_task = settings["data"].get("task", DataConfig.task)
+    layered = {**_dotted(base), **_dotted(settings)}
+    cfg = load_or_exit(cls, args, base=layered, extra=extra)
+    taken = "task (data.*) and response settings (sampling.*)"
+    if cfg.data.task != run_task:  # another task asked for: the run's data section is not its own
+        layered = {**_dotted(base), **_dotted({"sampling": settings["sampling"]})}
+        cfg = load_or_exit(cls, args, base=layered, extra=extra)
+        taken = "response settings (sampling.*)"
+    typer.echo(f"model.init_from={init_from}: the run's {taken} from {run_dir / 'config.yaml'} (a file or "
+               "override still wins)", err=True)
     return cfg
 
 

@@ -1,8 +1,8 @@
-"""`rlvr eval [CONFIG.yaml] [key=value ...] [--thinking-budget B1,B2,...]`: accuracy, pass@k, maj@k,
-format rate, lengths and timing of a policy on a task's held-out problems.
+"""`rlvr eval [RUN_DIR | CONFIG.yaml] [key=value ...] [--thinking-budget B1,B2,...]`: accuracy, pass@k,
+maj@k, format rate, lengths and timing of a policy on a task's held-out problems.
 
 The policy is a model folder or hub id (`model.name=PATH`), or a run directory / checkpoint
-(`model.init_from=RUN`: its latest checkpoint). A run's own config.yaml supplies what the run was
+(`model.init_from=RUN`: its latest checkpoint; `rlvr eval RUN` and `rlvr eval RUN/config.yaml` say the same). A run's own config.yaml supplies what the run was
 trained on (every data.* key and sampling max_tokens / top_p / stop / keep_stop / thinking_budget /
 stop_thinking_text) as the lowest layer under an eval YAML file and command-line overrides, so
 `rlvr eval model.init_from=RUN` evaluates the run's task the way it was sampled, not eval's defaults.
@@ -66,6 +66,29 @@ def run_settings(run_dir: Path) -> dict[str, Any]:
     return {"data": {**data, **NO_TRAIN["data"]}, "sampling": sampling}
 
 
+def policy_positionals(args: list[str] | None) -> list[str]:
+    """The natural spellings of the policy to evaluate, as overrides: a run directory or checkpoint
+    (`rlvr eval runs/grpo`) is `model.init_from=DIR`, a model folder (config.json) `model.name=DIR`, and a
+    run's own config.yaml (`rlvr eval runs/grpo/config.yaml`: a trainer's dump, not an eval config) is
+    `model.init_from=` its run. Everything else is passed on as it was."""
+    out = []
+    for arg in args or ():
+        p = Path(arg)
+        if "=" not in arg and p.is_dir():
+            if (p / "config.json").is_file():
+                out.append(f"model.name={arg}")
+                continue
+            if find_run_dir(p) is None and not (p / "model" / "config.json").is_file():
+                fail(f"{arg}: a directory, but neither a run directory (config.yaml) nor a checkpoint or model "
+                     "folder (config.json)")
+            out.append(f"model.init_from={arg}")
+        elif p.name == "config.yaml" and p.is_file() and find_run_dir(p.parent) is not None:
+            out.append(f"model.init_from={p.parent}")
+        else:
+            out.append(arg)
+    return out
+
+
 def parse_budgets(text: str) -> list[int]:
     """"0,256,1024" -> [0, 256, 1024]; each >= -1 (-1 = no budget)."""
     try:
@@ -108,7 +131,7 @@ def _budget_label(budget: int) -> str:
 
 @with_keys_help(EvalConfig)
 def eval(  # noqa: A001 - the command is called `eval`
-    args: list[str] = typer.Argument(None, help="Optional CONFIG.yaml, then dotted key=value overrides."),
+    args: list[str] = typer.Argument(None, help="Optional RUN_DIR (a run, checkpoint or model folder) or CONFIG.yaml, then dotted key=value overrides."),
     threads: int = typer.Option(0, "--threads", help="torch CPU threads (sets run.num_threads)."),
     thinking_budget: str = typer.Option(
         "", "--thinking-budget",
@@ -119,7 +142,7 @@ def eval(  # noqa: A001 - the command is called `eval`
 
     A run directory or checkpoint (model.init_from=RUN) is evaluated on the run's task and response settings.
 
-    Examples: `rlvr eval model.init_from=runs/sft`, `rlvr eval model.init_from=runs/grpo sampling.n=8
+    Examples: `rlvr eval runs/sft` (= model.init_from=runs/sft), `rlvr eval model.init_from=runs/grpo sampling.n=8
     sampling.temperature=1 run.out=eval.json`, `rlvr eval model.name=Qwen/Qwen3-1.7B data.task=math
     data.eval_path=math500.jsonl --thinking-budget 0,256,1024`.
     """
@@ -128,6 +151,7 @@ def eval(  # noqa: A001 - the command is called `eval`
     from rlvr.train.common import resolve_model_dir
 
     extra = [f"run.num_threads={threads}"] if threads else []
+    args = policy_positionals(args)  # `rlvr eval runs/grpo`, `rlvr eval runs/grpo/config.yaml`
     cfg = load_or_exit(EvalConfig, args, base=NO_TRAIN, extra=extra)
     init_from = cfg.model.init_from
     name = cfg.model.name
@@ -156,10 +180,11 @@ def eval(  # noqa: A001 - the command is called `eval`
     budgets = parse_budgets(thinking_budget) if thinking_budget else [cfg.sampling.thinking_budget]
 
     from rlvr.runtime import set_num_threads
-    from rlvr.train.tasks import TaskDataError, eval_examples, load_task_data
+    from rlvr.train.tasks import TaskDataError, check_data_files, eval_examples, load_task_data
 
-    # The task first (cheap): a missing held-out split or a bad file fails before the model loads.
+    # The task first (cheap): a missing held-out split or a bad file (every bad line) fails before the model loads.
     try:
+        check_data_files(cfg.data, train=False)
         check = load_task_data(cfg.data, None, train=False)
     except (TaskDataError, ValueError, KeyError, OSError) as exc:
         fail(str(exc))
@@ -186,6 +211,18 @@ def eval(  # noqa: A001 - the command is called `eval`
     examples = eval_examples(task, cfg.data.num_eval)
     prompts = [task.prompt(ex) for ex in examples]
     spec = task.sampling_spec(cfg.sampling, seed=cfg.run.seed, logprobs=False)
+    from rlvr.config import ConfigError
+    from rlvr.models.positions import check_positions
+
+    tokens, keys = cfg.sampling.max_tokens, f"sampling.max_tokens={cfg.sampling.max_tokens}"
+    if max(budgets) > 0:
+        tokens, keys = tokens + max(budgets), f"{keys} + a thinking budget of {max(budgets)}"
+    try:  # before any generation: prompt + response within the model's positions
+        named = [(str(getattr(ex, "id", i)), p) for i, (ex, p) in enumerate(zip(examples, prompts, strict=True))]
+        check_positions(model, tok, named, tokens, response_keys=keys,
+                        model_desc=f"model.init_from={init_from}" if init_from else f"model.name={name}")
+    except ConfigError as exc:
+        fail(str(exc))
 
     from rlvr.data import get_task
 
@@ -211,23 +248,28 @@ def eval(  # noqa: A001 - the command is called `eval`
     except (KeyError, ImportError, ValueError, EngineError) as exc:
         fail(str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc))
     load_s = time.perf_counter() - t0
-    _say(f"loaded in {load_s:.1f} s; generating {len(examples)} x {spec.n} responses ...")
-
-    from rlvr.eval import evaluate
+    from rlvr.eval import CPU_EVAL_TOKENS, cpu_chunks, evaluate
     from rlvr.train.tasks import task_scorer
 
+    # On CPU, prompts per generate call sized by tokens (a fixed 256 long prompts was several times slower)
+    chunks = cpu_chunks(tok, prompts, n=spec.n, max_tokens=tokens, max_prompts=cfg.sampling.batch_size,
+                        device=cfg.model.device, backend=cfg.rollout.backend)
+    calls = len(chunks) if chunks is not None else -(-len(examples) // cfg.sampling.batch_size)
+    how = (f"{calls} generate calls of at most {CPU_EVAL_TOKENS} tokens (CPU)" if chunks is not None
+           else f"{calls} generate calls of at most {cfg.sampling.batch_size} problems")
+    _say(f"loaded in {load_s:.1f} s; generating {len(examples)} x {spec.n} responses, {how} ...")
     results = {}
     for budget in budgets:
         generator = with_thinking_budget(base_gen, budget, cfg.sampling.stop_thinking_text, template=task.template)
         started = time.perf_counter()
 
         def progress(done: int, total: int, started=started) -> None:
-            if total > cfg.sampling.batch_size:  # one chunk needs no progress line
+            if calls > 1:  # one generate call needs no progress line
                 _say(f"  {done}/{total} problems, {time.perf_counter() - started:.0f} s")
 
         try:
             results[budget] = evaluate(generator, examples, prompts, None, spec, chunk_size=cfg.sampling.batch_size,
-                                       scorer=task_scorer(task, cfg.data), on_chunk=progress)
+                                       chunks=chunks, scorer=task_scorer(task, cfg.data), on_chunk=progress)
         except (ValueError, EngineError) as exc:  # e.g. a thinking budget with a backend that cannot take prompt ids
             fail(str(exc))
 

@@ -53,7 +53,8 @@ class FilterSamplingConfig:
     stop_thinking_text: str = ""
     """Text forced when the thinking budget runs out; '' = Qwen3's."""
     batch_size: int = 64
-    """Problems per generate call (each with k samples); the progress bar advances per call."""
+    """Problems per generate call (each with k samples; on CPU with the hf engine also at most 16384 tokens a
+    call, rlvr.eval.CPU_EVAL_TOKENS); the progress bar advances per call."""
 
     def validate(self) -> None:
         c = _Checks("sampling")
@@ -351,7 +352,7 @@ def _run_base(init_from: str) -> tuple[Path | None, dict | None]:
 
 @with_keys_help(FilterConfig)
 def filter(  # noqa: A001 - the command is called `filter`
-    args: list[str] = typer.Argument(None, help="Optional CONFIG.yaml, then dotted key=value overrides."),
+    args: list[str] = typer.Argument(None, help="Optional RUN_DIR (a run, checkpoint or model folder) or CONFIG.yaml, then dotted key=value overrides."),
     k: int = typer.Option(8, "--k", help="Samples per problem for its pass rate."),
     band: str = typer.Option(
         "medium", "--band",
@@ -389,6 +390,9 @@ def filter(  # noqa: A001 - the command is called `filter`
 
     t_start = time.perf_counter()
     extra = [f"run.num_threads={threads}"] if threads else []
+    from rlvr.commands.eval import policy_positionals
+
+    args = policy_positionals(args)  # `rlvr filter runs/sft`, as `rlvr eval runs/sft`
     cfg = load_or_exit(FilterConfig, args, extra=extra)
     run_dir = None
     taken = ""
@@ -434,11 +438,12 @@ def filter(  # noqa: A001 - the command is called `filter`
 
     # ---- the task (cheap), evaluation files: everything that can fail does so before the model loads
     from rlvr.data import get_task
-    from rlvr.train.tasks import TaskDataError, load_task_data, task_scorer
+    from rlvr.train.tasks import TaskDataError, check_data_files, load_task_data, task_scorer
 
     use_task_eval = "eval" in sources
     data_cfg = cfg.data if use_task_eval else replace(cfg.data, num_eval=0, eval_path="")
     try:
+        check_data_files(data_cfg, train=True)  # every bad line at once
         task = load_task_data(data_cfg, None, train=True)
     except (TaskDataError, ValueError, KeyError, OSError) as exc:
         fail(str(exc))
@@ -525,6 +530,18 @@ def filter(  # noqa: A001 - the command is called `filter`
         task.prompt(train[0])  # a chat template without a tokenizer chat_template fails here, not mid-run
     except ValueError as exc:
         fail(f"data.template={template}: {exc}")
+    from rlvr.config import ConfigError
+    from rlvr.models.positions import check_positions
+
+    tokens, keys = spec.max_tokens, f"sampling.max_tokens={spec.max_tokens}"
+    if cfg.sampling.thinking_budget > 0:
+        tokens, keys = tokens + cfg.sampling.thinking_budget, f"{keys} + sampling.thinking_budget={cfg.sampling.thinking_budget}"
+    try:  # before any sampling: prompt + response within the model's positions
+        check_positions(model, tok, [(str(getattr(ex, "id", i)), task.prompt(ex)) for i, ex in enumerate(train)],
+                        tokens, response_keys=keys, model_desc=f"model.init_from={cfg.model.init_from}"
+                        if cfg.model.init_from else f"model.name={cfg.model.name}")
+    except ConfigError as exc:
+        fail(str(exc))
 
     from rlvr.rollout import build_generator, with_thinking_budget
     from rlvr.rollout.types import EngineError
@@ -547,11 +564,25 @@ def filter(  # noqa: A001 - the command is called `filter`
             def progress(done: int, total: int) -> None:
                 bar.update(done - bar.completed)
 
+            # On CPU, problems per generate call sized by tokens (rlvr.eval.cpu_chunks): long prompts in a
+            # fixed batch of sampling.batch_size x k rows were several times slower.
+            from rlvr.eval import cpu_chunks
+
+            budget = spec_.max_tokens + (max(cfg.sampling.thinking_budget, 0) if prompt is None else 0)
+            texts = [(prompt or task.prompt)(ex) for ex in examples]  # a no-reasoning prompt is (prompt, prefix)
+            chunks = cpu_chunks(tok, [p if isinstance(p, str) else p[0] for p in texts], n=spec_.n, max_tokens=budget,
+                                max_prompts=cfg.sampling.batch_size, device=cfg.model.device,
+                                backend=cfg.rollout.backend)
+            if chunks is not None and len(chunks) > 1:
+                from rlvr.eval import CPU_EVAL_TOKENS
+
+                _say(f"{description}: {len(examples)} problems x {spec_.n} samples in {len(chunks)} generate calls "
+                     f"of at most {CPU_EVAL_TOKENS} tokens (CPU)")
             # The no-reasoning prompt closes the think block itself: no thinking budget around it.
             try:
                 return estimate_pass_rates(generator if prompt is None else base_gen, task, examples, spec_,
                                            prompt=prompt, scorer=scorer, chunk_size=cfg.sampling.batch_size,
-                                           on_progress=progress)
+                                           chunks=chunks, on_progress=progress)
             except EngineError as exc:  # the engine failed mid-run: one line, not vLLM's traceback
                 fail(str(exc))
 

@@ -117,6 +117,11 @@ def grade(
 
     if on_bad_line not in ON_BAD_LINE:
         raise fail(f"error: --on-bad-line must be one of {', '.join(ON_BAD_LINE)}, got {on_bad_line!r}")
+    if file.is_dir():
+        found = sorted(str(p) for p in file.glob("*.jsonl"))
+        hint = (f"; JSONL files there: {', '.join(found[:4])}{' ...' if len(found) > 4 else ''}" if found
+                else "; it holds no .jsonl file")
+        raise fail(f"error: {file} is a directory: rlvr grade scores one JSONL file of responses{hint}")
     if not file.is_file():
         raise fail(f"error: {file}: no such file")
     try:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import itertools
 import math
 import random
 import re
@@ -94,6 +95,7 @@ def count_correct(
     reward_fn: Callable | None = None,
     scorer: Scorer | None = None,
     chunk_size: int = 0,
+    chunks: Sequence[int] | None = None,
     on_progress: Callable[[int, int], None] | None = None,
 ) -> PassCounts:
     """Sample spec.n responses to each prompt and count the CORRECT ones per example.
@@ -105,7 +107,8 @@ def count_correct(
     Scoring: `scorer(responses, examples)` if given (the task's verifier limits), else
     rlvr.rewards.score_batch(reward_fn, ...) (a raising reward is an ERROR, never a crash).
     chunk_size: problems per generate() call (0 = all at once); each later chunk gets a seed derived
-    from spec.seed and its first problem. on_progress(done, total) is called after each chunk.
+    from spec.seed and its first problem. chunks: the sizes of consecutive chunks instead (rlvr.eval.token_chunks:
+    sized by tokens). on_progress(done, total) is called after each chunk.
     """
     if len(examples) != len(prompts):
         raise ValueError(f"{len(examples)} examples but {len(prompts)} prompts")
@@ -115,8 +118,12 @@ def count_correct(
     ids = [str(getattr(ex, "id", i)) for i, ex in enumerate(examples)]
     correct = [0] * len(examples)
     failed = [0] * len(examples)
-    step = chunk_size if chunk_size and chunk_size > 0 else max(1, len(examples))
-    for start in range(0, len(examples), step):
+    if chunks is None:
+        step = chunk_size if chunk_size and chunk_size > 0 else max(1, len(examples))
+        chunks = [min(step, len(examples) - s) for s in range(0, len(examples), step)]
+    elif sum(chunks) != len(examples) or any(c < 1 for c in chunks):
+        raise ValueError(f"chunks {list(chunks)} do not split {len(examples)} problems")
+    for start, step in zip([0, *itertools.accumulate(chunks)][:-1], chunks, strict=True):
         chunk = list(prompts[start:start + step])
         texts = [p if isinstance(p, str) else p[0] for p in chunk]
         prefixes = ["" if isinstance(p, str) else p[1] for p in chunk]
@@ -159,6 +166,7 @@ def estimate_pass_rates(
     prompt: PromptFn | None = None,
     scorer: Scorer | None = None,
     chunk_size: int = 0,
+    chunks: Sequence[int] | None = None,
     on_progress: Callable[[int, int], None] | None = None,
 ) -> PassCounts:
     """Pass rates of `examples` under the policy behind `generator`, k = spec.n samples each.
@@ -166,7 +174,7 @@ def estimate_pass_rates(
     task: has .prompt(example) and .reward_fn (rlvr.train.tasks.TaskData). prompt: another prompt
     function, e.g. no_reasoning_prompt(task.prompt); default task.prompt. scorer: batch scorer with
     the task's verifier limits (rlvr.train.tasks.task_scorer(task, cfg.data)); default task.reward_fn
-    through score_batch. chunk_size / on_progress: see count_correct.
+    through score_batch. chunk_size / chunks / on_progress: see count_correct.
 
     A trainer refreshing pass rates every N steps calls this with its own generator (the current
     policy) and a seed that changes per refresh, then feeds the counts to a PassRateTable.
@@ -174,7 +182,7 @@ def estimate_pass_rates(
     render = prompt or task.prompt
     return count_correct(generator, examples, [render(ex) for ex in examples], spec,
                          reward_fn=None if scorer is not None else task.reward_fn, scorer=scorer,
-                         chunk_size=chunk_size, on_progress=on_progress)
+                         chunk_size=chunk_size, chunks=chunks, on_progress=on_progress)
 
 
 def pass_rates(

@@ -4,8 +4,9 @@ silently."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 
 class DataError(ValueError):
@@ -41,27 +42,64 @@ def iter_jsonl(path: str | Path, required_keys: Sequence[str] = ()) -> Iterator[
         raise DataError(f"{path}: {reason}", path=path, reason=reason) from None
 
 
-def _rows(path: Path, required_keys: Sequence[str]) -> Iterator[tuple[str, dict]]:
-    def bad(lineno: int, reason: str) -> DataError:
+def _parse_line(path: Path, lineno: int, line: str, required_keys: Sequence[str]) -> dict:
+    """One non-blank line as a validated object, else DataError naming the file and line."""
+    def bad(reason: str) -> DataError:
         return DataError(f"{path}:{lineno}: {reason}", path=path, line=lineno, reason=reason)
 
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise bad(f"invalid JSON: {exc.msg} (column {exc.colno})") from None
+    if not isinstance(row, dict):
+        raise bad(f"expected a JSON object, got {type(row).__name__}")
+    for key in required_keys:
+        if key not in row:
+            raise bad(f'missing key "{key}" (has: {", ".join(sorted(row)) or "nothing"})')
+        if not isinstance(row[key], str | int | float) or isinstance(row[key], bool):
+            raise bad(f'key "{key}" must be a string or number, got {type(row[key]).__name__}')
+    return row
+
+
+def _rows(path: Path, required_keys: Sequence[str]) -> Iterator[tuple[str, dict]]:
     with path.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise bad(lineno, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
-            if not isinstance(row, dict):
-                raise bad(lineno, f"expected a JSON object, got {type(row).__name__}")
-            for key in required_keys:
-                if key not in row:
-                    raise bad(lineno, f'missing key "{key}" (has: {", ".join(sorted(row)) or "nothing"})')
-                if not isinstance(row[key], str | int | float) or isinstance(row[key], bool):
-                    raise bad(lineno, f'key "{key}" must be a string or number, got {type(row[key]).__name__}')
-            yield where, row
+            if line.strip():
+                yield f"{path}:{lineno}", _parse_line(path, lineno, line, required_keys)
+
+
+def scan_jsonl(path: str | Path, required_keys: Sequence[str] = (),
+               check_row: Callable[[dict, str, int], Any] | None = None) -> tuple[int, list[DataError]]:
+    """(rows that passed, every bad line) of a JSONL file: the checks of `iter_jsonl` and then
+    `check_row(row, "path:line", index)` (a task's parse_row) on each line, all of them instead of
+    stopping at the first, so a command can name every bad line at once. A file that cannot be read
+    at all (missing, not UTF-8) raises DataError as `iter_jsonl` does."""
+    path = Path(path)
+    if not path.is_file():
+        what = "is a directory, not a file" if path.is_dir() else "no such file"
+        raise DataError(f"{path}: {what}", path=path, reason=what)
+    good, errors = 0, []
+    try:
+        with path.open(encoding="utf-8") as f:
+            for lineno, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = _parse_line(path, lineno, line, required_keys)
+                    if check_row is not None:
+                        check_row(row, f"{path}:{lineno}", good + len(errors))
+                    good += 1
+                except DataError as exc:
+                    errors.append(DataError(str(exc), path=path, line=lineno, reason=exc.reason.removeprefix(
+                        f"{path}:{lineno}: ")))
+                except (ValueError, KeyError, TypeError) as exc:
+                    reason = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+                    reason = str(reason).removeprefix(f"{path}:{lineno}: ")
+                    errors.append(DataError(f"{path}:{lineno}: {reason}", path=path, line=lineno, reason=reason))
+    except UnicodeDecodeError as exc:
+        reason = f"not UTF-8 text ({exc.reason})"
+        raise DataError(f"{path}: {reason}", path=path, reason=reason) from None
+    return good, errors
 
 
 def read_jsonl(path: str | Path, required_keys: Sequence[str] = ()) -> list[dict]:

@@ -122,7 +122,7 @@ def env_task_data(data_cfg, tokenizer, *, train: bool = True):
     elif data_cfg.train_path:
         tr = load(data_cfg.train_path, data_cfg.num_train)
     else:
-        tr = cls.generate_examples(data_cfg.num_train, "train", data_cfg.seed, **knobs)
+        tr = cls.generate_examples(data_cfg.generated_train_count(), "train", data_cfg.seed, **knobs)
     ev = load(data_cfg.eval_path, 0) if data_cfg.eval_path else cls.generate_examples(data_cfg.num_eval, "test",
                                                                                         data_cfg.seed, **knobs)
     return TaskData(name=f"env:{data_cfg.env}", train=tr, eval=ev, prompt=runner.prompt, reward_fn=_no_text_reward,

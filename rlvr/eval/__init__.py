@@ -12,7 +12,16 @@ from rlvr.eval.compare import (
     results_table,
     results_text,
 )
-from rlvr.eval.evaluate import EvalResult, EvalSample, evaluate, graded_answer, summarize
+from rlvr.eval.evaluate import (
+    CPU_EVAL_TOKENS,
+    EvalResult,
+    EvalSample,
+    cpu_chunks,
+    evaluate,
+    graded_answer,
+    summarize,
+    token_chunks,
+)
 from rlvr.eval.metrics import (
     default_ks,
     is_formatted,
@@ -27,6 +36,7 @@ from rlvr.eval.metrics import (
 )
 
 __all__ = [
+    "CPU_EVAL_TOKENS",
     "DEFAULT_METRICS",
     "EvalResult",
     "EvalSample",
@@ -34,6 +44,7 @@ __all__ = [
     "comparison_rows",
     "comparison_table",
     "comparison_text",
+    "cpu_chunks",
     "default_ks",
     "evaluate",
     "graded_answer",
@@ -50,5 +61,6 @@ __all__ = [
     "results_text",
     "status_counts",
     "summarize",
+    "token_chunks",
     "vote_key",
 ]

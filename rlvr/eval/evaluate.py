@@ -10,6 +10,7 @@ Metric definitions are in rlvr/eval/metrics.py (and docs/runs.md).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -126,6 +127,43 @@ def _chunk_spec(spec: Any, start: int) -> Any:
     return dataclasses.replace(spec, seed=mixed)
 
 
+# Token budget of one generate call of a CPU evaluation: rows x (longest prompt + max_tokens). On CPU the
+# prefill's attention over a padded batch grows with rows x length^2 and stops fitting in cache, so a fixed
+# 256 prompts of MATH-500 under r1_zero (400-1200 tokens each) took 4.5x the time of token-sized calls
+# (benchmarks/eval_cpu_batch.py). GPUs keep the fixed batch: there a wide batch is what is fast.
+CPU_EVAL_TOKENS = 16384
+
+
+def token_chunks(lengths: Sequence[int], *, n: int, max_tokens: int, budget: int, max_prompts: int) -> list[int]:
+    """Sizes of consecutive prompt chunks (they sum to len(lengths)): each holds as many prompts as keep
+    its rows (prompts x n samples) times (its longest prompt + max_tokens) within `budget` tokens, at
+    most `max_prompts`, and at least one prompt."""
+    sizes: list[int] = []
+    i = 0
+    while i < len(lengths):
+        size, longest = 0, 0
+        while i + size < len(lengths) and size < max(1, max_prompts):
+            widest = max(longest, lengths[i + size])
+            if size and (size + 1) * n * (widest + max_tokens) > budget:
+                break
+            size, longest = size + 1, widest
+        sizes.append(size)
+        i += size
+    return sizes
+
+
+def cpu_chunks(tokenizer: Any, prompts: Sequence[str], *, n: int, max_tokens: int, max_prompts: int, device: str,
+               backend: str = "hf") -> list[int] | None:
+    """token_chunks with CPU_EVAL_TOKENS for the HF engine on CPU (the prompts tokenized as the sampler
+    encodes them); None elsewhere (a GPU or vLLM: `max_prompts` per call, as configured)."""
+    if backend != "hf" or not str(device).startswith("cpu") or not prompts:
+        return None
+    from rlvr.models.positions import prompt_lengths
+
+    return token_chunks(prompt_lengths(tokenizer, prompts), n=n, max_tokens=max_tokens, budget=CPU_EVAL_TOKENS,
+                        max_prompts=max_prompts)
+
+
 def summarize(
     samples: list[EvalSample], n: int, temperature: float, ks: Sequence[int] | None = None
 ) -> EvalResult:
@@ -188,6 +226,7 @@ def evaluate(
     ks: Sequence[int] | None = None,
     scorer: BatchScorer | None = None,
     chunk_size: int | None = None,
+    chunks: Sequence[int] | None = None,
     on_chunk: Callable[[int, int], None] | None = None,
 ) -> EvalResult:
     """Generate spec.n responses per prompt with `generator`, score each against its example and
@@ -204,6 +243,7 @@ def evaluate(
     chunk_size: prompts per generate call (None = all at once); on_chunk(done, total) is called
       after each chunk (for progress bars). Greedy results do not depend on it; sampled ones do
       (each chunk gets a seed derived from spec.seed and its first prompt, see _chunk_spec).
+    chunks: the sizes of consecutive chunks instead (token_chunks: sized by tokens), summing to len(prompts).
     """
     if len(examples) != len(prompts):
         raise ValueError(f"evaluate: {len(examples)} examples but {len(prompts)} prompts")
@@ -211,9 +251,14 @@ def evaluate(
         raise ValueError("evaluate: give reward_fn or scorer")
     n = int(spec.n)
     t0 = time.perf_counter()
-    step = chunk_size or max(1, len(prompts))
+    if chunks is None:
+        step = chunk_size or max(1, len(prompts))
+        chunks = [min(step, len(prompts) - s) for s in range(0, len(prompts), step)]
+    elif sum(chunks) != len(prompts) or any(c < 1 for c in chunks):
+        raise ValueError(f"evaluate: chunks {list(chunks)} do not split {len(prompts)} prompts")
+    starts = [0, *itertools.accumulate(chunks)][:-1]
     samples: list[EvalSample] = []
-    for start in range(0, len(prompts), step):
+    for start, step in zip(starts, chunks, strict=True):
         chunk_prompts = list(prompts[start:start + step])
         chunk_examples = examples[start:start + step]
         rollouts = generator.generate(chunk_prompts, _chunk_spec(spec, start))

@@ -93,7 +93,7 @@ def build_tiny_model(
     num_heads: int = 4,
     num_kv_heads: int | None = None,
     intermediate_size: int | None = None,
-    max_position_embeddings: int = 512,
+    max_position_embeddings: int = 4096,
     arch: str = "qwen2",
     tie_word_embeddings: bool = False,
     seed: int = 0,
@@ -112,6 +112,9 @@ def build_tiny_model(
     last input token forever, which makes generation tests vacuous.
     attn_implementation: auto (sdpa where the class supports it, else eager), sdpa, eager, ...
     (rlvr.models.loading.resolve_attn_implementation).
+    max_position_embeddings: positions the trainers and `rlvr eval` allow prompt + response
+    (rlvr.models.positions); both archs use RoPE, so it shapes no weight. 4096 lets the character
+    tokenizer hold a real task's prompt (MATH-500 under r1_zero: up to 1186 characters).
     """
     import torch
 

@@ -73,6 +73,11 @@ class ModelConfig:
         c.done()
 
 
+# Training problems a synthetic task generates when data.num_train is 0 (the default), or all its distinct
+# ones if fewer: a default that every task's generator can make (20000 was refused on the demo's own task).
+SYNTHETIC_TRAIN = 20000
+
+
 @dataclass
 class DataConfig:
     """Where prompts and references come from."""
@@ -111,8 +116,9 @@ class DataConfig:
     """Deadline per symbolic check (or per reward call with reward_isolate); 0 = RLVR_VERIFIER_TIMEOUT_S or 3 s."""
     reward_isolate: bool = False
     """Run every reward call in a killable worker process (for untrusted or slow reward functions)."""
-    num_train: int = 20000
-    """Synthetic tasks: how many training problems to generate (others: cap on rows read, 0 = all)."""
+    num_train: int = 0
+    """Synthetic tasks: how many training problems to generate, 0 = 20000 or all the task's distinct ones if
+    fewer (9006 for the demo's four 1-digit terms); file tasks: cap on rows read, 0 = all."""
     num_eval: int = 200
     """Held-out problems used for periodic and final evaluation."""
     seed: int = 1234
@@ -236,6 +242,27 @@ class DataConfig:
         c.at_least("operands", self.operands, 2)
         c.done()
 
+    def generated_train_count(self) -> int:
+        """How many training problems a generator makes: data.num_train, or (0) SYNTHETIC_TRAIN, capped at the
+        task's distinct training problems with these settings (when countable)."""
+        if self.num_train:
+            return self.num_train
+        from rlvr.data import TASKS
+
+        task = TASKS.get(self.task)
+        if self.env or task is None or task.capacity is None:
+            return SYNTHETIC_TRAIN
+        try:
+            have = task.capacity("train", **self._knobs())
+        except ValueError:
+            return SYNTHETIC_TRAIN  # the generator names the problem itself
+        return SYNTHETIC_TRAIN if have is None else min(SYNTHETIC_TRAIN, have)
+
+    def _knobs(self) -> dict:
+        # The generator knobs rlvr.train.tasks passes for this task (its _difficulty; a test checks they
+        # agree): each is the config key data.<knob>.
+        return {"digits": self.digits, "operands": self.operands} if self.task == "arithmetic" else {}
+
     def check_problem_counts(self, splits: tuple[str, ...] = ("train", "test")) -> None:
         """Refuse data.num_train / data.num_eval above the number of distinct problems a synthetic
         task's generator can make of that split ("train" / "test") with these settings: counted, not
@@ -246,13 +273,11 @@ class DataConfig:
         if self.env or task is None or task.capacity is None:  # environments generate their own problems
             return
         c = _Checks("data")
-        # The generator knobs rlvr.train.tasks passes for this task (its _difficulty; a test checks
-        # they agree): each is the config key data.<knob>.
-        knobs = {"digits": self.digits, "operands": self.operands} if self.task == "arithmetic" else {}
+        knobs = self._knobs()
         for name, n, split, path_key in (("num_train", self.num_train, "train", "train_path"),
                                          ("num_eval", self.num_eval, "test", "eval_path")):
-            if split not in splits or getattr(self, path_key):
-                continue
+            if split not in splits or getattr(self, path_key) or (name == "num_train" and not n):
+                continue  # num_train=0: as many as there are, up to SYNTHETIC_TRAIN
             try:
                 have = task.capacity(split, **knobs)
             except ValueError as exc:
@@ -587,7 +612,8 @@ class RunConfig:
     eval_temperature: float = 1.0
     """Sampling temperature of sampled evaluation."""
     eval_batch_size: int = 256
-    """Prompts per generate call during evaluation."""
+    """Prompts per generate call during evaluation (on CPU with the hf engine also at most 16384 tokens a call:
+    rows x (longest prompt + max_tokens), rlvr.eval.CPU_EVAL_TOKENS)."""
     log_samples_every: int = 10
     """Write a few generations (prompt, response, reference, reward parts, entropy) every k steps; 0 = never."""
     num_log_samples: int = 4
@@ -776,7 +802,8 @@ class EvalSamplingConfig:
     stop_thinking_text: str = ""
     """Text forced when the thinking budget runs out; '' = the template's (Qwen3's; " </think> <answer>" under r1_zero)."""
     batch_size: int = 256
-    """Prompts per generate call."""
+    """Prompts per generate call (on CPU with the hf engine also at most 16384 tokens a call: rows x (longest
+    prompt + max_tokens), rlvr.eval.CPU_EVAL_TOKENS; long prompts in 256-prompt calls were several times slower)."""
 
     def validate(self) -> None:
         """Ranges of `rlvr eval`'s decoding."""

@@ -227,7 +227,7 @@ def train_ei(
     from rlvr.runtime import memory_stats, reset_peak_memory, seed_everything, set_num_threads
     from rlvr.train import session
     from rlvr.train.pg import _already_done
-    from rlvr.train.tasks import TaskDataError, eval_policy, load_task_data
+    from rlvr.train.tasks import TaskDataError, check_data_files, eval_policy, load_task_data
 
     validate_ei_config(cfg)
     a, s, r = cfg.algo, cfg.sampling, cfg.run
@@ -236,11 +236,16 @@ def train_ei(
     set_num_threads(r.num_threads or None)
     seed_everything(r.seed)
     quiet_transformers()
+    if data is None:  # every bad line of the data files, before the model loads
+        check_data_files(cfg.data, train=True)
     session.say(f"loading model {cfg.model.init_from or cfg.model.name} ...", r.progress)
     model, tokenizer = policy_from_config(cfg.model, seed=r.seed)
+    cfg = session.record_model_shape(cfg, model)  # config.yaml records the shape that was trained
     task = data if data is not None else load_task_data(cfg.data, tokenizer)
     if not task.train:
         raise TaskDataError(f"data: task {task.name!r} has no training examples")
+    session.check_positions(model, tokenizer, task, cfg)  # prompt + max_tokens within the model's positions
+    session.warn_repeated_problems(task, cfg)
     optimizer, scheduler = optimizer_from_config(model, cfg.optim, total_steps=r.steps,
                                                  master_weights=cfg.model.master_weights)
     generator = build_generator(cfg.rollout, model, tokenizer, model_source=session.model_source(cfg.model),
@@ -250,7 +255,9 @@ def train_ei(
                                          scheduler=scheduler, verbose=r.progress)
     if start:  # the checkpoint's weights replaced those the generator was built with
         generator.update_weights(model.named_parameters(), version=start)
-    if not task.eval:
+    if (what := session.evaluation_plan(task, cfg)) is not None:
+        session.say(what, r.progress)
+    elif not task.eval:
         session.say("note: no held-out problems (set data.eval_path): the run is not evaluated", r.progress)
     data_pos, last, noted_empty = int(state.get("data_pos", 0)), {}, False
     reward_errors = reward_error_log(cfg.data, task, run.path)  # a raising reward is printed, logged, and stops
@@ -305,6 +312,8 @@ def train_ei(
             metrics["lr"] = scheduler.get_last_lr()[0]
             metrics["tokens_per_s"] = metrics["tokens/generated"] / max(time.perf_counter() - timer.t0, 1e-9)
             if (r.eval_every and rnd % r.eval_every == 0) or rnd == r.steps:
+                if rnd == r.steps:
+                    session.say_final_evaluation(task, cfg)
                 with timer("eval"):
                     metrics.update(eval_prefixed(eval_policy(sampler, task, cfg, greedy=r.eval_greedy, step=rnd)))
             metrics.update(timer.metrics() | memory_stats(cfg.model.device))

@@ -244,7 +244,7 @@ def train(
     from rlvr.train.critic import Critic
     from rlvr.train.curriculum import ProblemSource
     from rlvr.train.reference import ReferencePolicy
-    from rlvr.train.tasks import TaskDataError, eval_policy, load_task_data, task_scorer
+    from rlvr.train.tasks import TaskDataError, check_data_files, eval_policy, load_task_data, task_scorer
 
     a, s, r = cfg.algo, cfg.sampling, cfg.run
     plan = validate_train_config(cfg)
@@ -253,11 +253,16 @@ def train(
     set_num_threads(r.num_threads or None)
     seed_everything(r.seed)
     quiet_transformers()
+    if data is None:  # every bad line of the data files, before the model loads
+        check_data_files(cfg.data, train=True)
     session.say(f"loading model {cfg.model.init_from or cfg.model.name} ...", r.progress)
     model, tokenizer = policy_from_config(cfg.model, seed=r.seed)
+    cfg = session.record_model_shape(cfg, model)  # config.yaml records the shape that was trained
     task = data if data is not None else load_task_data(cfg.data, tokenizer, episodes=True)
     if not task.train:
         raise TaskDataError(f"data: task {task.name!r} has no training examples")
+    session.check_positions(model, tokenizer, task, cfg)  # prompt + max_tokens within the model's positions
+    session.warn_repeated_problems(task, cfg)
     # auto resolved here, once (rlvr.train.objective.resolve_rollout_correction); every forward scores the
     # distribution the sampler drew from (temperature, and top_k / top_p when on)
     objective = Objective(a, s.group_size, s.max_tokens, plan, rollout_backend=cfg.rollout.backend,
@@ -293,9 +298,12 @@ def train(
     reward_errors = reward_error_log(cfg.data, task, run.path)  # a raising reward is printed, logged, and stops
     source = ProblemSource(task.train, cfg.data, r.seed)  # the stream, or an online band / curriculum
     source.load_state_dict(state.get("pass_rates"))
-    if not task.eval:
+    if (what := session.evaluation_plan(task, cfg)) is not None:
+        session.say(what, r.progress)
+    elif not task.eval:
         session.say("note: no held-out problems (set data.eval_path): the run is not evaluated", r.progress)
     data_pos, last_ckpt, last, filtered_note = int(state.get("data_pos", 0)), start_step, {}, False
+    noted: set[str] = set()  # the loss notes said so far (_loss_note)
     progress = Progress(r.steps, "rl", start=start_step, mode=None if r.progress else "off")
     n_params, peak = count_params(model), peak_tflops(cfg.model.device, r.peak_tflops)  # perf/mfu's terms
     stop = session.StopOnSignal("train", r.progress).install(run.path, start_step)  # Ctrl-C: save, then stop
@@ -356,6 +364,8 @@ def train(
             metrics["lr"] = scheduler.get_last_lr()[0]
             metrics["tokens_per_s"] = sum(len(ro.response_ids) for ro in rollouts) / max(time.perf_counter() - timer.t0, 1e-9)
             if (r.eval_every and step % r.eval_every == 0) or step == r.steps:
+                if step == r.steps:
+                    session.say_final_evaluation(task, cfg)
                 with timer("eval"):
                     metrics.update(eval_prefixed(eval_policy(sampler, task, cfg, greedy=r.eval_greedy, step=step)))
             metrics.update(timer.metrics() | memory_stats(cfg.model.device) | placement.metrics())
@@ -368,7 +378,12 @@ def train(
                 run.log_samples(step, _samples(rollouts, ro_examples, rewards, r.num_log_samples, s.group_size,
                                                learned.row_entropy))
             last = run.log_metrics(step, metrics)
-            progress.update(1, reward=metrics["reward/mean"], acc=metrics["accuracy"], loss=metrics.get("loss"))
+            loss_note = _loss_note(step, metrics, a, noted, on_policy=plan.on_policy)
+            if loss_note is not None:
+                session.say(loss_note, r.progress)
+            shown = metrics.get("loss")
+            progress.update(1, reward=metrics["reward/mean"], acc=metrics["accuracy"],
+                            loss="skipped" if shown is None else shown)
             if on_step is not None:
                 on_step(step, metrics)
             if step == r.steps or (r.checkpoint_every and step % r.checkpoint_every == 0) or stop.requested:
@@ -736,6 +751,24 @@ def perf_metrics(m: dict, n_params: int, peak_tflops: float) -> dict[str, float]
         if peak_tflops > 0:
             out["perf/mfu"] = 6.0 * n_params * trained / t_train / (peak_tflops * 1e12)
     return out
+
+def _loss_note(step: int, metrics: dict, a, noted: set[str], *, on_policy: bool) -> str | None:
+    """Once per run, what the progress line's loss cannot say itself: a step without an update (loss shown as
+    'skipped'; DAPO's dynamic sampling showed loss=None) and an on-policy loss of ~0 (GRPO's 5.6e-09 on the
+    demo's line, which reads like a bug)."""
+    loss = metrics.get("loss")
+    if loss is None and "skipped" not in noted:
+        noted.add("skipped")
+        why = ("every group's responses scored alike and algo.filter_zero_variance drops such groups (no "
+               "learning signal; algo.refill_rounds samples more problems to replace them)"
+               if a.filter_zero_variance and not metrics.get("kept_frac") else "no response entered the loss")
+        return f"note: step {step} made no update (loss shows 'skipped'): {why}"
+    if loss is not None and on_policy and abs(loss) < 1e-6 and "zero" not in noted:
+        noted.add("zero")
+        return (f"note: loss={loss:.2g} is ~0 by construction, not a bug: on-policy the importance ratio is 1 and "
+                "each group's advantages average to 0, so the loss value is ~0 whatever the gradient (which is not "
+                "0 where a group's rewards differ); learning shows in reward and acc")
+    return None
 
 
 def step_metrics(rewards, rollouts, shaped, zero_var, keep, learned: Learned, step: int) -> dict:

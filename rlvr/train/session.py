@@ -159,6 +159,96 @@ def model_source(mcfg) -> str | None:
     return None if mcfg.name == "tiny" else mcfg.name
 
 
+def check_positions(model, tokenizer, task, cfg, *, train: bool = True) -> None:
+    """Before any work: the longest prompt (of the training problems when `train`, and of the held-out ones)
+    plus the response budget (sampling.max_tokens, and sampling.thinking_budget when on) fits the model's
+    positions, else ConfigError naming the keys (rlvr.models.positions). Multi-turn environments (whose
+    episodes have their own budget, data.env_max_tokens) are not checked here."""
+    from rlvr.models.positions import check_positions as check
+    from rlvr.train.tasks import eval_examples
+
+    if getattr(task, "env", None) is not None:
+        return
+    s = cfg.sampling
+    tokens, keys = s.max_tokens, f"sampling.max_tokens={s.max_tokens}"
+    if getattr(s, "thinking_budget", -1) > 0:
+        tokens, keys = tokens + s.thinking_budget, f"{keys} + sampling.thinking_budget={s.thinking_budget}"
+    examples = [*(task.train if train else ()), *eval_examples(task, cfg.data.num_eval)]
+    prompts = [(str(getattr(ex, "id", i)), task.prompt(ex)) for i, ex in enumerate(examples)]
+    m = cfg.model
+    check(model, tokenizer, prompts, tokens, response_keys=keys,
+          model_desc=f"model.init_from={m.init_from}" if m.init_from else f"model.name={m.name}")
+
+
+def record_model_shape(cfg, model):
+    """The config a run records (config.yaml) with the model's real shape: with model.init_from or a model
+    folder / hub id the tiny-model keys (hidden_size, num_layers, num_heads, intermediate_size,
+    tie_embeddings) shape nothing, and config.yaml used to record what the command line said instead of
+    what was trained. A key the model's config does not state keeps its default."""
+    import dataclasses
+
+    m = cfg.model
+    if not (m.init_from or m.name != "tiny"):
+        return cfg
+    c = getattr(model, "config", None)
+    real = {"hidden_size": getattr(c, "hidden_size", None), "num_layers": getattr(c, "num_hidden_layers", None),
+            "num_heads": getattr(c, "num_attention_heads", None),
+            "intermediate_size": getattr(c, "intermediate_size", None), "tie_embeddings": getattr(c, "tie_word_embeddings", None)}
+    plain = type(m)()
+    shape = {k: (v if type(v) is type(getattr(plain, k)) else getattr(plain, k)) for k, v in real.items()}
+    return dataclasses.replace(cfg, model=dataclasses.replace(m, **shape))
+
+
+def warn_repeated_problems(task, cfg) -> None:
+    """A step of more prompts than there are training problems holds some problem twice (the shuffled stream
+    wraps within the step): said once at the start, instead of nothing."""
+    n, have = cfg.sampling.n_prompts, len(task.train)
+    if n > have:
+        d = cfg.data
+        source = f"data.train_path={d.train_path}" if d.train_path else f"task {task.name}"
+        say(f"warning: sampling.n_prompts={n} is more than the {have} training problems ({source}): every step "
+            f"samples some problems more than once; lower sampling.n_prompts to at most {have} or give more "
+            "problems (data.num_train, data.train_path)")
+
+
+def evaluation_plan(task, cfg) -> str | None:
+    """What a trainer evaluates on, in the words of `rlvr eval`'s header: the task, template, reward, how many
+    held-out problems, the decoding and when; None when the task has no held-out problems (the trainers say
+    that in a note of their own)."""
+    from rlvr.train.tasks import eval_examples
+
+    examples = eval_examples(task, cfg.data.num_eval)
+    if not examples:
+        return None
+    if getattr(task, "env", None) is not None:
+        reward = f"the {cfg.data.env} environment's"
+    else:
+        try:
+            from rlvr.data import get_task
+
+            reward = cfg.data.reward or get_task(cfg.data.task).reward_name(task.template)
+        except KeyError:
+            reward = cfg.data.reward or "the task's"
+    count = f"{len(examples)} held-out problems" + (
+        f" (first {len(examples)} of {len(task.eval)})" if len(examples) < len(task.eval) else "")
+    r, s = cfg.run, cfg.sampling
+    mode = "greedy" if r.eval_greedy else f"sampled T={r.eval_temperature:g}"
+    stop = tuple(dict.fromkeys((*task.stop, *s.stop)))
+    decoding = f"{mode}, max_tokens={s.max_tokens}" + (f", stop={','.join(repr(x) for x in stop)}" if stop else "")
+    when = f"every {r.eval_every} steps and after the last" if r.eval_every and r.eval_every < r.steps else "after the last step"
+    source = f"data.eval_path={cfg.data.eval_path}" if cfg.data.eval_path else "the task's held-out split"
+    return (f"evaluates on {task.name} (template {task.template}, reward {reward}): {count} from {source}, "
+            f"{decoding}, {when}")
+
+
+def say_final_evaluation(task, cfg) -> None:
+    """The line before a trainer's last evaluation, which can take longer than a training step."""
+    from rlvr.train.tasks import eval_examples
+
+    if n := len(eval_examples(task, cfg.data.num_eval)):
+        say(f"evaluating {n} held-out problems ...", cfg.run.progress)
+
+
 def last_metrics(run_dir: str | Path) -> dict[str, Any]:
     """The last row of a run's metrics.jsonl ({} if none)."""
     from rlvr.runs.rundir import read_jsonl

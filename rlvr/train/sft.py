@@ -67,6 +67,26 @@ def sft_batch(examples, prompt_fn, target_fn, tokenizer, max_length: int) -> Tra
     return build_training_batch(prompt_ids, response_ids, tokenizer.pad_token_id)
 
 
+def _check_sft_positions(model, tokenizer, pairs, prompt_fn, target_fn, cfg) -> None:
+    """A training sequence (prompt + target, cut at algo.max_length) longer than the model's positions is
+    refused before any work, naming algo.max_length and the longest pair (an absolute-position model
+    raised an IndexError from inside the forward)."""
+    from rlvr.config import ConfigError
+    from rlvr.models.positions import max_positions, prompt_lengths
+
+    limit = max_positions(model)
+    if limit is None or cfg.algo.max_length <= limit:
+        return  # every sequence is cut at max_length
+    texts = [prompt_fn(e) + target_fn(e) for e in pairs]
+    lengths = prompt_lengths(tokenizer, texts)
+    i = max(range(len(lengths)), key=lengths.__getitem__)
+    if lengths[i] > limit:
+        raise ConfigError(
+            f"algo.max_length={cfg.algo.max_length}: the longest training pair (prompt + target, {lengths[i]} "
+            f"tokens, example {getattr(pairs[i], 'id', i)}) exceeds the model's {limit} positions "
+            f"(max_position_embeddings): lower algo.max_length to at most {limit}")
+
+
 def sft_loss(model, batch: TrainingBatch, aggregation: str, micro_batch_size: int, norm_length: int = 0) -> float:
     """Backward of the aggregated response-token NLL over `batch` in micro-batches; returns the loss.
 
@@ -106,7 +126,7 @@ def train_sft(
     from rlvr.runtime import memory_stats, seed_everything, set_num_threads
     from rlvr.train import session
     from rlvr.train.pg import _already_done
-    from rlvr.train.tasks import TaskDataError, eval_policy, load_task_data
+    from rlvr.train.tasks import TaskDataError, check_data_files, eval_policy, load_task_data
 
     batch_size, micro = validate_sft_config(cfg)
     r = cfg.run
@@ -115,8 +135,11 @@ def train_sft(
     set_num_threads(cfg.run.num_threads or None)
     seed_everything(cfg.run.seed)
     quiet_transformers()
+    if data is None:  # every bad line of the data files, before the model loads
+        check_data_files(cfg.data, train=not cfg.data.sft_path)
     session.say(f"loading model {cfg.model.init_from or cfg.model.name} ...", r.progress)
     model, tokenizer = policy_from_config(cfg.model, seed=cfg.run.seed)
+    cfg = session.record_model_shape(cfg, model)  # config.yaml records the shape that was trained
     task = data if data is not None else load_task_data(cfg.data, tokenizer, train=not cfg.data.sft_path)
     # Training pairs: a prompt/response JSONL when data.sft_path is set, else the task's own targets.
     # Either way the task's held-out problems and checker drive the periodic evaluation.
@@ -129,6 +152,9 @@ def train_sft(
     if not pairs:
         raise TaskDataError(f"data.sft_path={cfg.data.sft_path}: no training examples" if cfg.data.sft_path
                             else f"data: task {task.name!r} has no training examples")
+    # the periodic evaluation's prompt + max_tokens, and the training sequences, within the model's positions
+    session.check_positions(model, tokenizer, task, cfg, train=False)
+    _check_sft_positions(model, tokenizer, pairs, prompt_fn, target_fn, cfg)
     o = cfg.optim
     optimizer, scheduler = optimizer_from_config(model, o, total_steps=r.steps, master_weights=cfg.model.master_weights)
     # evaluation samples through the configured engine; the learner's weights are pushed before each one
@@ -138,7 +164,9 @@ def train_sft(
                                    template=getattr(task, "template", ""))
     run, start_step, _ = session.open_run(cfg, resume=resume, model=model, optimizer=optimizer,
                                           scheduler=scheduler, verbose=r.progress)
-    if not task.eval:
+    if (what := session.evaluation_plan(task, cfg)) is not None:
+        session.say(what, r.progress)
+    elif not task.eval:
         session.say("note: no held-out problems (set data.eval_path): the run is not evaluated", r.progress)
     last: dict[str, Any] = {}
     progress = Progress(r.steps, "sft", start=start_step, mode=None if r.progress else "off")
@@ -169,6 +197,8 @@ def train_sft(
             }
             done = step == r.steps or step == stop_after
             if (r.eval_every and step % r.eval_every == 0) or step == r.steps:
+                if step == r.steps:
+                    session.say_final_evaluation(task, cfg)
                 generator.update_weights(model.named_parameters(), version=step)
                 ev = eval_policy(sampler, task, cfg, greedy=r.eval_greedy, step=step,
                                  samples=r.num_log_samples if r.log_samples_every else 0)

@@ -98,6 +98,46 @@ def _load_hf(data_cfg, split: str, columns: dict[str, str]) -> list:
         raise TaskDataError(f"data.hf_dataset={data_cfg.hf_dataset!r} (split {split!r}): {type(exc).__name__}: "
                             f"{first}") from exc
 
+BAD_LINES_SHOWN = 3  # bad lines quoted in the one-line error of check_data_files (the count says how many)
+
+
+def check_data_files(data_cfg, *, train: bool = True) -> None:
+    """Before any model is loaded: every line of data.train_path (when `train`) and data.eval_path is read
+    and parsed as the task's loader will, and all the bad ones are reported in one TaskDataError naming the
+    key, the file and the first lines (a file used to report only its first bad line, after the model had
+    loaded); a file with no problems is named too (it was "task 'gsm8k' has no training examples")."""
+    if getattr(data_cfg, "env", ""):
+        required, parse = ("question", "reference"), None  # rlvr.envs.task reads these two keys
+    else:
+        from rlvr.data import get_task
+
+        try:
+            reg = get_task(data_cfg.task)
+        except KeyError:
+            return  # the config check names an unknown task
+        if reg.parse_row is None:
+            return  # a synthetic task without a row format: its loader says so
+        required, parse = reg.required_keys, reg.parse_row
+    from rlvr.data.jsonl import DataError, scan_jsonl
+
+    for key, split in (("train_path", "training"), ("eval_path", "held-out")):
+        path = getattr(data_cfg, key, "")
+        if not path or (key == "train_path" and not train):
+            continue
+        try:
+            good, errors = scan_jsonl(path, required, parse)
+        except DataError as exc:
+            raise TaskDataError(f"data.{key}={path}: {exc.reason}") from None
+        except OSError as exc:
+            raise TaskDataError(f"data.{key}={path}: cannot read it ({exc.strerror or exc})") from None
+        if errors:
+            shown = "; ".join(f"line {e.line}: {e.reason}" for e in errors[:BAD_LINES_SHOWN])
+            more = f" (and {len(errors) - BAD_LINES_SHOWN} more)" if len(errors) > BAD_LINES_SHOWN else ""
+            raise TaskDataError(f"data.{key}={path}: {len(errors)} bad line{'s' if len(errors) > 1 else ''} of "
+                                f"{good + len(errors)}: {shown}{more}")
+        if not good:
+            raise TaskDataError(f"data.{key}={path}: no {split} problems (the file has no non-blank lines)")
+
 
 def _load_task_data(data_cfg, tokenizer=None, need_train: bool = True) -> TaskData:
     """TaskData for a DataConfig via rlvr.data's task registry.
@@ -122,7 +162,8 @@ def _load_task_data(data_cfg, tokenizer=None, need_train: bool = True) -> TaskDa
         if data_cfg.num_train:
             train = train[: data_cfg.num_train]
     elif task.generate is not None:
-        train = task.generate(data_cfg.num_train, "train", data_cfg.seed, **_difficulty(data_cfg))
+        count = data_cfg.generated_train_count() if hasattr(data_cfg, "generated_train_count") else data_cfg.num_train
+        train = task.generate(count, "train", data_cfg.seed, **_difficulty(data_cfg))
     else:
         raise ValueError(f"data.train_path is required for task {data_cfg.task!r} (it has no built-in generator)")
     if data_cfg.eval_path:
@@ -177,7 +218,24 @@ def eval_policy(generator, task: TaskData, cfg, *, greedy: bool = True, step: in
     if task.env is not None:  # multi-turn episodes (rlvr.envs)
         return task.env.evaluate(generator, examples, spec, chunk_size=cfg.run.eval_batch_size, samples=samples)
     return evaluate_examples(generator, task, examples, spec, chunk_size=cfg.run.eval_batch_size,
-                             scorer=task_scorer(task, cfg.data), samples=samples)
+                             scorer=task_scorer(task, cfg.data), samples=samples,
+                             chunks=_cpu_eval_chunks(generator, task, examples, cfg))
+
+
+def _cpu_eval_chunks(generator, task: TaskData, examples: Sequence[Any], cfg) -> list[int] | None:
+    """Problems per generate call of a trainer's evaluation on CPU, sized by tokens (rlvr.eval.cpu_chunks);
+    None (run.eval_batch_size per call) on a GPU, with vLLM, or when the engine's tokenizer is not at hand."""
+    gen, tokenizer = generator, None
+    while gen is not None and tokenizer is None:  # through sampling wrappers (thinking budget) to the engine
+        tokenizer, gen = getattr(gen, "tokenizer", None), getattr(gen, "gen", None)
+    rollout = getattr(cfg, "rollout", None)
+    if tokenizer is None or rollout is None:
+        return None
+    from rlvr.eval import cpu_chunks
+
+    budget = max(getattr(cfg.sampling, "thinking_budget", -1), 0)
+    return cpu_chunks(tokenizer, [task.prompt(ex) for ex in examples], n=1, max_tokens=cfg.sampling.max_tokens + budget,
+                      max_prompts=cfg.run.eval_batch_size, device=cfg.model.device, backend=rollout.backend)
 
 
 def task_scorer(task: TaskData, data_cfg):
@@ -193,8 +251,9 @@ def task_scorer(task: TaskData, data_cfg):
 
 
 def evaluate_examples(generator, task: TaskData, examples: Sequence[Any], spec, chunk_size: int = 0,
-                      scorer=None, samples: int = 0) -> dict:
-    """rlvr.eval.evaluate on `examples` with `spec`; the model is put in eval mode and back."""
+                      scorer=None, samples: int = 0, chunks: Sequence[int] | None = None) -> dict:
+    """rlvr.eval.evaluate on `examples` with `spec`; the model is put in eval mode and back. chunks: problems
+    per generate call (rlvr.eval.token_chunks), else chunk_size each."""
     from rlvr.eval import evaluate
 
     model = getattr(generator, "model", None)
@@ -208,6 +267,7 @@ def evaluate_examples(generator, task: TaskData, examples: Sequence[Any], spec, 
             spec,
             scorer=scorer,
             chunk_size=chunk_size or None,
+            chunks=chunks,
         )
     finally:
         if model is not None:
