@@ -201,7 +201,8 @@ def test_trl_style_prompt_answer_file_with_column_mapping(tmp_path):
     res = _rlvr(*base)  # unmapped: one line naming the file, the line and the keys to set
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     err = [x for x in res.stderr.splitlines() if x.startswith("error:")]
-    assert len(err) == 1 and f"{f}:1" in err[0] and "data.question_key" in err[0], res.stderr
+    assert len(err) == 1 and f"{f}: " in err[0] and "line 1: missing key" in err[0] and "data.question_key" in err[0], \
+        res.stderr
     res = _rlvr(*base, "data.question_key=prompt")
     assert res.returncode == 0, res.stderr
     samples = [json.loads(x) for x in (run / "samples.jsonl").read_text().splitlines()]
@@ -210,7 +211,8 @@ def test_trl_style_prompt_answer_file_with_column_mapping(tmp_path):
     bad = _jsonl(tmp_path / "bad.jsonl", [{"prompt": "What is 1+1?", "answer": "2"}, {"question": "x", "answer": "1"}])
     res = _rlvr("train", *MODEL, "data.task=math", f"data.train_path={bad}", f"data.eval_path={f}",
                 "data.question_key=prompt", "run.steps=1", f"run.out_dir={tmp_path / 'bad'}")
-    assert res.returncode == 2 and f'{bad}:2: missing key "prompt"' in res.stderr, res.stderr
+    assert res.returncode == 2 and f"data.train_path={bad}: " in res.stderr, res.stderr
+    assert 'line 2: missing key "prompt"' in res.stderr, res.stderr
 
 
 def test_hf_dataset_from_the_config_with_column_mapping(tmp_path):

@@ -117,7 +117,13 @@ def check_data_files(data_cfg, *, train: bool = True) -> None:
             return  # the config check names an unknown task
         if reg.parse_row is None:
             return  # a synthetic task without a row format: its loader says so
-        required, parse = reg.required_keys, reg.parse_row
+        from rlvr.data.tasks.base import _source_keys, map_columns
+
+        columns = {"question": getattr(data_cfg, "question_key", ""), "answer": getattr(data_cfg, "answer_key", "")}
+        required = _source_keys(reg.required_keys, columns)
+
+        def parse(row, where, i, _parse=reg.parse_row):
+            return _parse(map_columns(row, columns, where), where, i)
     from rlvr.data.jsonl import DataError, scan_jsonl
 
     for key, split in (("train_path", "training"), ("eval_path", "held-out")):
@@ -133,8 +139,12 @@ def check_data_files(data_cfg, *, train: bool = True) -> None:
         if errors:
             shown = "; ".join(f"line {e.line}: {e.reason}" for e in errors[:BAD_LINES_SHOWN])
             more = f" (and {len(errors) - BAD_LINES_SHOWN} more)" if len(errors) > BAD_LINES_SHOWN else ""
+            hint = ""
+            if any("missing key" in e.reason for e in errors) and not (
+                    getattr(data_cfg, "question_key", "") or getattr(data_cfg, "answer_key", "")):
+                hint = "; map your own column names with data.question_key / data.answer_key"
             raise TaskDataError(f"data.{key}={path}: {len(errors)} bad line{'s' if len(errors) > 1 else ''} of "
-                                f"{good + len(errors)}: {shown}{more}")
+                                f"{good + len(errors)}: {shown}{more}{hint}")
         if not good:
             raise TaskDataError(f"data.{key}={path}: no {split} problems (the file has no non-blank lines)")
 
