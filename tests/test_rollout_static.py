@@ -166,3 +166,24 @@ def test_static_decode_stop_string_at_the_min_tokens_boundary(model_tok):
     plain, fast = both(model, tok, spec, sync_every=2)
     assert plain[r].finish_reason == "stop" and len(plain[r].response_ids) == 3
     assert_same(plain, fast)
+
+
+def test_config_key_reaches_the_generator(model_tok):
+    from types import SimpleNamespace
+
+    from rlvr.config import ConfigError, load_config
+    from rlvr.rollout.builder import build_generator
+    from rlvr.train.config import TrainConfig
+
+    assert load_config(TrainConfig, None, []).rollout.cuda_graphs == "auto"
+    with pytest.raises(ConfigError, match="rollout.cuda_graphs"):
+        load_config(TrainConfig, None, ["rollout.cuda_graphs=yes"])
+    with pytest.raises(ConfigError, match="rollout.cuda_graphs=true: the policy is on the CPU"):
+        load_config(TrainConfig, None, ["rollout.cuda_graphs=true", "model.device=cpu"])
+    model, tok = model_tok
+    with pytest.warns(UserWarning, match="not a CUDA device"):  # true reaches HFGenerator as True
+        gen = build_generator(SimpleNamespace(backend="hf", batch_size=4, cuda_graphs="true"), model, tok)
+    assert not gen._static
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not build_generator(SimpleNamespace(backend="hf", batch_size=4, cuda_graphs="false"), model, tok)._static

@@ -129,7 +129,7 @@ class StaticDecoder:
 
 def generate_chunk_static(gen, prompts, prompt_ids, chunk, spec, base_seed):
     """HFGenerator._generate_chunk on the static cache (module docstring); the same Rollouts."""
-    from rlvr.rollout.hf_generator import find_completed_stop
+    from rlvr.rollout.hf_generator import find_completed_stop, process_logits, sample_rows
 
     dev = gen.device
     B, T = len(chunk), spec.max_tokens
@@ -181,6 +181,7 @@ def generate_chunk_static(gen, prompts, prompt_ids, chunk, spec, base_seed):
     n_real = attn.sum(-1)  # (B,) the first new token's position
     pending: list[tuple[int, torch.Tensor, object]] = []  # blocks copied to the host, not yet checked
     s0 = 0
+    tok = None  # the token sampled at the previous step
     for step in range(T):
         if step:
             logits = dec.step(tok, L0 + step - 1, n_real + (step - 1))
@@ -191,8 +192,6 @@ def generate_chunk_static(gen, prompts, prompt_ids, chunk, spec, base_seed):
             logp = torch.log_softmax(logits.float(), dim=-1)
             tok = logp.argmax(-1)
         else:
-            from rlvr.rollout.hf_generator import process_logits, sample_rows
-
             logp = process_logits(logits, spec.temperature, spec.top_k, spec.top_p)
             tok = sample_rows(logp, u_dev[:, step])
         toks[:, step] = tok
