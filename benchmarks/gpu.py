@@ -18,7 +18,7 @@ fails prints its error and the rest still run (exit status 1 at the end):
             loop, greedy on 16 of the step's prompts x 4 (64 rows, 32 tokens): whether the graph was captured
             and replayed (or the path fell back, with its warning), the share of rows whose first 8 tokens agree,
             the max |logprob gap| over each row's tokens before the two first differ (bf16: ~1e-2 expected;
-            greedy ties may part ways later) and both paths' time (on CPU: the static path without capture);
+            greedy ties may part ways later) and both paths' time after a warm-up call (on CPU: the static path without capture);
   ceiling   a bare forward+backward (cross-entropy on every token, no optimizer step) over the same number of
             rows and lengths, in micro-batches of the same token budget: the learner's upper bound;
   rlvr      `rlvr train` in this process (rlvr.train.pg.train), one run per --variant (default: `rlvr` =
@@ -296,7 +296,7 @@ def stage_graphs(a, built: dict, prompts: list[str]) -> dict:
         runs = {}
         for name, gen in (("plain", HFGenerator(model, tok, batch_size=len(few) * spec.n, cuda_graphs=False)),
                           ("graphs", fast)):
-            gen.generate(few[:2], SamplingSpec(n=4, temperature=0.0, max_tokens=4))  # warm-up (and capture)
+            gen.generate(few, spec)  # warm-up: kernels, and the graph captured for this shape
             _sync(a.device)
             t0 = time.perf_counter()
             runs[name] = gen.generate(few, spec)

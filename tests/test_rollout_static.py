@@ -187,3 +187,25 @@ def test_config_key_reaches_the_generator(model_tok):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert not build_generator(SimpleNamespace(backend="hf", batch_size=4, cuda_graphs="false"), model, tok)._static
+
+
+def test_a_graph_that_cannot_be_captured_falls_back(model_tok, monkeypatch):
+    # the CUDA-graph branch forced on a CPU model: the capture fails (no CUDA here), the chunk is redone by
+    # the plain loop with one warning, and the results are the plain loop's
+    from rlvr.rollout import static_decode
+
+    model, tok = model_tok
+    init = static_decode.StaticDecoder.__init__
+
+    def with_graph(self, *a, **k):
+        init(self, *a, **k)
+        self.use_graph = True
+
+    monkeypatch.setattr(static_decode.StaticDecoder, "__init__", with_graph)
+    spec = SamplingSpec(n=2, max_tokens=8, seed=6)
+    plain = HFGenerator(model, tok).generate(PROMPTS, spec)
+    gen = HFGenerator(model, tok, static_cache=True)
+    with pytest.warns(UserWarning, match="static-cache decode failed"):
+        got = gen.generate(PROMPTS, spec)
+    assert not gen._static and gen._decoder is None
+    assert_same(plain, got)

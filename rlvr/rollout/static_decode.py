@@ -65,7 +65,8 @@ class _Graph:
                 fn()
         torch.cuda.current_stream().wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
+        # thread_local: another thread's CUDA calls (a reward worker, a logger) do not invalidate the capture
+        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
             self.out = fn()
 
     def __call__(self) -> torch.Tensor:
