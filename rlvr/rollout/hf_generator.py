@@ -11,7 +11,8 @@ up to float rounding). Rows that finished decode a pad token nobody reads until 
 batch is done; then finished rows are dropped from the batch and its KV cache. With the shared
 prefix and cascade attention, each distinct prompt is prefilled once (right-padded, no mask) and the
 decode steps attend to its keys/values in place, the rows' own generated keys/values appended per
-step (rlvr.models.cascade.SharedPrefixKV).
+step (rlvr.models.cascade.SharedPrefixKV). On a GPU (rollout.cuda_graphs) the chunks decode instead on a
+static KV cache with the step replayed as a CUDA graph: rlvr.rollout.static_decode.
 """
 
 from __future__ import annotations
