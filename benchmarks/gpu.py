@@ -430,8 +430,8 @@ def stage_rlvr(a, built: dict, name: str, extra: list[str], profile_out: Path | 
     finally:
         pg.learn, ckpt_mod.save_checkpoint, pg.finish_run = orig_learn, orig_save, orig_finish
     graph_warnings = sorted({str(w.message) for w in caught if "cuda_graphs" in str(w.message)})
-    for m in graph_warnings:
-        log(f"  {name}: {m}")
+    for m in sorted({str(w.message).splitlines()[0][:200] for w in caught}):  # recorded, so shown here
+        log(f"  {name} warned: {m}")
     timed = rows[1 : a.steps] or rows[:1]  # the warm-up step out; the profiled step out
     step_s = _median([r["time/step"] - r.get("time/eval", 0.0) for r in timed])
     gen_s = _median([r.get("time/generate") for r in timed])

@@ -139,8 +139,10 @@ def test_decoder_reused_for_the_same_shape(model_tok):
     second = gen.generate(PROMPTS, spec)  # same shape: the same cache (reset in place), same results
     assert gen._decoder is d
     assert_same(first, second, tol=0.0)
-    gen.generate(PROMPTS, SamplingSpec(n=2, max_tokens=7, seed=1))
-    assert gen._decoder is not d
+    gen.generate(PROMPTS, SamplingSpec(n=2, max_tokens=7, seed=1))  # 6 and 7 slots round to the same 16
+    assert gen._decoder is d
+    gen.generate(PROMPTS, SamplingSpec(n=2, max_tokens=17, seed=1))
+    assert gen._decoder is not d and gen._decoder.max_len == 16 + 32
 
 
 def test_static_decode_stop_strings_with_eos_and_min_tokens(eos_likely):

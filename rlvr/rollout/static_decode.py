@@ -32,7 +32,7 @@ import torch
 # model_type -> decoder-only models whose forward takes a 4-D mask, position ids and a StaticCache as-is
 SUPPORTED_MODEL_TYPES = ("qwen2", "qwen3", "llama")
 SUPPORTED_ATTENTION = ("sdpa", "eager")
-PAD_MULTIPLE = 16  # prompts left-padded to a multiple of this: chunks of similar prompts share one graph
+PAD_MULTIPLE = 16  # prompts left-padded to a multiple of this (chunks of similar prompts share one graph), cache too
 
 
 def unsupported_reason(model) -> str | None:
@@ -138,7 +138,9 @@ def generate_chunk_static(gen, prompts, prompt_ids, chunk, spec, base_seed):
     L0 = -(-max(len(p) for p in p_ids) // PAD_MULTIPLE) * PAD_MULTIPLE
     ids = torch.tensor([[gen.pad_id] * (L0 - len(p)) + p for p in p_ids], dtype=torch.long).to(dev)
     attn = torch.tensor([[0] * (L0 - len(p)) + [1] * len(p) for p in p_ids], dtype=torch.long).to(dev)
-    dec = gen._static_decoder(B, L0 + T)
+    # slots: the prompt, then one per decoded token, rounded up to a multiple of 16 (SDPA's memory-efficient
+    # kernel wants the mask's last dimension aligned; the spare slots stay masked)
+    dec = gen._static_decoder(B, L0 + -(-T // PAD_MULTIPLE) * PAD_MULTIPLE)
     uniforms = gen._uniforms(chunk, spec, base_seed)
     u_dev = uniforms.to(dev) if uniforms is not None else None
     eos = torch.tensor(gen.eos_ids, dtype=torch.long, device=dev)
