@@ -13,10 +13,13 @@ from rlvr.rollout.types import SamplingSpec
 PROMPTS = ["1+1=", "12*3=", "hello world, ", "7"]  # different lengths: left padding in the batch
 
 
-@pytest.fixture(scope="module", params=["qwen2", "llama_gqa"])
+@pytest.fixture(scope="module", params=["qwen2", "llama_gqa", "qwen2_gqa_eager"])
 def model_tok(request):
     if request.param == "qwen2":
         return build_tiny_model(hidden_size=32, num_layers=2, num_heads=4, seed=0)
+    if request.param == "qwen2_gqa_eager":  # eager attention adds the 4-D mask itself
+        return build_tiny_model(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, seed=4,
+                                attn_implementation="eager")
     return build_tiny_model(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=1, arch="llama", seed=1)
 
 
