@@ -14,6 +14,11 @@ Stages, one process, each timed and its peak CUDA memory (torch.cuda.max_memory_
 fails prints its error and the rest still run (exit status 1 at the end):
   build     model folder, tokenizer, data (gpu_check.build);
   generate  transformers' `model.generate` on the step's prompts (n samples each, sampling at T = 1);
+  graphs    the hf sampler's CUDA-graph decode (rollout.cuda_graphs, rlvr.rollout.static_decode) against its plain
+            loop, greedy on 16 of the step's prompts x 4 (64 rows, 32 tokens): whether the graph was captured
+            and replayed (or the path fell back, with its warning), the share of rows whose first 8 tokens agree,
+            the max |logprob gap| over each row's tokens before the two first differ (bf16: ~1e-2 expected;
+            greedy ties may part ways later) and both paths' time after a warm-up call (on CPU: the static path without capture);
   ceiling   a bare forward+backward (cross-entropy on every token, no optimizer step) over the same number of
             rows and lengths, in micro-batches of the same token budget: the learner's upper bound;
   rlvr      `rlvr train` in this process (rlvr.train.pg.train), one run per --variant (default: `rlvr` =
@@ -71,7 +76,7 @@ PROFILES: dict[str, dict[str, Any]] = {
                 trl_micro=8, ceiling_reps=2, micro_batch_tokens=256, num_train=64),
 }
 DEFAULT_VARIANTS = ("rlvr:", "rlvr_plain:algo.shared_prefix=false")
-STAGES = ("generate", "ceiling", "rlvr", "profile", "trl")
+STAGES = ("generate", "graphs", "ceiling", "rlvr", "profile", "trl")
 
 
 def log(msg: str) -> None:
@@ -269,6 +274,54 @@ def stage_generate(a, built: dict, prompts: list[str]) -> dict:
     return {"sampler_s": secs, "generated_tokens": tokens, "sampler_tok_s": tokens / secs, "rows": int(new.shape[0])}
 
 
+def stage_graphs(a, built: dict, prompts: list[str]) -> dict:
+    """The sampler's static-cache + CUDA-graph decode against its plain loop at temperature 0 (see the docstring)."""
+    import warnings
+
+    from rlvr.models import load_policy
+    from rlvr.rollout.hf_generator import HFGenerator
+    from rlvr.rollout.types import SamplingSpec
+
+    model, tok = load_policy(built["model_dir"], dtype=a.dtype, device=a.device)
+    model.eval()
+    spec = SamplingSpec(n=4, temperature=0.0, max_tokens=32)
+    few = prompts[:16]
+    res: dict[str, Any] = {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        on_cpu = a.device == "cpu"  # the dry run: the static path without capture
+        fast = HFGenerator(model, tok, batch_size=len(few) * spec.n, cuda_graphs="auto" if on_cpu else True,
+                           static_cache=True if on_cpu else None)
+        chosen = fast._static
+        runs = {}
+        for name, gen in (("plain", HFGenerator(model, tok, batch_size=len(few) * spec.n, cuda_graphs=False)),
+                          ("graphs", fast)):
+            gen.generate(few, spec)  # warm-up: kernels, and the graph captured for this shape
+            _sync(a.device)
+            t0 = time.perf_counter()
+            runs[name] = gen.generate(few, spec)
+            _sync(a.device)
+            res[f"{name}_s"] = time.perf_counter() - t0
+    msgs = [str(w.message) for w in caught if "cuda_graphs" in str(w.message)]
+    dec = fast._decoder
+    res.update(path_chosen=chosen, path_used=bool(fast._static), warnings=msgs,
+               graph_captured=bool(dec is not None and dec.graph is not None), rows=len(runs["plain"]))
+    agree8, gaps, common = 0, [], []
+    for p, g in zip(runs["plain"], runs["graphs"], strict=True):
+        n = next((k for k, (x, y) in enumerate(zip(p.response_ids, g.response_ids, strict=False)) if x != y),
+                 min(len(p.response_ids), len(g.response_ids)))
+        common.append(n)
+        agree8 += n >= min(8, len(p.response_ids))
+        gaps += [abs(x - y) for x, y in zip(p.logprobs[:n], g.logprobs[:n], strict=True)]
+    res.update(first8_agree=agree8 / len(common), common_prefix_mean=statistics.fmean(common),
+               logprob_gap_max=max(gaps) if gaps else None)
+    log(f"  graphs: chosen {chosen}, used {res['path_used']}, graph captured {res['graph_captured']}; first 8 tokens "
+        f"agree in {100 * res['first8_agree']:.0f}% of rows, max |logprob gap| {_f(res['logprob_gap_max'], '.2e')}; "
+        f"plain {res['plain_s']:.2f} s, graphs {res['graphs_s']:.2f} s" + (f"; warnings: {msgs}" if msgs else ""))
+    del model
+    return res
+
+
 def ceiling_rows(a, built: dict, prompts: list[str], tok) -> list[list[int]]:
     """Rows of the same count and lengths as a step's rollouts: each prompt n times, then max_tokens random ids."""
     import torch
@@ -369,10 +422,17 @@ def stage_rlvr(a, built: dict, name: str, extra: list[str], profile_out: Path | 
     # this shape) and its plots are left out of the benchmark's wall time
     orig_save, orig_finish = ckpt_mod.save_checkpoint, pg.finish_run
     pg.learn, ckpt_mod.save_checkpoint, pg.finish_run = learn, lambda *a_, **k_: None, lambda *a_, **k_: {}
+    import warnings
+
     try:
-        pg.train(cfg, on_step=on_step)
+        with warnings.catch_warnings(record=True) as caught:  # a CUDA-graph fallback must show in the table
+            warnings.simplefilter("always")
+            pg.train(cfg, on_step=on_step)
     finally:
         pg.learn, ckpt_mod.save_checkpoint, pg.finish_run = orig_learn, orig_save, orig_finish
+    graph_warnings = sorted({str(w.message) for w in caught if "cuda_graphs" in str(w.message)})
+    for m in sorted({str(w.message).splitlines()[0][:200] for w in caught}):  # recorded, so shown here
+        log(f"  {name} warned: {m}")
     timed = rows[1 : a.steps] or rows[:1]  # the warm-up step out; the profiled step out
     step_s = _median([r["time/step"] - r.get("time/eval", 0.0) for r in timed])
     gen_s = _median([r.get("time/generate") for r in timed])
@@ -385,7 +445,7 @@ def stage_rlvr(a, built: dict, name: str, extra: list[str], profile_out: Path | 
             "sampler_tok_s": gen_tok / gen_s if gen_tok and gen_s else None,
             "learner_tok_s": trained / learner_s if trained and learner_s else None,
             "peak_gib": max(peaks) if peaks else None, "overrides": extra, "steps": rows,
-            "perf_mfu_logged": _median([r.get("perf/mfu") for r in timed]),
+            "perf_mfu_logged": _median([r.get("perf/mfu") for r in timed]), "cuda_graphs_warnings": graph_warnings,
             # the learner's logprobs against the sampler's on the same tokens: a check of the learner's forward
             "logprob_diff_mean": _median([r.get("rollout/logprob_diff_mean") for r in timed]),
             "logprob_diff_max": _median([r.get("rollout/logprob_diff_max") for r in timed])}
@@ -526,7 +586,7 @@ def table(a, built: dict, results: dict[str, dict], errors: dict[str, str], env:
     n = built.get("n_params", 0)
     lines = [f"# benchmarks/gpu.py: rlvr vs TRL vs bare PyTorch on {env.get('device_name', a.device)}", "",
              f"- command: `{env['command']}`",
-             "- " + ", ".join(f"{k} {v}" for k, v in env.items() if k not in ("command", "device_name")),
+             "- " + ", ".join(f"{k} {v}" for k, v in env.items() if k not in ("command", "device_name", "graphs_check")),
              f"- model: random-init Qwen2, shape `{a.shape}`, {n:,} parameters, {a.dtype} (fp32 master weights "
              f"for rlvr; TRL: bf16 autocast over fp32 weights); {a.n_prompts} prompts x {a.group_size} samples, up "
              f"to {a.max_tokens} new tokens, mean prompt {built.get('prompt_tokens_mean', 0):.0f} tokens; GRPO, "
@@ -544,6 +604,17 @@ def table(a, built: dict, results: dict[str, dict], errors: dict[str, str], env:
                      f"| {_f(r.get('peak_gib'), '.1f')} |")
     for name, e in errors.items():
         lines.append(f"| {name} | FAILED: {e[:150].replace('|', '/')} | | | | | | | |")
+    g = env.get("graphs_check")
+    if g:
+        lines += ["", f"- sampler CUDA-graph check (rollout.cuda_graphs, greedy, {g.get('rows')} rows x 32 tokens vs the "
+                  f"plain loop): path chosen {g.get('path_chosen')}, used to the end {g.get('path_used')}, graph captured "
+                  f"{g.get('graph_captured')}; first 8 tokens agree in {_pct(g.get('first8_agree'))} of rows; max "
+                  f"|logprob gap| before the first differing token {_f(g.get('logprob_gap_max'), '.2e')} (bf16: ~1e-2 "
+                  f"expected); plain {_f(g.get('plain_s'))} s, graphs {_f(g.get('graphs_s'))} s"
+                  + (f"; warnings: {'; '.join(g['warnings'])}" if g.get("warnings") else "")]
+    for name, r in results.items():
+        if r.get("cuda_graphs_warnings"):
+            lines.append(f"- {name}: the sampler warned: {'; '.join(r['cuda_graphs_warnings'])}")
     lines += [""] + comparisons(results)
     lines += ["", "rlvr rows: sampler = time/generate; learner = the rest of the step (old logprobs, loss forwards "
               "and backwards, optimizer, weight sync, scoring). generate: transformers' model.generate alone. "
@@ -689,6 +760,10 @@ def main(argv: list[str] | None = None) -> int:
     prompts = run("prompts", lambda: step_prompts(a, built)) or []
     if "generate" not in a.skip:
         run("generate", lambda: stage_generate(a, built, prompts), key="transformers generate")
+    if "graphs" not in a.skip:
+        graphs_check = run("graphs", lambda: stage_graphs(a, built, prompts))
+        if graphs_check:
+            env["graphs_check"] = {k: v for k, v in graphs_check.items() if k != "peak_gib"}
     if "ceiling" not in a.skip:
         run("ceiling", lambda: stage_ceiling(a, built, prompts), key="forward+backward ceiling")
     if "rlvr" not in a.skip:

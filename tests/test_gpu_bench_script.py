@@ -98,6 +98,9 @@ def test_dry_run_runs_every_stage_to_the_table(tmp_path):
     assert not any(k.startswith("eval/") for s in plain["steps"] for k in s)  # no held-out eval at the end
     assert plain["learner_s"] == pytest.approx(plain["steps"][1]["time/step"] - plain["steps"][1]["time/generate"])
     assert plain["learner_tokens"] == plain["steps"][1]["tokens/trained"] and plain["sampler_tok_s"] > 0
+    g = raw["env"]["graphs_check"]  # the sampler's static-cache path on CPU (no capture) against its plain loop
+    assert g["path_chosen"] and g["path_used"] and not g["graph_captured"] and g["warnings"] == []
+    assert g["first8_agree"] == 1.0 and g["logprob_gap_max"] < 1e-4 and g["rows"] == min(16, cfg["n_prompts"]) * 4
     prof = (out / "gpu_profile.txt").read_text()
     assert "top 40 ops by self_cpu_time_total" in prof and "host synchronisations" in prof
     md = (out / "gpu_bench.md").read_text()

@@ -8,8 +8,8 @@ so a test (or a future Ray-hosted engine) adds a backend without touching the tr
 
     fn(rcfg, model, tokenizer, *, model_source, seed, default_batch_size) -> Generator
 
-`rcfg` is read by attribute (backend, batch_size, device, gpu_memory_utilization, max_model_len,
-tensor_parallel_size, enforce_eager, sleep_mode, dtype): this layer does not import rlvr.train.
+`rcfg` is read by attribute (backend, batch_size, shared_prefix, cuda_graphs, device, gpu_memory_utilization,
+max_model_len, tensor_parallel_size, enforce_eager, sleep_mode, dtype): this layer does not import rlvr.train.
 
 Weight flow: the learner owns the weights. After each optimizer step the trainer calls
 `generator.update_weights(model.named_parameters(), version=step)`; the HF backend shares the
@@ -34,7 +34,8 @@ def _hf(rcfg, model, tokenizer, *, model_source, seed, default_batch_size) -> Ge
     from rlvr.rollout.hf_generator import HFGenerator
 
     return HFGenerator(model, tokenizer, batch_size=getattr(rcfg, "batch_size", 0) or max(64, default_batch_size),
-                       shared_prefix=getattr(rcfg, "shared_prefix", True))
+                       shared_prefix=getattr(rcfg, "shared_prefix", True),
+                       cuda_graphs={"true": True, "false": False}.get(str(getattr(rcfg, "cuda_graphs", "auto")), "auto"))
 
 
 def _vllm(rcfg, model, tokenizer, *, model_source, seed, default_batch_size) -> Generator:

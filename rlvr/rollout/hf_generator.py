@@ -11,12 +11,14 @@ up to float rounding). Rows that finished decode a pad token nobody reads until 
 batch is done; then finished rows are dropped from the batch and its KV cache. With the shared
 prefix and cascade attention, each distinct prompt is prefilled once (right-padded, no mask) and the
 decode steps attend to its keys/values in place, the rows' own generated keys/values appended per
-step (rlvr.models.cascade.SharedPrefixKV).
+step (rlvr.models.cascade.SharedPrefixKV). On a GPU (rollout.cuda_graphs) the chunks decode instead on a
+static KV cache with the step replayed as a CUDA graph: rlvr.rollout.static_decode.
 """
 
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Iterable, Sequence
 
 import torch
@@ -69,6 +71,11 @@ class HFGenerator:
     share one (the n samples of a prompt) is prefilled once and the rows decode on its keys/values in
     place (cascade attention, rlvr.models.cascade; for models it does not support, the KV cache is
     copied to the rows) (rollout.shared_prefix; False prefills every row).
+    cuda_graphs: the static-cache decode with the step replayed as a CUDA graph (rlvr.rollout.static_decode;
+    rollout.cuda_graphs): "auto" = on for a CUDA model of a supported type, True = on where supported (a
+    warning otherwise), False = off. static_cache: run that decode path also off CUDA, without graph capture
+    (tests and checks; None = only with CUDA graphs). Any failure of the path warns once and falls back to the
+    plain loop. sync_every: that path copies the sampled tokens to the host every this many steps.
     """
 
     def __init__(
@@ -81,6 +88,9 @@ class HFGenerator:
         use_cache: bool = True,
         drop_finished: bool = True,
         shared_prefix: bool = True,
+        cuda_graphs: bool | str = "auto",
+        static_cache: bool | None = None,
+        sync_every: int = 16,
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -109,6 +119,30 @@ class HFGenerator:
         self.eos_ids = sorted(ids)
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else (self.eos_ids[0] if self.eos_ids else 0)
+        if cuda_graphs not in ("auto", True, False):
+            raise ValueError(f"cuda_graphs must be 'auto', True or False, got {cuda_graphs!r}")
+        if sync_every < 1:
+            raise ValueError(f"sync_every must be >= 1, got {sync_every}")
+        self.sync_every = sync_every
+        self._decoder = None  # rlvr.rollout.static_decode.StaticDecoder of the last shape
+        self._static = self._choose_static(cuda_graphs, static_cache)
+
+    def _choose_static(self, cuda_graphs, static_cache) -> bool:
+        """Whether chunks decode on the static cache (module rlvr.rollout.static_decode)."""
+        from rlvr.rollout.static_decode import unsupported_reason
+
+        on_cuda = self.device.type == "cuda"
+        wanted = static_cache if static_cache is not None else (cuda_graphs is True or (cuda_graphs == "auto" and on_cuda))
+        if not wanted or not self.use_cache:
+            return False
+        why = unsupported_reason(self.model)
+        if why is None and cuda_graphs is True and not on_cuda:
+            why = f"the model is on {self.device}, not a CUDA device"
+        if why is not None:
+            if cuda_graphs is True or static_cache:
+                warnings.warn(f"rollout.cuda_graphs: {why}; the hf sampler decodes without them", stacklevel=3)
+            return False
+        return True
 
     # -- weights -------------------------------------------------------------------------------
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
@@ -131,7 +165,8 @@ class HFGenerator:
         self.weight_version = int(version)
 
     def sleep(self) -> None:
-        """Nothing to free: the KV cache lives only inside generate()."""
+        """Nothing freed: the plain loop's KV cache lives only inside generate(); the static-cache decoder
+        (rollout.cuda_graphs) keeps its cache and captured graph for the next call of the same shape."""
 
     # -- generation ----------------------------------------------------------------------------
     def generate(
@@ -152,10 +187,38 @@ class HFGenerator:
             with torch.no_grad():
                 for s in range(0, len(jobs), self.batch_size):
                     chunk = jobs[s : s + self.batch_size]
-                    out.extend(self._generate_chunk(prompts, prompt_ids, chunk, spec, base_seed))
+                    out.extend(self._chunk(prompts, prompt_ids, chunk, spec, base_seed))
         finally:
             self.model.train(was_training)
         return out
+
+    def _chunk(self, prompts, prompt_ids, chunk, spec: SamplingSpec, base_seed: int) -> list[Rollout]:
+        """One chunk on the static cache where chosen; on any failure there, one warning and the plain loop
+        from then on (the rows' uniforms are fixed by their seeds, so the redone chunk is the same)."""
+        if self._static:
+            from rlvr.rollout.static_decode import generate_chunk_static
+
+            try:
+                return generate_chunk_static(self, prompts, prompt_ids, chunk, spec, base_seed)
+            except Exception as e:  # noqa: BLE001 - never crash a run for the fast path: the plain one is exact
+                self._static, self._decoder = False, None
+                warnings.warn(f"rollout.cuda_graphs: the static-cache decode failed ({type(e).__name__}: "
+                              f"{str(e).splitlines()[0] if str(e) else ''}); the hf sampler decodes without it",
+                              stacklevel=3)
+        return self._generate_chunk(prompts, prompt_ids, chunk, spec, base_seed)
+
+    def _static_decoder(self, B: int, max_len: int):
+        """The StaticDecoder of this shape: the last one when equal (its captured graph replays), else new."""
+        from rlvr.rollout.static_decode import StaticDecoder
+
+        d = self._decoder
+        weights = tuple(p.data_ptr() for p in self.model.parameters())  # a graph reads them by address
+        if d is None or (d.B, d.max_len, d.weights) != (B, max_len, weights):
+            self._decoder = None  # the old cache and graph freed before the new ones are allocated
+            dtype = self.model.get_input_embeddings().weight.dtype
+            self._decoder = d = StaticDecoder(self, B, max_len, dtype)
+            d.weights = weights
+        return d
 
     def _forward(self, ids, attn, past):
         """Logits (B, V) of the last position, and the cache to pass next time."""
@@ -223,6 +286,19 @@ class HFGenerator:
             out = self.model(input_ids=ids, position_ids=pos, use_cache=False, rlvr_prefix=pk, **self._keep_kw)
         return out.logits[:, -1, :]
 
+    @staticmethod
+    def _uniforms(chunk, spec: SamplingSpec, base_seed: int) -> torch.Tensor | None:
+        """(B, max_tokens) float64 on the CPU: step t of row b uses [b, t], from the row's own RNG stream
+        (CPU RNG: identical streams on CPU and GPU machines); None at temperature 0."""
+        if spec.temperature <= 0:
+            return None
+        uniforms = torch.empty((len(chunk), spec.max_tokens), dtype=torch.float64)
+        g = torch.Generator()
+        for r, (i, j) in enumerate(chunk):
+            g.manual_seed(sequence_seed(base_seed, i, j))
+            torch.rand(spec.max_tokens, generator=g, dtype=torch.float64, out=uniforms[r])
+        return uniforms
+
     def _generate_chunk(
         self, prompts, prompt_ids, chunk, spec: SamplingSpec, base_seed: int
     ) -> list[Rollout]:
@@ -234,13 +310,7 @@ class HFGenerator:
         ids = torch.tensor([[self.pad_id] * (Lp - len(p)) + p for p in p_ids], dtype=torch.long)
         attn = torch.tensor([[0] * (Lp - len(p)) + [1] * len(p) for p in p_ids], dtype=torch.long)
         ids, attn = ids.to(dev), attn.to(dev)
-        uniforms = None  # (B, max_tokens): step t of row b uses uniforms[b, t]
-        if spec.temperature > 0:
-            uniforms = torch.empty((B, spec.max_tokens), dtype=torch.float64)
-            g = torch.Generator()  # CPU RNG: identical streams on CPU and GPU machines
-            for r, (i, j) in enumerate(chunk):
-                g.manual_seed(sequence_seed(base_seed, i, j))
-                torch.rand(spec.max_tokens, generator=g, dtype=torch.float64, out=uniforms[r])
+        uniforms = self._uniforms(chunk, spec, base_seed)
 
         # Tokens and logprobs go into (B, max_tokens) tensors, one row write per step for all rows; the
         # per-row Python work is only the stop-string check (when spec.stop is set) and the rows that end.
@@ -327,6 +397,12 @@ class HFGenerator:
                 full_ids = torch.cat([full_ids, nxt], dim=1)
                 logits, _ = self._forward(full_ids, attn, None)
 
+        return self._assemble(prompts, chunk, p_ids, toks, tlps, n_tok, finish, stop_reason, cut_text, spec)
+
+    def _assemble(self, prompts, chunk, p_ids, toks, tlps, n_tok, finish, stop_reason, cut_text, spec):
+        """The chunk's Rollouts from the host (B, max_tokens) tokens and logprobs, each row cut at n_tok[r]
+        (cut_text[r]: its text where a stop string cut it, else decoded here)."""
+        B = len(chunk)
         rollouts = []
         tok_rows, lp_rows = toks.tolist(), tlps.tolist()
         resp = [tok_rows[r][: n_tok[r]] for r in range(B)]

