@@ -145,7 +145,7 @@ def check_data_files(data_cfg, *, train: bool = True) -> None:
                 hint = "; map your own column names with data.question_key / data.answer_key"
             raise TaskDataError(f"data.{key}={path}: {len(errors)} bad line{'s' if len(errors) > 1 else ''} of "
                                 f"{good + len(errors)}: {shown}{more}{hint}")
-        if not good:
+        if not good and key == "train_path":  # an empty held-out file is a run without evaluation (said at start)
             raise TaskDataError(f"data.{key}={path}: no {split} problems (the file has no non-blank lines)")
 
 
