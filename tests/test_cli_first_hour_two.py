@@ -20,7 +20,7 @@ TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "mode
         "data.digits=1", "data.num_train=40", "data.num_eval=4", "sampling.n_prompts=2", "sampling.group_size=2",
         "sampling.max_tokens=4"]
 DATA = [x for x in TINY if not x.startswith("model.")]  # with a model folder, its config.json shapes the model
-TIMING = ("time", "time/", "tokens_per_s", "mem/")
+TIMING = ("time", "time/", "tokens_per_s", "mem/", "perf/")
 
 
 def _cmd() -> list[str]:

@@ -131,7 +131,7 @@ def test_partial_rollouts_resume_equals_uninterrupted(tmp_path):
 
     from safetensors.torch import load_file
 
-    timing = ("time", "mem/", "tokens_per_s")
+    timing = ("time", "mem/", "tokens_per_s", "perf/")
 
     def rows(run):
         out = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]

@@ -58,7 +58,7 @@ TINY = [
     "distributed.learner_cpus=0.5",
 ]
 RAY = ["distributed.placement=ray"]
-VOLATILE = ("time", "time/", "tokens_per_s", "mem/", "ray/", "async/")  # wall clock, memory, placement-only
+VOLATILE = ("time", "time/", "tokens_per_s", "mem/", "perf/", "ray/", "async/")  # wall clock, memory, placement-only
 
 
 @pytest.fixture(scope="module", autouse=True)

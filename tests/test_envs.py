@@ -262,7 +262,7 @@ def test_train_with_env_and_resume_matches_uninterrupted_run(tmp_path, recipe, m
     full = train(cfg(tmp_path / "full", 3))
     train(cfg(tmp_path / "cut", 2))
     resumed = train(cfg(tmp_path / "cut", 3), resume=True)
-    timing = ("time", "tokens_per_s", "mem/")
+    timing = ("time", "tokens_per_s", "mem/", "perf/")
 
     def rows(p):
         out = [json.loads(x) for x in (p / "metrics.jsonl").read_text().splitlines()]

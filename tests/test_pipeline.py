@@ -237,7 +237,7 @@ def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
 
 def _metrics(run_dir: Path) -> list[dict]:
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    return [{k: v for k, v in r.items() if not k.startswith(("time", "tokens_per_s", "mem/"))} for r in rows]
+    return [{k: v for k, v in r.items() if not k.startswith(("time", "tokens_per_s", "mem/", "perf/"))} for r in rows]
 
 
 def _eval(out: Path) -> dict:

@@ -51,7 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
         "data.num_train=80", "data.num_eval=8", "data.digits=1", "sampling.n_prompts=4", "sampling.group_size=4",
         "sampling.max_tokens=4", "run.progress=false", "run.num_threads=1"]
-TIMING = ("time", "time/", "tokens_per_s", "mem/")  # wall-clock and memory figures differ between runs
+TIMING = ("time", "time/", "tokens_per_s", "mem/", "perf/")  # wall-clock and memory figures differ between runs
 
 
 def _ro(group: int, text: str) -> Rollout:

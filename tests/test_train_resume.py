@@ -40,7 +40,7 @@ TINY = [
     "run.progress=false",
     "run.num_threads=1",
 ]
-TIMING = ("time", "time/", "tokens_per_s", "mem/")  # wall-clock and memory figures differ between runs
+TIMING = ("time", "time/", "tokens_per_s", "mem/", "perf/")  # wall-clock and memory figures differ between runs
 
 
 def _rlvr(*args: str, check: bool = True, kill_at: int = 0) -> subprocess.CompletedProcess:

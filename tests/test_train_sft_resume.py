@@ -19,7 +19,7 @@ BASE = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "mode
 
 def _state(run):
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    rows = [{k: v for k, v in r.items() if not k.startswith(("time", "tokens_per_s", "mem/"))} for r in rows]
+    rows = [{k: v for k, v in r.items() if not k.startswith(("time", "tokens_per_s", "mem/", "perf/"))} for r in rows]
     ckpt = (run / "checkpoints" / "latest").read_text().strip()
     weights = load_file(str(next((run / "checkpoints" / ckpt / "model").glob("*.safetensors"))))
     return rows, weights
