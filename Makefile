@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.rlvr-installed
 
-.PHONY: demo test test-slow test-docs-learn test-ray test-vllm vllm-venv lint bench bench-vs-trl studies clean-venv
+.PHONY: demo test test-slow test-cli test-docs-learn test-ray test-vllm vllm-venv lint bench bench-vs-trl studies clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
+
+# The first-hour subprocess CLI tests (marker cli, about 5 min on 2 cores): each runs `rlvr` as a user would.
+test-cli: $(STAMP)
+	$(BIN)/python -m pytest -q -m "cli and not slow"
 
 # The documented training commands learn (slow tier, about 10-15 min on 2 cores): each docs page's own
 # commands at their documented size, asserting held-out accuracy is not lost (tests/test_docs_commands_learn.py).

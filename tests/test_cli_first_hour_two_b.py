@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 from test_cli_first_hour_two import TINY, _rlvr
 
+# subprocess CLI runs of issue 25 (about 5 minutes together on 2 cores): `make test-cli`, run by .ci/run
+pytestmark = pytest.mark.cli
+
 
 def _rows(run: Path) -> list[dict]:
     return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]

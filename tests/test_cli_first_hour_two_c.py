@@ -13,6 +13,9 @@ import pytest
 from test_cli_first_hour import _refused  # exit 2, one error line naming the key
 from test_cli_first_hour_two import _rlvr
 
+# subprocess CLI runs of issue 25 (about 5 minutes together on 2 cores): `make test-cli`, run by .ci/run
+pytestmark = pytest.mark.cli
+
 # A tiny model on one-digit additions of four terms: the demo's own task (9006 distinct training problems).
 MODEL = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64"]
 TASK = ["data.digits=1", "data.operands=4", "data.num_eval=4"]
