@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import functools
 import importlib.util
 import json
 import math
@@ -83,6 +84,7 @@ def log(msg: str) -> None:
     print(f"[gpu.py {time.strftime('%H:%M:%S')} +{time.perf_counter() - _T0:6.1f}s] {msg}", flush=True)
 
 
+@functools.cache
 def _gpu_check():
     """scripts/gpu_check.py as a module (its model/tokenizer/data builder)."""
     spec = importlib.util.spec_from_file_location("rlvr_gpu_check", ROOT / "scripts" / "gpu_check.py")
@@ -206,7 +208,7 @@ def rlvr_overrides(a, built: dict, out_dir: Path, steps: int) -> list[str]:
         f"model.name={built['model_dir']}", f"model.dtype={a.dtype}", f"model.device={a.device}",
         "model.master_weights=float32",
         # no held-out eval: an empty eval file (data.num_eval=0 would mean all of them)
-        "data.task=gsm8k", f"data.train_path={built['train']}", f"data.eval_path={no_eval_file(built)}",
+        "data.task=gsm8k", f"data.train_path={built['train']}", f"data.eval_path={_gpu_check().no_eval_file(built)}",
         "data.template=r1_zero", "data.reward=language", "data.num_train=0",
         f"sampling.n_prompts={a.n_prompts}", f"sampling.group_size={a.group_size}",
         f"sampling.max_tokens={a.max_tokens}", "sampling.temperature=1.0",
@@ -217,15 +219,6 @@ def rlvr_overrides(a, built: dict, out_dir: Path, steps: int) -> list[str]:
         "run.eval_every=0", "run.log_samples_every=0", "run.checkpoint_every=0", "run.keep_checkpoints=1",
         f"run.seed={a.seed}",
     ]
-
-
-def no_eval_file(built: dict) -> Path:
-    """An empty held-out file beside the training data: the runs end without an evaluation."""
-    path = Path(built["train"]).parent / "no_eval.jsonl"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("")
-    return path
 
 
 def check_variants(a, built: dict) -> None:

@@ -58,6 +58,21 @@ def sample_rows(logp: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return torch.minimum(ids, last)
 
 
+def sample_step(logits: torch.Tensor, step: int, spec: SamplingSpec, eos: torch.Tensor,
+                u: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One decode step's choice for every row: (log-probabilities (B, V) of the distribution sampled from,
+    token ids (B,)). EOS is banned before spec.min_tokens; greedy at temperature 0, else inverse-CDF sampling
+    with u (B,) (the rows' uniforms of this step). Shared by the plain loop and the static-cache decode."""
+    if step < spec.min_tokens and len(eos):
+        logits = logits.clone()
+        logits[:, eos] = float("-inf")
+    if spec.temperature == 0:
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        return logp, logp.argmax(-1)
+    logp = process_logits(logits, spec.temperature, spec.top_k, spec.top_p)
+    return logp, sample_rows(logp, u)
+
+
 class HFGenerator:
     """Generator backed by a transformers model (CPU or GPU).
 
@@ -331,15 +346,8 @@ class HFGenerator:
         full_ids = ids
         live = torch.arange(B)  # original row of each row of the current (compacted) batch
         for step in range(spec.max_tokens):
-            if step < spec.min_tokens and len(eos):
-                logits = logits.clone()
-                logits[:, eos] = float("-inf")
-            if spec.temperature == 0:
-                logp = torch.log_softmax(logits.float(), dim=-1)
-                tok = logp.argmax(-1)
-            else:
-                logp = process_logits(logits, spec.temperature, spec.top_k, spec.top_p)
-                tok = sample_rows(logp, uniforms[live, step]).to(dev)
+            logp, tok = sample_step(logits, step, spec, eos, None if uniforms is None else uniforms[live, step])
+            tok = tok.to(dev)
             tok_lp = logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1).float().cpu()
             tok_c = tok.cpu()
             act = ~done[live]  # (rows of the batch,) not finished before this step

@@ -130,7 +130,7 @@ class StaticDecoder:
 
 def generate_chunk_static(gen, prompts, prompt_ids, chunk, spec, base_seed):
     """HFGenerator._generate_chunk on the static cache (module docstring); the same Rollouts."""
-    from rlvr.rollout.hf_generator import find_completed_stop, process_logits, sample_rows
+    from rlvr.rollout.hf_generator import find_completed_stop, sample_step
 
     dev = gen.device
     B, T = len(chunk), spec.max_tokens
@@ -188,15 +188,7 @@ def generate_chunk_static(gen, prompts, prompt_ids, chunk, spec, base_seed):
     for step in range(T):
         if step:
             logits = dec.step(tok, L0 + step - 1, n_real + (step - 1))
-        if step < spec.min_tokens and len(eos):
-            logits = logits.clone()
-            logits[:, eos] = float("-inf")
-        if spec.temperature == 0:
-            logp = torch.log_softmax(logits.float(), dim=-1)
-            tok = logp.argmax(-1)
-        else:
-            logp = process_logits(logits, spec.temperature, spec.top_k, spec.top_p)
-            tok = sample_rows(logp, u_dev[:, step])
+        logp, tok = sample_step(logits, step, spec, eos, None if u_dev is None else u_dev[:, step])
         toks[:, step] = tok
         tlps[:, step] = logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1).float()
         if (step + 1) % gen.sync_every and step + 1 < T:
