@@ -47,8 +47,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import functools
+import gc
 import importlib.util
 import json
 import math
