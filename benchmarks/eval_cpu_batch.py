@@ -23,6 +23,8 @@ import platform
 import time
 from pathlib import Path
 
+from rlvr.rollout.types import SamplingSpec
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 DATA = ROOT.parent / "shared" / "data" / "math500" / "test.jsonl"
@@ -56,7 +58,7 @@ def main() -> None:
     examples = eval_examples(task, cfg.data.num_eval)
     prompts = [task.prompt(ex) for ex in examples]
     lengths = prompt_lengths(tok, prompts)
-    spec = task.sampling_spec(cfg.sampling, seed=0, logprobs=False)
+    spec = SamplingSpec.for_task(task, cfg.sampling, seed=0, logprobs=False)
     scorer = task_scorer(task, cfg.data)
     gen = HFGenerator(model, tok, batch_size=max(args.batches))
 

@@ -210,7 +210,9 @@ def eval(  # noqa: A001 - the command is called `eval`
     model.eval()
     examples = eval_examples(task, cfg.data.num_eval)
     prompts = [task.prompt(ex) for ex in examples]
-    spec = task.sampling_spec(cfg.sampling, seed=cfg.run.seed, logprobs=False)
+    from rlvr.rollout.types import SamplingSpec
+
+    spec = SamplingSpec.for_task(task, cfg.sampling, seed=cfg.run.seed, logprobs=False)
     from rlvr.config import ConfigError
     from rlvr.models.positions import check_positions
 

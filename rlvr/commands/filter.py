@@ -506,7 +506,9 @@ def filter(  # noqa: A001 - the command is called `filter`
     policy = model_source or "a fresh tiny model (model.name=tiny, random weights)"
     if run_dir is not None:
         policy += f" (run {run_dir})"
-    spec = task.sampling_spec(cfg.sampling, seed=cfg.run.seed, n=k, logprobs=False)
+    from rlvr.rollout.types import SamplingSpec
+
+    spec = SamplingSpec.for_task(task, cfg.sampling, seed=cfg.run.seed, n=k, logprobs=False)
     reward_name = cfg.data.reward or reg_task.reward_name(task.template)
     decoding = (f"{'greedy' if spec.temperature == 0 else f'T={spec.temperature:g}'}"
                 + (f" top_p={spec.top_p:g}" if spec.top_p < 1 else "") + f", max_tokens={spec.max_tokens}"

@@ -13,6 +13,7 @@ from rlvr.data.loaders import (
     load_task_file,
     sft_examples,
 )
+from rlvr.data.task_data import TaskData, TaskDataError
 from rlvr.data.tasks import TASKS, Task, get_task, register_task
 from rlvr.data.templates import PROMPT_TEMPLATES, render_prompt, template_text
 
@@ -25,6 +26,8 @@ __all__ = [
     "filter_by_pass_rate",
     "pass_rates",
     "Task",
+    "TaskData",
+    "TaskDataError",
     "get_task",
     "iter_jsonl",
     "load_gsm8k",

@@ -19,7 +19,7 @@ always-solved ones. See `Band` and `BANDS`.
 
 Everything here is a plain function of its arguments (a trainer calls them between steps): the
 generator is anything with `generate(prompts, spec) -> list[Rollout]` and the task anything with
-`.prompt(example) -> str` and `.reward_fn` (rlvr.train.tasks.TaskData), so this module imports neither
+`.prompt(example) -> str` and `.reward_fn` (rlvr.data.TaskData), so this module imports neither
 the rollout nor the training layer.
 """
 
@@ -171,7 +171,7 @@ def estimate_pass_rates(
 ) -> PassCounts:
     """Pass rates of `examples` under the policy behind `generator`, k = spec.n samples each.
 
-    task: has .prompt(example) and .reward_fn (rlvr.train.tasks.TaskData). prompt: another prompt
+    task: has .prompt(example) and .reward_fn (rlvr.data.TaskData). prompt: another prompt
     function, e.g. no_reasoning_prompt(task.prompt); default task.prompt. scorer: batch scorer with
     the task's verifier limits (rlvr.train.tasks.task_scorer(task, cfg.data)); default task.reward_fn
     through score_batch. chunk_size / chunks / on_progress: see count_correct.

@@ -86,7 +86,7 @@ class GeneratorWorker:
 
 
 class ScorerWorker:
-    """Reward scoring off the learner's process: rlvr.train.pg.score_rollouts on texts."""
+    """Reward scoring off the learner's process: rlvr.rewards.batch.score_rollouts on texts."""
 
     def __init__(self, num_threads: int = 1):
         import torch

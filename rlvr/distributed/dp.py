@@ -76,7 +76,6 @@ class DataParallelGradients:
         import ray
 
         from rlvr.algo import loss_normalizers
-        from rlvr.distributed.placement import _shards
         from rlvr.distributed.weights import cpu_state
 
         if critic is not None:
@@ -87,7 +86,7 @@ class DataParallelGradients:
         kwargs = {"micro_batch_size": micro_batch_size, "norm_length": norm_length, "temperature": temperature,
                   "truncation": truncation, "micro_batch_tokens": micro_batch_tokens}
         ids = list(row_ids) if row_ids is not None else list(range(n))
-        shards = _shards(n, len(self.actors)) + [(n, n)] * max(0, len(self.actors) - n)
+        shards = shard_bounds(n, len(self.actors)) + [(n, n)] * max(0, len(self.actors) - n)
         calls = []
         for actor, (lo, hi) in zip(self.actors, shards, strict=True):
             idx = torch.arange(lo, hi)
@@ -132,3 +131,10 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def shard_bounds(n: int, k: int) -> list[tuple[int, int]]:
+    """[lo, hi) bounds of k contiguous, near-equal shards of n rows (fewer when n < k)."""
+    k = max(1, min(k, n))
+    bounds = [round(i * n / k) for i in range(k + 1)]
+    return [(bounds[i], bounds[i + 1]) for i in range(k)]

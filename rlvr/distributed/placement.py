@@ -25,6 +25,8 @@ import time
 from typing import Protocol
 
 from rlvr.config import ConfigError
+from rlvr.distributed.dp import DataParallelGradients, GradientWorker, free_port, shard_bounds
+from rlvr.rewards.batch import score_rollouts
 from rlvr.rollout.types import Generator, Rollout, SamplingSpec, sequence_seed
 
 
@@ -58,8 +60,6 @@ class LocalPlacement:
 
     def score(self, rollouts, examples, reward_fn, *, workers: int = 1, timeout_s: float = 0.0,
               isolate: bool = False) -> list:
-        from rlvr.train.pg import score_rollouts
-
         return score_rollouts(rollouts, examples, reward_fn, workers=workers, timeout_s=timeout_s, isolate=isolate)
 
     def learners(self, model):
@@ -169,8 +169,6 @@ class RayPlacement:
         if n <= 1:
             return None
         ray = import_ray()
-        from rlvr.distributed.dp import DataParallelGradients, GradientWorker, free_port
-
         addr = f"tcp://{ray.util.get_node_ip_address()}:{free_port()}"
         first = self.cfg.num_generators + 1
         cls = ray.remote(GradientWorker)
@@ -257,7 +255,7 @@ class RayGenerator:
         return self.result(self.submit(prompts, spec, prompt_ids=prompt_ids))
 
     def submit(self, prompts: list[str], spec: SamplingSpec, *, prompt_ids=None) -> Pending:
-        shards = _shards(len(prompts), len(self.actors))
+        shards = shard_bounds(len(prompts), len(self.actors))
         calls = []
         for k, (lo, hi) in enumerate(shards):
             sub = spec if len(shards) == 1 or spec.seed is None else _with_seed(spec, sequence_seed(spec.seed, k, 0))
@@ -298,12 +296,6 @@ class Pending:
 
     def __init__(self, calls: list):
         self.calls = calls
-
-
-def _shards(n: int, k: int) -> list[tuple[int, int]]:
-    k = max(1, min(k, n))
-    bounds = [round(i * n / k) for i in range(k + 1)]
-    return [(bounds[i], bounds[i + 1]) for i in range(k)]
 
 
 def _with_seed(spec: SamplingSpec, seed: int) -> SamplingSpec:

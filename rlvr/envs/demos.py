@@ -18,6 +18,8 @@ import torch
 from rlvr.envs.base import Environment
 from rlvr.envs.format import TurnFormat
 from rlvr.envs.rollout import Episode, run_episodes
+from rlvr.models import build_training_batch
+from rlvr.models.scoring import sft_loss
 from rlvr.rollout.types import Rollout, SamplingSpec
 
 
@@ -55,9 +57,6 @@ def sft_warm_start(model, tokenizer, episodes: Sequence[Episode], *, steps: int,
                    lr: float = 3e-3, seed: int = 0) -> list[float]:
     """AdamW on the token NLL of the model-written tokens of `episodes` (tool output masked), batches
     drawn with a seeded RNG. Returns the losses."""
-    from rlvr.models import build_training_batch
-    from rlvr.train.sft import sft_loss
-
     rng = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     model.train()

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rlvr.data.task_data import TaskData
 from rlvr.envs.base import get_env
 from rlvr.envs.format import TurnFormat
 from rlvr.envs.rollout import Episode, episode_metrics, run_episodes
@@ -95,8 +96,6 @@ def _no_text_reward(response: str, example) -> Reward:
 
 def env_task_data(data_cfg, tokenizer, *, train: bool = True):
     """TaskData for data.env=NAME (see the module docstring)."""
-    from rlvr.train.tasks import TaskData
-
     if tokenizer is None:
         raise ValueError(f"data.env={data_cfg.env!r} needs the policy's tokenizer")
     runner = EnvRunner(data_cfg.env, tokenizer, max_turns=data_cfg.env_max_turns, max_tokens=data_cfg.env_max_tokens,

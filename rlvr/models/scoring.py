@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rlvr.algo import LOSS_AGGREGATIONS, loss_normalizers
 from rlvr.algo.logprobs import DEFAULT_CHUNK_SIZE, Truncation, logprobs_and_entropy
 
 
@@ -106,3 +107,21 @@ def score_tokens(
     entropy = torch.cat(ent_parts, dim=0) if with_entropy else None
     hidden = torch.cat(hid_parts, dim=0) if with_hidden else None
     return ScoreOutput(logprobs=logprobs, entropy=entropy, hidden=hidden)
+
+
+def sft_loss(model, batch, aggregation: str, micro_batch_size: int, norm_length: int = 0) -> float:
+    """Backward of the aggregated response-token NLL over `batch` in micro-batches; returns the loss.
+
+    norm_length: the constant of `seq_mean_token_sum_norm` (the trainer passes algo.max_length, the
+    longest possible response), so that mode works for SFT instead of failing at the first step."""
+    norm = loss_normalizers(batch.response_mask, constant=float(norm_length) if norm_length else None)
+    agg = LOSS_AGGREGATIONS[aggregation]
+    total = 0.0
+    n = batch.input_ids.shape[0]
+    for lo in range(0, n, micro_batch_size):
+        mb = batch.rows(torch.arange(lo, min(lo + micro_batch_size, n)))
+        logp = score_tokens(model, mb.input_ids, mb.labels, mb.attention_mask).logprobs  # (b, T)
+        loss = agg(-logp, mb.response_mask, norm)
+        loss.backward()
+        total += float(loss.detach())
+    return total

@@ -223,3 +223,11 @@ def score_batch(
     if counters is not None:
         counters.add(rewards, time.perf_counter() - t0)
     return rewards
+
+
+def score_rollouts(rollouts, examples, reward_fn, *, workers: int = 1, timeout_s: float = 0.0,
+                   isolate: bool = False) -> list[Reward]:
+    """Task rewards of each rollout through rlvr.rewards.score_batch: hard deadlines, and a timeout
+    or a crash becomes a TIMEOUT / ERROR status that is counted (verifier/*), never a silent 0."""
+    return score_batch(reward_fn, [r.text for r in rollouts], list(examples), workers=workers,
+                       timeout_s=timeout_s or None, isolate=isolate)

@@ -23,54 +23,18 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from rlvr.algo.logprobs import kept_mask
 from rlvr.models.cascade import SharedPrefixKV
 from rlvr.models.cascade import attention as cascade_attention
 from rlvr.models.cascade import supported as cascade_supported
+from rlvr.rollout.sampling import (  # noqa: F401 - process_logits, sample_rows re-exported
+    decode_batch,
+    find_completed_stop,
+    process_logits,
+    sample_rows,
+    sample_step,
+)
+from rlvr.rollout.static_decode import StaticDecoder, generate_chunk_static, unsupported_reason
 from rlvr.rollout.types import Rollout, SamplingSpec, resolve_prompt_ids, sequence_seed
-
-
-def process_logits(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
-    """logits (B, V) -> log-probabilities (B, V) float32 of the distribution sampled from:
-    softmax(logits / temperature) restricted to the top_k tokens and then to the smallest set
-    whose mass reaches top_p (the most likely token is always kept), renormalized. Removed
-    tokens get -inf. temperature must be > 0. The kept set is rlvr.algo.logprobs.kept_mask, the
-    rule the trainer scores with (algo Truncation), so sampler and trainer truncate alike."""
-    x = logits.float() / temperature
-    keep = kept_mask(x, top_k, top_p)
-    if keep is not None:
-        x = x.masked_fill(~keep, float("-inf"))
-    return torch.log_softmax(x, dim=-1)
-
-
-def sample_rows(logp: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """Inverse-CDF sampling: row b takes the first token whose cumulative probability exceeds
-    u[b] (u in [0, 1), one uniform per row from that row's own RNG stream, so a row's sample does
-    not depend on which other rows share the batch). logp (B, V), u (B,) -> ids (B,) int64."""
-    cdf = logp.double().exp().cumsum(-1)  # (B, V)
-    target = (u.double().to(cdf.device) * cdf[:, -1]).unsqueeze(-1)
-    # right=True: first index whose cdf is > target, so zero-probability tokens are never chosen.
-    ids = torch.searchsorted(cdf, target, right=True).squeeze(-1)
-    # u * total can round up to total (u just below 1): fall back to the last token that has
-    # probability, never to a removed one at the end of the vocabulary.
-    positive = logp > float("-inf")  # (B, V)
-    last = logp.shape[-1] - 1 - positive.flip(-1).int().argmax(-1)  # (B,)
-    return torch.minimum(ids, last)
-
-
-def sample_step(logits: torch.Tensor, step: int, spec: SamplingSpec, eos: torch.Tensor,
-                u: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """One decode step's choice for every row: (log-probabilities (B, V) of the distribution sampled from,
-    token ids (B,)). EOS is banned before spec.min_tokens; greedy at temperature 0, else inverse-CDF sampling
-    with u (B,) (the rows' uniforms of this step). Shared by the plain loop and the static-cache decode."""
-    if step < spec.min_tokens and len(eos):
-        logits = logits.clone()
-        logits[:, eos] = float("-inf")
-    if spec.temperature == 0:
-        logp = torch.log_softmax(logits.float(), dim=-1)
-        return logp, logp.argmax(-1)
-    logp = process_logits(logits, spec.temperature, spec.top_k, spec.top_p)
-    return logp, sample_rows(logp, u)
 
 
 class HFGenerator:
@@ -144,8 +108,6 @@ class HFGenerator:
 
     def _choose_static(self, cuda_graphs, static_cache) -> bool:
         """Whether chunks decode on the static cache (module rlvr.rollout.static_decode)."""
-        from rlvr.rollout.static_decode import unsupported_reason
-
         on_cuda = self.device.type == "cuda"
         wanted = static_cache if static_cache is not None else (cuda_graphs is True or (cuda_graphs == "auto" and on_cuda))
         if not wanted or not self.use_cache:
@@ -211,8 +173,6 @@ class HFGenerator:
         """One chunk on the static cache where chosen; on any failure there, one warning and the plain loop
         from then on (the rows' uniforms are fixed by their seeds, so the redone chunk is the same)."""
         if self._static:
-            from rlvr.rollout.static_decode import generate_chunk_static
-
             try:
                 return generate_chunk_static(self, prompts, prompt_ids, chunk, spec, base_seed)
             except Exception as e:  # noqa: BLE001 - never crash a run for the fast path: the plain one is exact
@@ -224,8 +184,6 @@ class HFGenerator:
 
     def _static_decoder(self, B: int, max_len: int):
         """The StaticDecoder of this shape: the last one when equal (its captured graph replays), else new."""
-        from rlvr.rollout.static_decode import StaticDecoder
-
         d = self._decoder
         weights = tuple(p.data_ptr() for p in self.model.parameters())  # a graph reads them by address
         if d is None or (d.B, d.max_len, d.weights) != (B, max_len, weights):
@@ -435,35 +393,3 @@ class HFGenerator:
                 )
             )
         return rollouts
-
-
-def decode_batch(tokenizer, seqs: list[list[int]]) -> list[str]:
-    """[tokenizer.decode(x, skip_special_tokens=True) for x in seqs], in one call of the Rust tokenizer
-    where that is the same thing (a fast tokenizer without clean-up of spaces); else one decode each."""
-    backend = getattr(tokenizer, "_tokenizer", None)
-    if seqs and hasattr(backend, "decode_batch") and not getattr(tokenizer, "clean_up_tokenization_spaces", True):
-        return backend.decode_batch(seqs, skip_special_tokens=True)
-    return [tokenizer.decode(x, skip_special_tokens=True) for x in seqs]
-
-
-def find_completed_stop(
-    tokenizer, ids: list[int], stops: Sequence[str], include: bool, window: int | None = None
-) -> tuple[str, str] | None:
-    """If the last of `ids` completed one of `stops`, return (stop, response text cut at it, the
-    stop kept iff `include`); else None. Only the last `window` tokens are decoded for the cheap
-    check (None = all), so the per-step cost does not grow with the response length."""
-    tail_ids = ids if window is None else ids[-window:]
-    tail = tokenizer.decode(tail_ids, skip_special_tokens=True)
-    if not any(s in tail for s in stops):
-        return None
-    text = tokenizer.decode(ids, skip_special_tokens=True)
-    prev_len = len(tokenizer.decode(ids[:-1], skip_special_tokens=True))
-    best = None  # (start, stop): the earliest occurrence that ends inside the newest token's text
-    for s in stops:
-        k = text.find(s, max(0, prev_len - len(s) + 1))
-        if k >= 0 and (best is None or k < best[0]):
-            best = (k, s)
-    if best is None:
-        return None  # the stop string in the window is an old one (completed before min_tokens)
-    k, s = best
-    return s, text[: k + len(s)] if include else text[:k]

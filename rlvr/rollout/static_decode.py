@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import torch
 
+from rlvr.rollout.sampling import find_completed_stop, sample_step
+
 # model_type -> decoder-only models whose forward takes a 4-D mask, position ids and a StaticCache as-is
 SUPPORTED_MODEL_TYPES = ("qwen2", "qwen3", "llama")
 SUPPORTED_ATTENTION = ("sdpa", "eager")
@@ -130,8 +132,6 @@ class StaticDecoder:
 
 def generate_chunk_static(gen, prompts, prompt_ids, chunk, spec, base_seed):
     """HFGenerator._generate_chunk on the static cache (module docstring); the same Rollouts."""
-    from rlvr.rollout.hf_generator import find_completed_stop, sample_step
-
     dev = gen.device
     B, T = len(chunk), spec.max_tokens
     p_ids = [list(prompt_ids[i]) for i, _ in chunk]

@@ -32,6 +32,28 @@ class SamplingSpec:
     seed: int | None = None
     logprobs: bool = True  # return the sampler's per-token logprobs (see Rollout.logprobs)
 
+    @classmethod
+    def for_task(cls, task, s, *, seed: int | None, n: int | None = None, temperature: float | None = None,
+                 logprobs: bool = True) -> SamplingSpec:
+        """The spec for a task (rlvr.data.TaskData: its stop strings and keep_stop) from a sampling config
+        section `s` (SamplingConfig or EvalSamplingConfig: top_p, top_k (if it has one), max_tokens, stop,
+        keep_stop; temperature and the group size / n unless given). Stop strings: the task's, then the
+        section's extra ones. The one place a task and a config section become a SamplingSpec."""
+        if n is None:
+            n = getattr(s, "group_size", None) or getattr(s, "n", 1)
+        return cls(
+            n=n,
+            temperature=s.temperature if temperature is None else temperature,
+            top_p=s.top_p,
+            top_k=getattr(s, "top_k", 0),
+            max_tokens=s.max_tokens,
+            min_tokens=min(getattr(s, "min_tokens", 0), s.max_tokens),
+            stop=tuple(dict.fromkeys((*task.stop, *s.stop))),
+            include_stop_str_in_output=bool(task.keep_stop and getattr(s, "keep_stop", True)),
+            seed=seed,
+            logprobs=logprobs,
+        )
+
     def __post_init__(self):
         if self.n < 1:
             raise ValueError(f"SamplingSpec.n must be >= 1, got {self.n}")

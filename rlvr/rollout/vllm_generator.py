@@ -40,7 +40,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from rlvr.rollout.hf_generator import find_completed_stop
+from rlvr.rollout.sampling import find_completed_stop
 from rlvr.rollout.types import EngineError, Rollout, SamplingSpec, resolve_prompt_ids, sequence_seed
 
 WORKER_EXTENSION = "rlvr.rollout.vllm_worker.WeightPush"

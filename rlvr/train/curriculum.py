@@ -33,6 +33,7 @@ from rlvr.data.filters import (
     curriculum_weights,
 )
 from rlvr.rewards.types import Status
+from rlvr.rollout.types import SamplingSpec
 from rlvr.train.common import data_order, step_seed, take
 
 
@@ -124,7 +125,7 @@ class ProblemSource:
 
         pool = self.cfg.filter_pool or len(self.examples)
         pool_examples = take(self.examples, data_pos, min(pool, len(self.examples)), self.seed)
-        spec = task.sampling_spec(sampling_cfg, seed=step_seed(self.run_seed ^ 0xF117E2, step), n=self.cfg.filter_k)
+        spec = SamplingSpec.for_task(task, sampling_cfg, seed=step_seed(self.run_seed ^ 0xF117E2, step), n=self.cfg.filter_k)
         counts = estimate_pass_rates(sampler, task, pool_examples, spec, scorer=scorer,
                                      chunk_size=max(1, sampling_cfg.n_prompts))
         self.table.update(counts, step=step)

@@ -4,7 +4,7 @@ One round, in the order data flows (the round is the run's "step": metrics, samp
 resume and the learning-rate schedule count rounds):
 
     examples = take(task.train, data_pos, n_prompts, data.seed)             # shuffled stream
-    rollouts = sampler.generate(prompts, task.sampling_spec(cfg.sampling, seed=step_seed(seed, round)))
+    rollouts = sampler.generate(prompts, SamplingSpec.for_task(task, cfg.sampling, seed=step_seed(seed, round)))
     rewards  = score_batch(reward_fn, rollouts)                              # never raises, counts timeouts
     kept     = select_verified(rollouts, rewards, max_per_question=k, dedup=...)   # status CORRECT only
     entropy  = sampled_entropy(rollouts)          # -mean sampler logprob: the sampling distribution's entropy
@@ -32,7 +32,9 @@ import torch
 
 from rlvr.algo import Truncation
 from rlvr.config import ConfigError
+from rlvr.rewards.batch import score_rollouts
 from rlvr.rewards.types import Reward, Status
+from rlvr.rollout.types import SamplingSpec
 from rlvr.train.common import (
     clip_and_step,
     eval_prefixed,
@@ -44,7 +46,7 @@ from rlvr.train.common import (
     take,
 )
 from rlvr.train.config import EIConfig
-from rlvr.train.pg import Timer, TrainResult, reward_error_log, sample_metrics, score_rollouts
+from rlvr.train.pg import Timer, TrainResult, reward_error_log, sample_metrics
 
 # ----------------------------------------------------------------------------------- validation
 
@@ -271,7 +273,7 @@ def train_ei(
             examples = take(task.train, data_pos, s.n_prompts, cfg.data.seed)
             data_pos += s.n_prompts
             with timer("generate"):
-                spec = task.sampling_spec(s, seed=step_seed(r.seed, rnd))
+                spec = SamplingSpec.for_task(task, s, seed=step_seed(r.seed, rnd))
                 rollouts = sampler.generate([task.prompt(ex) for ex in examples], spec)
                 generator.sleep()  # colocated vLLM hands its memory to the learner
             ro_examples = [examples[ro.group] for ro in rollouts]

@@ -5,7 +5,7 @@ Everything variable is resolved before the loop: the task (prompt contract, rewa
 reference policy (rlvr.train.reference.ReferencePolicy). One step then reads as the documents'
 pseudocode:
 
-    rollouts = sampler.generate(prompts, task.sampling_spec(cfg.sampling, seed=step_seed(seed, step)))
+    rollouts = sampler.generate(prompts, SamplingSpec.for_task(task, cfg.sampling, seed=step_seed(seed, step)))
     rewards  = score_batch(reward_fn, rollouts)                   # never raises, counts timeouts
     advantages = objective.advantages(rewards, lengths)           # length shaping + estimator
     learn(...)       # old/ref logprobs once, then epochs x minibatches (optimizer steps) x micro-batches
@@ -29,8 +29,9 @@ import torch
 from rlvr.algo import KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES, Truncation
 from rlvr.algo.advantages import ADVANTAGE_ESTIMATORS
 from rlvr.config import ConfigError
+from rlvr.rewards.batch import score_rollouts
 from rlvr.rewards.types import Reward, Status, format_rate
-from rlvr.rollout.types import answer_length
+from rlvr.rollout.types import SamplingSpec, answer_length
 from rlvr.train.batching import BatchPlan, plan_batches, split_indices
 from rlvr.train.common import (
     clip_and_step,
@@ -553,13 +554,13 @@ def sample_groups(sampler, task, cfg: TrainConfig, objective: Objective, step: i
             # round 0 keeps the seed of a run without refill; later rounds get seeds of their own
             seed = step_seed(r.seed, step) if rnd == 0 else step_seed(r.seed + 7_777_777 * rnd, step)
             if task.env is not None:  # data.env: multi-turn episodes, rewarded by the environment (rlvr.envs)
-                ros, env_rws = task.env.rollouts(sampler, batch, task.sampling_spec(s, seed=seed))
+                ros, env_rws = task.env.rollouts(sampler, batch, SamplingSpec.for_task(task, s, seed=seed))
                 ro_examples = [batch[ro.group] for ro in ros]
             elif hasattr(sampler, "sample"):  # partial rollouts: finished groups, maybe of earlier steps' problems
                 ros, ro_examples = sampler.sample(batch, [task.prompt(ex) for ex in batch],
-                                                  task.sampling_spec(s, seed=seed))
+                                                  SamplingSpec.for_task(task, s, seed=seed))
             else:
-                ros = sampler.generate([task.prompt(ex) for ex in batch], task.sampling_spec(s, seed=seed))
+                ros = sampler.generate([task.prompt(ex) for ex in batch], SamplingSpec.for_task(task, s, seed=seed))
                 ro_examples = [batch[ro.group] for ro in ros]
         with timer("score"):
             rws = env_rws if task.env is not None else (score or score_rollouts)(
@@ -631,7 +632,7 @@ def _placement(cfg: TrainConfig, model, tokenizer, task, plan: BatchPlan):
 
     def planned(step: int, pos: int):
         batch = take(task.train, pos, s.n_prompts, cfg.data.seed)
-        return [task.prompt(ex) for ex in batch], task.sampling_spec(s, seed=step_seed(cfg.run.seed, step))
+        return [task.prompt(ex) for ex in batch], SamplingSpec.for_task(task, s, seed=step_seed(cfg.run.seed, step))
 
     def ahead(generator):
         return AheadSampler(generator, planned, max_staleness=d.max_staleness, queue_size=d.queue_size,
@@ -693,16 +694,6 @@ def reward_error_log(data_cfg, task, run_dir):
         except (KeyError, ValueError, AttributeError):
             spec = getattr(task.reward_fn, "__name__", None) or f"of task {task.name}"
     return RewardErrorLog(str(spec), Path(run_dir) / "reward_errors.jsonl", key="data.reward" if data_cfg.reward else "")
-
-
-def score_rollouts(rollouts, examples, reward_fn, *, workers: int = 1, timeout_s: float = 0.0,
-                   isolate: bool = False) -> list[Reward]:
-    """Task rewards of each rollout through rlvr.rewards.score_batch: hard deadlines, and a timeout
-    or a crash becomes a TIMEOUT / ERROR status that is counted (verifier/*), never a silent 0."""
-    from rlvr.rewards import score_batch
-
-    return score_batch(reward_fn, [r.text for r in rollouts], list(examples), workers=workers,
-                       timeout_s=timeout_s or None, isolate=isolate)
 
 
 def sample_metrics(rewards, rollouts) -> dict[str, Any]:

@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.config import ConfigError
+from rlvr.rollout.types import SamplingSpec
 
 KINDS = ("sft", "rl", "ei", "eval", "filter")
 ALIASES = {"train": "rl", "rejection_sampling": "ei"}
@@ -968,7 +969,7 @@ def evaluate_stage(cfg, out_dir: Path) -> dict[str, Any]:
     examples = eval_examples(task, cfg.data.num_eval)
     if not examples:
         raise TaskDataError(f"data: task {cfg.data.task!r} has no held-out problems: set data.eval_path")
-    spec = task.sampling_spec(cfg.sampling, seed=cfg.run.seed, logprobs=False)
+    spec = SamplingSpec.for_task(task, cfg.sampling, seed=cfg.run.seed, logprobs=False)
     generator = build_generator(cfg.rollout, model, tok, model_source=session.model_source(cfg.model),
                                 seed=cfg.run.seed, default_batch_size=cfg.sampling.batch_size)
     sampler = with_thinking_budget(generator, cfg.sampling.thinking_budget, cfg.sampling.stop_thinking_text,

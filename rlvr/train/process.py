@@ -36,6 +36,7 @@ import torch
 
 from rlvr.algo import kl_estimate, whiten
 from rlvr.algo.advantages import process_supervision_advantages
+from rlvr.train.targets import Targets, kl_reward_to_go
 
 
 @dataclass
@@ -160,8 +161,6 @@ def process_targets(outcome_adv: torch.Tensor, mask: torch.Tensor, marks: StepMa
     outcome_adv (B,): GRPO's advantage of the outcome; mask (B, T): response tokens (label positions);
     marks: their StepMarks (rows in groups of group_size, as sampled); old_logp, ref_logp (B, T):
     only with algo.kl_in=reward. 0 on every position outside the mask."""
-    from rlvr.train.objective import Targets, kl_reward_to_go
-
     b, t = mask.shape
     if marks is None or len(marks.rewards) != b:
         raise ValueError(f"algo.advantage='process' needs the step marks of all {b} trained rows "

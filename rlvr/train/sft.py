@@ -13,12 +13,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import torch
-
-from rlvr.algo import LOSS_AGGREGATIONS, loss_normalizers
+from rlvr.algo import LOSS_AGGREGATIONS
 from rlvr.config import ConfigError
-from rlvr.models import TrainingBatch, build_training_batch, score_tokens
-from rlvr.train.batching import BatchConfigError, split_indices
+from rlvr.models import TrainingBatch, build_training_batch
+from rlvr.models.scoring import sft_loss  # noqa: F401 - re-exported (rlvr sft's loss)
+from rlvr.train.batching import BatchConfigError
 from rlvr.train.common import (
     clip_and_step,
     eval_prefixed,
@@ -85,23 +84,6 @@ def _check_sft_positions(model, tokenizer, pairs, prompt_fn, target_fn, cfg) -> 
             f"algo.max_length={cfg.algo.max_length}: the longest training pair (prompt + target, {lengths[i]} "
             f"tokens, example {getattr(pairs[i], 'id', i)}) exceeds the model's {limit} positions "
             f"(max_position_embeddings): lower algo.max_length to at most {limit}")
-
-
-def sft_loss(model, batch: TrainingBatch, aggregation: str, micro_batch_size: int, norm_length: int = 0) -> float:
-    """Backward of the aggregated response-token NLL over `batch` in micro-batches; returns the loss.
-
-    norm_length: the constant of `seq_mean_token_sum_norm` (the trainer passes algo.max_length, the
-    longest possible response), so that mode works for SFT instead of failing at the first step."""
-    norm = loss_normalizers(batch.response_mask, constant=float(norm_length) if norm_length else None)
-    agg = LOSS_AGGREGATIONS[aggregation]
-    total = 0.0
-    for chunk in split_indices(batch.input_ids.shape[0], micro_batch_size):
-        mb = batch.rows(torch.arange(chunk.start, chunk.stop))
-        logp = score_tokens(model, mb.input_ids, mb.labels, mb.attention_mask).logprobs  # (b, T)
-        loss = agg(-logp, mb.response_mask, norm)
-        loss.backward()
-        total += float(loss.detach())
-    return total
 
 
 def train_sft(

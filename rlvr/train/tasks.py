@@ -1,64 +1,15 @@
-"""What a trainer needs of a task, in one record: examples, the prompt contract (template, stop
-strings, whether the stop string is kept), the checker, the SFT target, and held-out evaluation
-with a generator.
-
-`load_task_data` builds it from a `DataConfig` through rlvr.data's task registry; tests and the
-demo may build one directly. `TaskData.sampling_spec` is the one function that turns a sampling
-config section and the task into a SamplingSpec: train, sft evaluation, eval and the demo all use
-it, so the r1_zero template's `</answer>` stop (kept in the text, which its reward needs) reaches
-every sampler with nothing to remember.
-"""
+"""A task for the trainers: `load_task_data` builds an rlvr.data.TaskData (examples, prompt contract,
+checker) from a `DataConfig` through rlvr.data's task registry, or from data.env's environment; held-out
+evaluation of a generator on it (`eval_policy`, `evaluate_examples`); the task's scorer with the data
+section's verifier limits (`task_scorer`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
-from rlvr.rewards.types import RewardFn
-
-
-@dataclass
-class TaskData:
-    """Examples and functions of one task (examples follow rlvr.data.Example: id, question,
-    reference, meta)."""
-
-    name: str
-    train: Sequence[Any]  # training examples
-    eval: Sequence[Any]  # held-out examples
-    prompt: Callable[[Any], str]  # example -> prompt text
-    reward_fn: RewardFn  # (response, example) -> Reward
-    target: Callable[[Any], str]  # example -> SFT response text (the tokens after the prompt)
-    stop: tuple[str, ...] = ()  # stop strings of the task's responses (besides EOS)
-    keep_stop: bool = True  # the stop string stays at the end of the response text
-    template: str = ""  # prompt template name (for the record; prompt() already applies it)
-    env: Any = None  # data.env: an rlvr.envs.task.EnvRunner; rollouts are multi-turn episodes, rewards theirs
-
-    def sampling_spec(self, s, *, seed: int | None, n: int | None = None, temperature: float | None = None,
-                      logprobs: bool = True):
-        """SamplingSpec for this task from a sampling config section `s` (SamplingConfig or
-        EvalSamplingConfig: top_p, top_k (if it has one), max_tokens, stop, keep_stop; temperature and the group size /
-        n unless given). Stop strings: the task's, then the section's extra ones."""
-        from rlvr.rollout import SamplingSpec
-
-        if n is None:
-            n = getattr(s, "group_size", None) or getattr(s, "n", 1)
-        return SamplingSpec(
-            n=n,
-            temperature=s.temperature if temperature is None else temperature,
-            top_p=s.top_p,
-            top_k=getattr(s, "top_k", 0),
-            max_tokens=s.max_tokens,
-            min_tokens=min(getattr(s, "min_tokens", 0), s.max_tokens),
-            stop=tuple(dict.fromkeys((*self.stop, *s.stop))),
-            include_stop_str_in_output=bool(self.keep_stop and getattr(s, "keep_stop", True)),
-            seed=seed,
-            logprobs=logprobs,
-        )
-
-
-class TaskDataError(ValueError):
-    """The data section cannot be turned into examples (unknown task, bad file, too many asked)."""
+from rlvr.data.task_data import TaskData, TaskDataError  # noqa: F401 - re-exported
+from rlvr.rollout.types import SamplingSpec
 
 
 def load_task_data(data_cfg, tokenizer=None, *, train: bool = True, episodes: bool = False) -> TaskData:
@@ -223,7 +174,7 @@ def eval_policy(generator, task: TaskData, cfg, *, greedy: bool = True, step: in
     examples = eval_examples(task, cfg.data.num_eval)
     if not examples:
         return {}
-    spec = task.sampling_spec(cfg.sampling, n=1, temperature=0.0 if greedy else cfg.run.eval_temperature,
+    spec = SamplingSpec.for_task(task, cfg.sampling, n=1, temperature=0.0 if greedy else cfg.run.eval_temperature,
                               seed=cfg.run.seed + 99991, logprobs=False)
     if task.env is not None:  # multi-turn episodes (rlvr.envs)
         return task.env.evaluate(generator, examples, spec, chunk_size=cfg.run.eval_batch_size, samples=samples)
