@@ -35,6 +35,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlvr.data.templates import empty_think_block, think_style
+from rlvr.rewards.batch import score_batch
 from rlvr.rewards.types import Reward, Status
 
 # A batch scorer (rlvr.train.tasks.task_scorer): (responses, examples) -> one Reward each.
@@ -141,8 +143,6 @@ def count_correct(
         if scorer is not None:
             rewards = list(scorer(responses, owner_examples))
         else:
-            from rlvr.rewards.batch import score_batch
-
             rewards = score_batch(reward_fn, responses, owner_examples)
         if len(rewards) != len(responses):
             raise ValueError(f"scorer returned {len(rewards)} rewards for {len(responses)} responses")
@@ -211,8 +211,6 @@ def no_reasoning_prompt(prompt: Callable[[Any], str], *, style: str = "auto", th
     style "auto": "r1" when the prompt ends with <think> and mentions <answer>, else "qwen3"
     (rlvr.data.templates.think_style; `rlvr filter` passes the task template's style).
     """
-    from rlvr.data.templates import empty_think_block, think_style
-
     if style not in ("auto", "qwen3", "r1"):
         raise ValueError(f"no_reasoning_prompt: style={style!r} is unknown; known: 'auto', 'qwen3', 'r1'")
 

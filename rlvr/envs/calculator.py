@@ -24,7 +24,9 @@ import operator
 import random
 import re
 
+from rlvr.data.example import Example
 from rlvr.envs.base import Environment, StepResult, register_env
+from rlvr.envs.sandboxed import run_python
 
 _ANSWER = re.compile(r"Answer:\s*(-?\d+)")
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
@@ -112,8 +114,6 @@ class CalculatorEnv(Environment):
     def generate_examples(cls, n: int, split: str, seed: int, digits: int = 2) -> list:
         """n distinct problems a OP b (a, b with `digits` digits; a >= b for "-"); the train and
         test splits never share an (a, op, b) triple. Raises ValueError when there are fewer than n."""
-        from rlvr.data.example import Example
-
         rng = random.Random(f"{cls.name}:{split}:{seed}")
         lo, hi = (10 ** (digits - 1) if digits > 1 else 0), 10**digits - 1
         total = 3 * (hi - lo + 1) ** 2
@@ -160,8 +160,6 @@ class PythonToolEnv(CalculatorEnv):
     tool_name = "python"
 
     def run_tool(self, body: str) -> tuple[str, bool]:
-        from rlvr.envs.sandboxed import run_python
-
         r = run_python(body)
         for name, detail in r.flags:
             self.log.flag(name, detail)

@@ -57,7 +57,11 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from rlvr.data.example import Example
 from rlvr.envs.base import Environment, StepResult, register_env
+from rlvr.envs.sandboxed import run_python
+from rlvr.rewards.code.runner import run_tests
+from rlvr.rewards.code.task import task_from_meta
 
 HIDDEN_NAME = "test_hidden.py"
 OUTPUT_CAP = 2000
@@ -218,8 +222,6 @@ class CodeRepairEnv(Environment):
 
     @classmethod
     def generate_examples(cls, n: int, split: str, seed: int) -> list:
-        from rlvr.data.example import Example
-
         return [Example(id=f"code_repair:{split}:{i}:{REPOS[i % len(REPOS)]['id']}",
                         question=REPOS[i % len(REPOS)]["issue"], reference="hidden tests pass",
                         meta=dict(REPOS[i % len(REPOS)])) for i in range(n)]
@@ -399,8 +401,6 @@ class CodeRepairEnv(Environment):
 
     def _sandbox(self, req: dict) -> tuple[str, bool]:
         """Run the driver with the workspace in a fresh sandbox box; apply the files it returns."""
-        from rlvr.envs.sandboxed import run_python
-
         before = self._files()
         r = run_python(DRIVER, json.dumps({**req, "files": before}))
         for name, detail in r.flags:
@@ -462,9 +462,6 @@ class CodeRepairEnv(Environment):
             self.log.flag("hidden_tests", "after the episode: the hidden tests changed")
 
     def hidden_test_report(self):
-        from rlvr.rewards.code.runner import run_tests
-        from rlvr.rewards.code.task import task_from_meta
-
         code = (self.repo / self.spec["module"]).read_text(errors="replace") \
             if (self.repo / self.spec["module"]).is_file() else ""
         task = task_from_meta({"entry_point": self.spec["entry"], "tests": {"asserts": list(self.spec["hidden"])},

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rlvr.data.example import Example
+from rlvr.data.jsonl import read_jsonl
 from rlvr.data.task_data import TaskData
 from rlvr.envs.base import get_env
 from rlvr.envs.format import TurnFormat
@@ -104,9 +106,6 @@ def env_task_data(data_cfg, tokenizer, *, train: bool = True):
     cls = runner.cls
 
     def load(path: str, n: int) -> list:
-        from rlvr.data.example import Example
-        from rlvr.data.jsonl import read_jsonl
-
         rows = [Example(id=str(r.get("id", f"{path}:{i}")), question=str(r["question"]), reference=str(r["reference"]),
                         meta=dict(r.get("meta") or {}), solution=r.get("solution"))
                 for i, r in enumerate(read_jsonl(path, required_keys=("question", "reference")))]

@@ -53,7 +53,8 @@ from dataclasses import dataclass
 import torch
 
 from rlvr.algo.logprobs import DEFAULT_CHUNK_SIZE, Truncation, logprobs_and_entropy
-from rlvr.models.cascade import CASCADE_MODEL_TYPES, forward_params
+from rlvr.models.cascade import CASCADE_MODEL_TYPES, attention, forward_params
+from rlvr.models.scoring import ScoreOutput
 
 NAME = "rlvr_packed"
 BLOCK = 128  # flex_attention's default block size (query and key blocks)
@@ -375,9 +376,6 @@ def score_packed(
     one packed forward (see the module docstring). Returns rlvr.models.ScoreOutput with logprobs and
     entropy (b, T) float32, set on the loss labels (pack.keep) and 0 elsewhere; gradients flow when
     called with grad enabled. temperature, truncation: the distribution scored, as in score_tokens."""
-    from rlvr.models.cascade import attention
-    from rlvr.models.scoring import ScoreOutput
-
     b, T = input_ids.shape
     if (b, T) != (pack.rows, pack.width):
         raise ValueError(f"the micro-batch is {(b, T)} but its PackPlan was built for {(pack.rows, pack.width)}")

@@ -33,6 +33,7 @@ import torch
 from rlvr.algo.logprobs import DEFAULT_CHUNK_SIZE, Truncation, logprobs_and_entropy
 from rlvr.models.cascade import SharedPrefixKV, attention, forward_params
 from rlvr.models.cascade import supported as cascade_supported
+from rlvr.models.scoring import ScoreOutput, score_tokens
 
 
 @dataclass
@@ -93,8 +94,6 @@ def score_shared_prefix(
     with each group's prefix run once (see the module docstring). Returns rlvr.models.ScoreOutput
     with logprobs and entropy (b, T) float32 (0 where attention_mask is 0); gradients flow when
     called with grad enabled. temperature, truncation: the distribution scored, as in score_tokens."""
-    from rlvr.models.scoring import ScoreOutput
-
     dev = next(model.parameters()).device
     b, T = input_ids.shape
     S = groups.prefix_len.to(dev)  # (g,) inputs whose labels are prompt tokens
@@ -197,8 +196,6 @@ def score_rows(model, input_ids, labels, attention_mask, response_mask=None, *, 
     """`score_tokens` of a micro-batch, with its rows' shared prompts run once when shared_prefix
     is on and some rows share one (prefix_groups); else the plain forward. response_mask (b, T)
     tells where each row's prompt ends. temperature, truncation: the distribution scored (score_tokens)."""
-    from rlvr.models.scoring import score_tokens
-
     # activation checkpointing turns the training forward's KV cache off (transformers), so there is
     # no prefix cache to share: such a model runs every row whole
     checkpointing = model.training and (getattr(model, "is_activation_checkpointing", None)  # transformers 5.x

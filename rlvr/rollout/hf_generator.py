@@ -26,6 +26,7 @@ import torch
 from rlvr.models.cascade import SharedPrefixKV
 from rlvr.models.cascade import attention as cascade_attention
 from rlvr.models.cascade import supported as cascade_supported
+from rlvr.models.prefix import _select_rows
 from rlvr.rollout.sampling import (  # noqa: F401 - process_logits, sample_rows re-exported
     decode_batch,
     find_completed_stop,
@@ -230,7 +231,6 @@ class HFGenerator:
         logits, past = self._forward(ids[reps], attn[reps], None)
         if not hasattr(past, "batch_select_indices"):
             return (*self._forward(ids, attn, None), None)
-        from rlvr.models.prefix import _select_rows
 
         _select_rows(past, rows)
         return logits[rows], past, None

@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from rlvr.models import score_tokens
+from rlvr.rollout.batch import rollouts_to_batch
 from rlvr.rollout.types import EngineError, SamplingSpec
 
 
@@ -26,9 +28,6 @@ class PushCheckError(EngineError):
 def logprob_gap(generator, model, tokenizer, prompts: Sequence[str], *, max_tokens: int = 16,
                 seed: int = 0) -> tuple[float, float, int]:
     """(mean, max |engine - learner| logprob, tokens compared) on a fresh probe of `prompts`."""
-    from rlvr.models import score_tokens
-    from rlvr.rollout.batch import rollouts_to_batch
-
     spec = SamplingSpec(n=1, temperature=1.0, top_p=1.0, top_k=0, max_tokens=max_tokens, seed=seed, logprobs=True)
     rollouts = [r for r in generator.generate(list(prompts), spec) if r.response_ids and r.logprobs]
     if not rollouts:

@@ -40,6 +40,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
+from rlvr.models.loading import load_tokenizer
 from rlvr.rollout.sampling import find_completed_stop
 from rlvr.rollout.types import EngineError, Rollout, SamplingSpec, resolve_prompt_ids, sequence_seed
 
@@ -104,8 +105,6 @@ class VLLMGenerator:
         from vllm import LLM
 
         if tokenizer is None:
-            from rlvr.models.loading import load_tokenizer
-
             tokenizer = load_tokenizer(model_path)
         self.tokenizer = tokenizer
         self.weight_version = 0

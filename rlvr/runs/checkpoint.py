@@ -34,6 +34,8 @@ from typing import Any
 
 import torch
 
+from rlvr.models.loading import save_policy
+
 FORMAT_VERSION = 1
 _STEP_RE = re.compile(r"^step_(\d+)$")
 
@@ -225,8 +227,6 @@ def save_checkpoint(
         if hasattr(real, "save_pretrained"):
             with _no_hf_progress_bars():
                 if tokenizer is not None:
-                    from rlvr.models.loading import save_policy
-
                     save_policy(real, tokenizer, model_dir)  # load_policy(<ckpt>/model) round-trips exactly
                 else:
                     real.save_pretrained(model_dir)

@@ -29,6 +29,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rlvr.config import dump_yaml
+from rlvr.runs.checkpoint import checkpoint_name, list_checkpoints
+
 log = logging.getLogger(__name__)
 
 _TB_NOTICE_SHOWN = False
@@ -91,8 +94,6 @@ def _truncate_jsonl(path: Path, max_step: int) -> int:
 
 
 def _drop_later_checkpoints(ckpt_dir: Path, step: int) -> None:
-    from rlvr.runs.checkpoint import checkpoint_name, list_checkpoints
-
     if not ckpt_dir.is_dir():
         return
     later = [p for p in list_checkpoints(ckpt_dir) if int(p.name.split("_")[1]) > step]
@@ -223,8 +224,6 @@ class RunDir:
 
     def write_config(self, config: Any) -> Path:
         """Write the resolved config: a config dataclass via rlvr.config.dump_yaml, or a mapping."""
-        from rlvr.config import dump_yaml
-
         if dataclasses.is_dataclass(config) and not isinstance(config, type):
             return dump_yaml(config, self.config_path)
         import yaml

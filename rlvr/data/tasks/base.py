@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlvr.data.example import Example
-from rlvr.data.jsonl import iter_jsonl
+from rlvr.data.jsonl import DataError, iter_jsonl
 from rlvr.data.templates import render_prompt
+from rlvr.rewards import get_reward_fn
 
 
 @dataclass(frozen=True)
@@ -66,8 +67,6 @@ class Task:
 
     def reward_fn(self, template: str | None = None):
         """The RewardFn `(response, example) -> Reward` for prompts rendered with `template`."""
-        from rlvr.rewards import get_reward_fn
-
         return get_reward_fn(self.reward_name(template))
 
     def prompt(self, example: Example, template: str | None = None, tokenizer=None) -> str:
@@ -84,8 +83,6 @@ class Task:
                   columns: Mapping[str, str] | None = None) -> list[Example]:
         """Rows (dicts) -> Examples, validating required keys; errors name `source` and the row.
         columns: {"question": your column, "answer": your column} (map_columns)."""
-        from rlvr.data.jsonl import DataError
-
         if self.parse_row is None:
             raise ValueError(f"task {self.name!r} is synthetic; use generate()")
         out = []
@@ -127,8 +124,6 @@ def map_columns(row: dict, columns: Mapping[str, str] | None, where: str = "") -
     """The row with your columns under the names tasks read (data.question_key / data.answer_key):
     columns={"question": "prompt"} turns {"prompt": "2+2?", "answer": "4"} into {"question": "2+2?",
     "answer": "4"}; the task's other names for that role ("problem"; "reference") are dropped."""
-    from rlvr.data.jsonl import DataError
-
     columns = {k: v for k, v in (columns or {}).items() if v}
     if not columns:
         return row

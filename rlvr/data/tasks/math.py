@@ -6,11 +6,10 @@ from __future__ import annotations
 from rlvr.data.example import Example
 from rlvr.data.jsonl import DataError
 from rlvr.data.tasks.base import Task
+from rlvr.rewards.extract import last_boxed
 
 
 def parse_row(row: dict, where: str, index: int) -> Example:
-    from rlvr.rewards.extract import last_boxed
-
     question = row.get("problem", row.get("question"))
     if question is None:
         raise DataError(f'{where}: missing key "problem" (or "question")')

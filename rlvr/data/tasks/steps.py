@@ -31,6 +31,7 @@ from rlvr.data.jsonl import DataError
 from rlvr.data.tasks.arithmetic import _knobs as arithmetic_knobs
 from rlvr.data.tasks.base import Task
 from rlvr.data.tasks.synthetic import check_capacity, sample_unique, split_capacities, split_share
+from rlvr.rewards.steps import problem_terms
 
 OPS = ("+", "-")
 
@@ -156,8 +157,6 @@ def _capacities(dig: tuple[int, int], ops: tuple[str, ...], operands: int, max_r
 
 def parse_row(row: dict, where: str, index: int) -> Example:
     """{"question": "3+5+7="} (a reference, if given, must be the sum) -> Example with its worked steps."""
-    from rlvr.rewards.steps import problem_terms
-
     q = str(row["question"]).strip()
     try:
         terms, ops = problem_terms(q)
