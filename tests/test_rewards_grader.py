@@ -107,7 +107,7 @@ def test_decimal_rule_strict_is_the_default():
 
 def test_tolerance_reaches_reward_functions_and_isolated_workers():
     from rlvr.rewards import get_reward_fn, score_batch
-    from rlvr.rewards.functions import WithTolerance, with_tolerance
+    from rlvr.rewards.registry import WithTolerance, with_tolerance
     from rlvr.rewards.types import SimpleExample
 
     ex = SimpleExample("\\pi")

@@ -33,6 +33,7 @@ from typing import Any
 
 from rlvr.rewards import pool as _pool
 from rlvr.rewards.grader import DEFAULT_TIMEOUT_S, verifier_timeout
+from rlvr.rewards.registry import get_reward_fn
 from rlvr.rewards.types import ExampleLike, Reward, RewardFn, SimpleExample, Status
 
 
@@ -117,8 +118,6 @@ def resolve_reward_fn(reward_fn: str | RewardFn) -> RewardFn:
             float(attr)
         except ValueError:
             return _pool.resolve(reward_fn)  # "module:function"
-    from rlvr.rewards import get_reward_fn
-
     return get_reward_fn(reward_fn)
 
 

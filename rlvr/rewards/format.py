@@ -18,7 +18,7 @@ not paid. Both are reachable by name:
 `</think> <answer>` and a later `</answer>`), so "formatted" means the same in both modes.
 
 Put the accuracy term first in a composition: a composed reward's status (what `accuracy` counts)
-is its first term's (rlvr.rewards.functions.ComposedReward).
+is its first term's (rlvr.rewards.registry.ComposedReward).
 """
 
 from __future__ import annotations

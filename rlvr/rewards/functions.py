@@ -9,8 +9,7 @@ instances of module-level classes), so worker processes can import them by name 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 
 from rlvr.rewards import countdown as _countdown
 from rlvr.rewards.extract import (
@@ -25,9 +24,9 @@ from rlvr.rewards.extract import (
     parse_r1_zero,
     reference_answer,
 )
-from rlvr.rewards.grader import grade_answer, verifier_tolerance
+from rlvr.rewards.grader import grade_answer
 from rlvr.rewards.language import language_share
-from rlvr.rewards.types import ExampleLike, Reward, RewardFn, Status
+from rlvr.rewards.types import ExampleLike, Reward, Status
 
 
 def never_raises(fn: Callable[[str, ExampleLike], Reward]) -> Callable[[str, ExampleLike], Reward]:
@@ -198,78 +197,3 @@ def final(response: str, example: ExampleLike) -> Reward:
     """Generic: `extract.final_answer` then the tiered checker; format = an answer was found."""
     answer = final_answer(response)
     return _graded(answer, example.reference, 1.0 if answer is not None else 0.0)
-
-
-# Worst statuses first: a composed reward reports a timeout or error of any term.
-_STATUS_PRIORITY = (Status.ERROR, Status.TIMEOUT)
-
-
-@dataclass(frozen=True)
-class ComposedReward:
-    """Weighted sum of named reward functions. total = sum_i w_i * total_i; parts hold every
-    term's total under its name and its own parts as "name/part"; status is the first term's
-    unless any term timed out or errored (then that, so it is counted)."""
-
-    weights: tuple[tuple[str, float], ...]  # ((name, weight), ...), order kept
-
-    def __call__(self, response: str, example: ExampleLike) -> Reward:
-        from rlvr.rewards import get_reward_fn  # late: the registry imports this module
-
-        total = 0.0
-        parts: dict[str, float] = {}
-        statuses: list[Status] = []
-        infos: list[str] = []
-        for name, weight in self.weights:
-            r = get_reward_fn(name)(response, example)
-            total += weight * r.total
-            parts[name] = r.total
-            for k, v in r.parts.items():
-                parts[f"{name}/{k}"] = v
-            statuses.append(r.status)
-            if r.info:
-                infos.append(f"{name}: {r.info}")
-        status = statuses[0] if statuses else Status.ERROR
-        for bad in _STATUS_PRIORITY:
-            if bad in statuses:
-                status = bad
-                break
-        return Reward(total, parts, status, "; ".join(infos)[:500])
-
-
-@dataclass(frozen=True)
-class WithTolerance:
-    """A reward function whose answers are graded under a named decimal tolerance:
-    "strict" (the default: about six significant digits) or "lenient" (a correct rounding with
-    3+ significant digits; see rlvr.rewards.tolerance). Picklable when `fn` is (a registered
-    reward is), so it works in `score_batch(..., isolate=True)` workers too."""
-
-    fn: RewardFn
-    tolerance: str
-
-    def __call__(self, response: str, example: ExampleLike) -> Reward:
-        with verifier_tolerance(self.tolerance):
-            return self.fn(response, example)
-
-
-def with_tolerance(fn: RewardFn | str, tolerance: str | None) -> RewardFn:
-    """`fn` (a RewardFn or a registered name) graded under `tolerance` ("strict" | "lenient");
-    None returns it unchanged (the process default applies). ValueError for an unknown name."""
-    from rlvr.rewards import get_reward_fn
-    from rlvr.rewards.tolerance import check_tolerance
-
-    if isinstance(fn, str):
-        fn = get_reward_fn(fn)
-    if tolerance is None:
-        return fn
-    return WithTolerance(fn, check_tolerance(tolerance))
-
-
-def compose(weights: Mapping[str, float]) -> RewardFn:
-    """`compose({"r1_zero": 1.0, "language": 0.1})` -> one RewardFn. Names are checked now."""
-    from rlvr.rewards import get_reward_fn
-
-    if not weights:
-        raise ValueError("compose() needs at least one reward name")
-    for name in weights:
-        get_reward_fn(name)  # fails early, listing the known names
-    return ComposedReward(tuple((str(k), float(v)) for k, v in weights.items()))

@@ -137,7 +137,7 @@ def _load_task_data(data_cfg, tokenizer=None, need_train: bool = True) -> TaskDa
         held_out = []
     reward_fn = resolve_reward_fn(data_cfg.reward) if data_cfg.reward else task.reward_fn(template)
     if getattr(data_cfg, "verifier_tolerance", ""):
-        from rlvr.rewards.functions import with_tolerance
+        from rlvr.rewards.registry import with_tolerance
 
         reward_fn = with_tolerance(reward_fn, data_cfg.verifier_tolerance)
     return TaskData(
