@@ -22,11 +22,15 @@ Each stage's config is layered, lowest first: the command's defaults < the recip
 and after a filter stage data.train_path, placed above `shared`). Every stage is built and checked
 before the first one runs, so a wrong key in stage 4 fails at once, naming the stage and the key.
 
-Stages run through the trainers' own functions (rlvr.train.sft.train_sft, rlvr.train.pg.train,
-rlvr.train.ei.train_ei), with their run directories, metrics and checkpoints; an eval stage writes
-eval.json and samples.jsonl (rlvr.eval.evaluate, as `rlvr eval`); a filter stage runs `rlvr filter`
-and its train.jsonl becomes data.train_path of the stages after it. Each stage starts from the
-policy of the last stage before it that trained one (filter and eval stages pass it through).
+Every stage is a library function of its config, `fn(cfg, *, resume=False)`, and the pipeline is the table
+STAGES {kind: (config class, function, the command's extra checks)} plus resume bookkeeping:
+sft -> rlvr.train.sft.train_sft, rl -> rlvr.train.pg.train, ei -> rlvr.train.ei.train_ei (run directories,
+metrics and checkpoints as their commands write them), eval -> rlvr.train.evaluation.evaluate_policy (eval.json,
+eval.samples.jsonl and config.yaml in the stage's directory), filter -> rlvr.train.filtering.filter_problems
+(its train.jsonl becomes data.train_path of the stages after it; the stage's `options` are its filter.* keys).
+Each stage starts from the policy of the last stage before it that trained one (filter and eval stages pass
+it through). The pipeline file is read with rlvr.config.read_yaml, the stage configs with
+rlvr.config.load_config, so both fail with the file, line and key.
 
 Resume (`--resume`): a training stage whose newest checkpoint is at run.steps is finished and
 skipped; one with an earlier checkpoint continues from it; one without restarts. Eval and filter
