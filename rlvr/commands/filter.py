@@ -14,7 +14,10 @@ import json
 import typer
 
 from rlvr.commands._config_cli import load_from_run, policy_positionals, run_stage, with_keys_help
-from rlvr.train.config import FilterConfig
+from rlvr.config import field_docs
+from rlvr.train.config import FILTER_FLAGS, FilterConfig, FilterSelectConfig
+
+_DOCS = field_docs(FilterConfig)
 
 
 def _flag_overrides(values: dict) -> list[str]:
@@ -22,32 +25,23 @@ def _flag_overrides(values: dict) -> list[str]:
     return [f"filter.{key}={json.dumps(value)}" for key, value in values.items() if value not in (None, [])]
 
 
+def _flag(key: str) -> typer.models.OptionInfo:
+    """The flag of filter.KEY: unset (None) unless given, its help the key's own doc."""
+    default = getattr(FilterSelectConfig(), key)
+    return typer.Option(None, FILTER_FLAGS[key], help=f"{_DOCS[f'filter.{key}']} Sets filter.{key} "
+                        f"(default {default!r}){'; repeatable' if isinstance(default, list) else ''}.")
+
+
 @with_keys_help(FilterConfig)
 def filter(  # noqa: A001 - the command is called `filter`
     args: list[str] = typer.Argument(None, help="Optional RUN_DIR (a run, checkpoint or model folder) or CONFIG.yaml, then dotted key=value overrides."),
-    k: int = typer.Option(None, "--k", help="Samples per problem for its pass rate (filter.k; default 8)."),
-    band: str = typer.Option(
-        None, "--band",
-        help="Pass rates kept (filter.band; default medium): a name (medium = (0, 1), never-solved = [0, 0], "
-             "not-always-solved = [0, 1), solved-at-least-once = (0, 1], all = [0, 1]) or an interval such as "
-             "'[0.25, 0.75]' ('['/']' include the end, '('/')' exclude it)."),
-    no_reasoning_k: int = typer.Option(
-        None, "--no-reasoning-k",
-        help="First sample this many answers per problem with a closed, empty think block and drop the problems "
-             "solved without reasoning (Qwen3) (filter.no_reasoning_k; default 0 = off)."),
-    no_reasoning_max_rate: float = typer.Option(
-        None, "--no-reasoning-max-rate",
-        help="With --no-reasoning-k: drop a problem whose no-reasoning pass rate is above this "
-             "(filter.no_reasoning_max_rate; default 0 = solved once)."),
-    decontaminate_against: list[str] = typer.Option(
-        None, "--decontaminate-against",
-        help="Drop training problems that overlap these evaluation problems: a JSONL file (question / problem / "
-             "prompt key) or 'eval' (the task's held-out split); repeatable (filter.decontaminate_against)."),
-    ngram: int = typer.Option(None, "--ngram", help="Decontamination: word n-gram size (filter.ngram; default 8)."),
-    overlap: float = typer.Option(
-        None, "--overlap",
-        help="Decontamination: drop when this share of a training problem's n-grams is in one evaluation problem "
-             "(filter.overlap; default 0.5; 0 = any shared n-gram)."),
+    k: int = _flag("k"),
+    band: str = _flag("band"),
+    no_reasoning_k: int = _flag("no_reasoning_k"),
+    no_reasoning_max_rate: float = _flag("no_reasoning_max_rate"),
+    decontaminate_against: list[str] = _flag("decontaminate_against"),
+    ngram: int = _flag("ngram"),
+    overlap: float = _flag("overlap"),
     threads: int = typer.Option(0, "--threads", help="torch CPU threads (sets run.num_threads)."),
 ) -> None:
     """Keep the training problems whose pass rate under a policy lies in a band; write them as a dataset.
