@@ -165,6 +165,8 @@ def test_wrong_type_and_batch_arithmetic_of_a_later_stage_fail_before_the_first_
     ("  - name: pick\n    kind: filter\n    options: {band: hard}\n",
      ["stage 'pick' (kind filter)", "filter.band", "band 'hard'"]),
     ("  - name: test\n    kind: eval\n    overrides: {sampling.n: 0}\n", ["stage 'test' (kind eval)", "sampling.n=0"]),
+    ("  - name: pick\n    kind: filter\n    options: {decontaminate_against: [nowhere.jsonl]}\n",
+     ["stage 'pick' (kind filter)", "filter.decontaminate_against", "nowhere.jsonl: no such file"]),
 ])
 def test_a_bad_last_stage_is_refused_before_the_first_stage_starts(tmp_path, last, expect):
     text = GOOD.format(out=tmp_path / "p")

@@ -1123,8 +1123,9 @@ class FilterSelectConfig:
     (0 = any shared n-gram)."""
 
     def validate(self) -> None:
-        """Ranges and the band's syntax; the evaluation files are read (every bad line named) before the model
-        loads, by rlvr.train.filtering."""
+        """Ranges, the band's syntax and that the evaluation files exist."""
+        from pathlib import Path
+
         from rlvr.data.filters import Band  # rlvr.data costs `rlvr --help` time: only here
 
         c = _Checks("filter")
@@ -1144,6 +1145,9 @@ class FilterSelectConfig:
             bad("no_reasoning_max_rate", self.no_reasoning_max_rate, "must be in [0, 1]")
         if not all(s.strip() for s in self.decontaminate_against):
             bad("decontaminate_against", self.decontaminate_against, "each entry is a JSONL file or 'eval'")
+        for path in self.decontaminate_against:  # its lines are read before the model loads (rlvr.train.filtering)
+            if path.strip() and path != "eval" and not Path(path).is_file():
+                bad("decontaminate_against", path, "is a directory, not a file" if Path(path).is_dir() else "no such file")
         if self.ngram < 1:
             bad("ngram", self.ngram, "must be >= 1")
         if not 0.0 <= self.overlap <= 1.0:
