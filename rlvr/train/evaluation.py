@@ -130,7 +130,7 @@ def evaluate_policy(cfg: EvalConfig, *, budgets: Sequence[int] | None = None,
     except (KeyError, ImportError, ValueError) as exc:
         raise ConfigError(_error_text(exc)) from None
     load_s = time.perf_counter() - t0
-    # On CPU, prompts per generate call sized by tokens (a fixed 256 long prompts was several times slower)
+    # On CPU, prompts per generate call sized by tokens: 256 long prompts in one call are several times slower
     chunks = cpu_chunks(tok, prompts, n=spec.n, max_tokens=tokens, max_prompts=cfg.sampling.batch_size,
                         device=cfg.model.device, backend=cfg.rollout.backend)
     calls = len(chunks) if chunks is not None else -(-len(examples) // cfg.sampling.batch_size)

@@ -376,7 +376,7 @@ def filter_problems(cfg: FilterConfig, *, resume: bool = False) -> FilterResult:
                 bar.update(done - bar.completed)
 
             # On CPU, problems per generate call sized by tokens (rlvr.eval.cpu_chunks): long prompts in a
-            # fixed batch of sampling.batch_size x k rows were several times slower.
+            # fixed batch of sampling.batch_size x k rows are several times slower.
             budget = spec_.max_tokens + (max(cfg.sampling.thinking_budget, 0) if prompt is None else 0)
             texts = [(prompt or task.prompt)(ex) for ex in examples]  # a no-reasoning prompt is (prompt, prefix)
             chunks = cpu_chunks(tok, [p if isinstance(p, str) else p[0] for p in texts], n=spec_.n, max_tokens=budget,

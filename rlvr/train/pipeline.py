@@ -161,8 +161,7 @@ def load_pipeline(path_or_spec: str | Path | Mapping[str, Any] | PipelineSpec, o
     return spec
 
 
-def _flatten(value: Any, prefix: str = "", lines: Mapping[str, int] | None = None, path: tuple = (),
-             where: dict[str, tuple] | None = None) -> dict[str, Any]:
+def _flatten(value: Any, prefix: str = "", path: tuple = (), where: dict[str, tuple] | None = None) -> dict[str, Any]:
     """Nested and/or dotted mapping -> {dotted key: leaf value} (lists are leaves). `where`
     collects each dotted key's YAML path (for line numbers)."""
     out: dict[str, Any] = {}
@@ -171,7 +170,7 @@ def _flatten(value: Any, prefix: str = "", lines: Mapping[str, int] | None = Non
         if where is not None:
             where[key] = (*path, str(k))
         if isinstance(v, Mapping):
-            out.update(_flatten(v, key + ".", lines, (*path, str(k)), where))
+            out.update(_flatten(v, key + ".", (*path, str(k)), where))
         else:
             out[key] = v
     return out
