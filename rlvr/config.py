@@ -129,6 +129,11 @@ def _read_yaml(text: str, source: str) -> tuple[Any, dict[str, int]]:
     errors: list[str] = []
 
     def walk(n: yaml.Node, prefix: str) -> None:
+        if isinstance(n, yaml.SequenceNode):  # list items by index ("stages.2.kind"), for files with lists
+            for i, item in enumerate(n.value):
+                lines[f"{prefix}{i}"] = item.start_mark.line + 1
+                walk(item, f"{prefix}{i}.")
+            return
         if not isinstance(n, yaml.MappingNode):
             return
         seen: set[str] = set()
@@ -430,6 +435,22 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     return key, raw.strip(), value
 
 
+def read_yaml(path: str | Path, what: str = "config file") -> tuple[Any, dict[str, int]]:
+    """(data, {dotted key: 1-based line}) of a YAML file with the strict rules above; list items are keyed by
+    index. ConfigError naming the file (and line) when it cannot be read, is not YAML or repeats a key."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read {what} ({exc.strerror or exc})") from exc
+    try:
+        return _read_yaml(text, str(path))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        loc = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise ConfigError(f"{loc}: invalid YAML: {getattr(exc, 'problem', None) or exc}") from exc
+
+
 def load_config(
     cls: type[T],
     path: str | Path | None = None,
@@ -450,17 +471,7 @@ def load_config(
     if base:
         builder.add_mapping(base, "base config")
     if path is not None:
-        path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read config file ({exc.strerror or exc})") from exc
-        try:
-            data, lines = _read_yaml(text, str(path))
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            loc = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-            raise ConfigError(f"{loc}: invalid YAML: {getattr(exc, 'problem', None) or exc}") from exc
+        data, lines = read_yaml(path)
         if data is not None:
             builder.add_mapping(data, str(path), lines)
     for text in overrides:

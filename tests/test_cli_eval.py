@@ -138,3 +138,23 @@ def test_bad_thinking_budget_and_bad_paths_fail_with_status_2(tmp_path):
     assert r.exit_code == 2 and "model.init_from" in r.output
     r = _invoke("eval", "data.task=math", f"data.eval_path={tmp_path / 'missing.jsonl'}")
     assert r.exit_code == 2 and "missing.jsonl" in r.output
+
+
+def test_rlvr_eval_is_evaluate_policy_of_its_config(run_dir, tmp_path):
+    """One evaluation stage: the library call writes the file `rlvr eval` writes, for the same config."""
+    from rlvr.config import load_config
+    from rlvr.train.config import EvalConfig
+    from rlvr.train.evaluation import evaluate_policy
+
+    keys = [f"model.name={run_dir.parent / 'policy'}", "data.digits=1", "data.num_eval=3", "sampling.max_tokens=2"]
+    ev = evaluate_policy(load_config(EvalConfig, None, [*keys, f"run.out={tmp_path / 'lib.json'}"]))
+    assert ev.problems == 3 and ev.budgets == [-1] and ev.out == tmp_path / "lib.json"
+    assert len(ev.results[-1].samples) == 3 and ev.metrics()["accuracy"] == ev.results[-1].metrics()["accuracy"]
+    r = _invoke("eval", *keys, f"run.out={tmp_path / 'cli.json'}")
+    assert r.exit_code == 0, r.output
+
+    def untimed(name: str) -> dict:
+        return {k: v for k, v in json.loads((tmp_path / name).read_text()).items() if not k.startswith("time/")}
+
+    assert untimed("lib.json") == untimed("cli.json") and untimed("lib.json")["problems"] == 3
+    assert (tmp_path / "lib.samples.jsonl").read_text() == (tmp_path / "cli.samples.jsonl").read_text()

@@ -462,3 +462,30 @@ def test_filter_errors_name_the_option_key_or_file(tmp_path):
     src2.write_text('{"question": "1+1=", "reference": "2"}\n')
     r = _invoke(f"data.train_path={src2}", f"run.out_dir={tmp_path}", "run.overwrite=true")
     assert r.exit_code == 2 and "is data.train_path itself" in r.output
+
+
+def test_filter_problems_is_the_command_as_a_library_function_of_its_config(scripted, tmp_path):
+    """The flags are aliases of filter.* keys: a YAML `filter:` section, the library call and the flags give the
+    same dataset; a flag wins over the file."""
+    from rlvr.config import ConfigError, load_config
+    from rlvr.train.config import FilterConfig
+    from rlvr.train.filtering import filter_problems
+
+    cfg = load_config(FilterConfig, None, [*TINY, *DATA, "filter.k=4", "filter.band=never-solved",
+                                           f"run.out_dir={tmp_path / 'lib'}"])
+    result = filter_problems(cfg)
+    never = [ex for i, ex in enumerate(scripted.examples) if i % 3 == 2]
+    assert result.kept == 4 and result.problems == 12 and result.dataset == tmp_path / "lib" / "train.jsonl"
+    assert _same(_load_back(result.dataset), never)
+    assert result.report["settings"]["k"] == 4 and result.report["settings"]["band"] == "[0, 0]"
+    # the same from a YAML file, with a flag over the file's band
+    path = tmp_path / "filter.yaml"
+    path.write_text("filter: {k: 4, band: medium}\n")
+    r = _invoke(str(path), *TINY, *DATA, "--band", "never-solved", f"run.out_dir={tmp_path / 'cli'}")
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "cli" / "train.jsonl").read_text() == result.dataset.read_text()
+    # the key's checks name the key and the flag
+    with pytest.raises(ConfigError, match=r"filter\.overlap / --overlap 2"):
+        load_config(FilterConfig, None, ["filter.overlap=2"])
+    with pytest.raises(ConfigError, match=r"filter\.no_reasoning_k / --no-reasoning-k -1"):
+        load_config(FilterConfig, None, ["filter.no_reasoning_k=-1"])

@@ -156,6 +156,28 @@ def test_wrong_type_and_batch_arithmetic_of_a_later_stage_fail_before_the_first_
     assert not (tmp_path / "p").exists()
 
 
+@pytest.mark.parametrize("last,expect", [
+    # a bad key of the last stage
+    ("  - name: test\n    kind: eval\n    overrides: {sampling.temprature: 1}\n",
+     ["stage 'test' (kind eval)", "unknown config key 'sampling.temprature'", "'sampling.temperature'"]),
+    # bad values of the last stage, which only its own checks see (a filter stage's options are filter.* keys)
+    ("  - name: pick\n    kind: filter\n    options: {k: 0}\n", ["stage 'pick' (kind filter)", "filter.k", "k 0"]),
+    ("  - name: pick\n    kind: filter\n    options: {band: hard}\n",
+     ["stage 'pick' (kind filter)", "filter.band", "band 'hard'"]),
+    ("  - name: test\n    kind: eval\n    overrides: {sampling.n: 0}\n", ["stage 'test' (kind eval)", "sampling.n=0"]),
+    ("  - name: pick\n    kind: filter\n    options: {decontaminate_against: [nowhere.jsonl]}\n",
+     ["stage 'pick' (kind filter)", "filter.decontaminate_against", "nowhere.jsonl: no such file"]),
+])
+def test_a_bad_last_stage_is_refused_before_the_first_stage_starts(tmp_path, last, expect):
+    text = GOOD.format(out=tmp_path / "p")
+    text = text[:text.index("  - name: test")] + last
+    r = CliRunner().invoke(app, ["pipeline", str(_write(tmp_path, text)), "--threads", "1"])
+    assert r.exit_code == 2, r.output
+    for part in expect:
+        assert part in r.output, (part, r.output)
+    assert not (tmp_path / "p" / "01_warm").exists() and not (tmp_path / "p").exists()
+
+
 @pytest.mark.parametrize("change,expect", [
     (("  run: {progress: false}", "  run: {progress: false}\nstagez: []"), ["unknown pipeline key 'stagez'", "'stages'"]),
     (("    recipe: grpo", "    recipe: grpo\n    steps: 3"), ["stage 'rl'", "unknown stage key 'steps'", "overrides"]),
@@ -298,7 +320,9 @@ def test_a_second_run_without_resume_is_refused_and_resume_skips_everything(unin
 
 
 def test_resume_after_a_stage_that_raised_skips_the_finished_ones(uninterrupted, tmp_path, monkeypatch):
-    import rlvr.train.ei as ei_mod
+    import dataclasses
+
+    from rlvr.train import pipeline
 
     out = tmp_path / "p"
 
@@ -306,7 +330,7 @@ def test_resume_after_a_stage_that_raised_skips_the_finished_ones(uninterrupted,
         raise RuntimeError("stage 3 died")
 
     with monkeypatch.context() as m:
-        m.setattr(ei_mod, "train_ei", boom)
+        m.setitem(pipeline.STAGES, "ei", dataclasses.replace(pipeline.STAGES["ei"], run=boom))
         with pytest.raises(RuntimeError, match="stage 3 died"):
             run_pipeline(tiny_spec(out))
     summary = json.loads((out / "summary.json").read_text())

@@ -84,6 +84,64 @@ def load_run_config(
     return cfg
 
 
+def policy_positionals(args: list[str] | None) -> list[str]:
+    """The natural spellings of the policy of `rlvr eval` / `rlvr filter`, as overrides: a run directory or
+    checkpoint (`rlvr eval runs/grpo`) is `model.init_from=DIR`, a model folder (config.json) `model.name=DIR`,
+    and a run's own config.yaml (`rlvr eval runs/grpo/config.yaml`: a trainer's dump, not an eval config) is
+    `model.init_from=` its run. Everything else is passed on as it was."""
+    from rlvr.train.run_settings import find_run_dir
+
+    out = []
+    for arg in args or ():
+        p = Path(arg)
+        if "=" not in arg and p.is_dir():
+            if (p / "config.json").is_file():
+                out.append(f"model.name={arg}")
+                continue
+            if find_run_dir(p) is None and not (p / "model" / "config.json").is_file():
+                fail(f"{arg}: a directory, but neither a run directory (config.yaml) nor a checkpoint or model "
+                     "folder (config.json)")
+            out.append(f"model.init_from={arg}")
+        elif p.name == "config.yaml" and p.is_file() and find_run_dir(p.parent) is not None:
+            out.append(f"model.init_from={p.parent}")
+        else:
+            out.append(arg)
+    return out
+
+
+def load_from_run(cls: type, args: Sequence[str] | None, extra: Sequence[str], *, training: bool):
+    """(config, run directory or None) of `rlvr eval` (training=False) or `rlvr filter` (training=True): when
+    model.init_from is a run (or one of its checkpoints), the run's task and response settings
+    (rlvr.train.run_settings) are the lowest layer under the file and overrides; a file or override naming
+    another task drops the run's data section (it belongs to its own task). An evaluation's data.num_train is
+    0 (it reads no training split)."""
+    from rlvr.config import ConfigError
+    from rlvr.train.common import resolve_model_dir
+    from rlvr.train.config import DataConfig
+    from rlvr.train.run_settings import NO_TRAIN, find_run_dir, run_settings
+
+    plain = None if training else NO_TRAIN
+    cfg = load_or_exit(cls, args, base=plain, extra=extra)
+    if not cfg.model.init_from:
+        return cfg, None
+    try:
+        resolve_model_dir(cfg.model.init_from)
+    except FileNotFoundError as exc:
+        fail(str(exc))
+    run_dir = find_run_dir(cfg.model.init_from)
+    if run_dir is None:
+        return cfg, None
+    try:
+        base = run_settings(run_dir, training=training)
+    except ConfigError as exc:
+        fail(str(exc))
+    cfg = load_or_exit(cls, args, base=base, extra=extra)
+    if cfg.data.task != base["data"].get("task", DataConfig.task):
+        base["data"] = dict((plain or {}).get("data", {}))
+        cfg = load_or_exit(cls, args, base=base, extra=extra)
+    return cfg, run_dir
+
+
 def _dotted(mapping: Mapping[str, Any] | None, prefix: str = "") -> dict[str, Any]:
     """{"data": {"task": "x"}, "algo.loss": "y"} -> {"data.task": "x", "algo.loss": "y"}."""
     out: dict[str, Any] = {}
@@ -124,20 +182,18 @@ def _with_run_task(cls: type, args: Sequence[str] | None, base: Mapping[str, Any
     import dataclasses
     import typing
 
-    from rlvr.commands.eval import find_run_dir, run_settings
+    from rlvr.config import ConfigError
     from rlvr.train.config import DataConfig
+    from rlvr.train.run_settings import find_run_dir, run_settings
 
     init_from = _init_from(cls, args, base, extra)
     run_dir = find_run_dir(init_from) if init_from else None
     if run_dir is None:
         return load_or_exit(cls, args, base=base, extra=extra)
-    import yaml
-
-    settings = run_settings(run_dir)
-    raw = (yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")) or {}).get("data") or {}
-    settings["data"].pop("num_train", None)  # eval's placeholder: a trainer takes the run's own count
-    if "num_train" in raw:
-        settings["data"]["num_train"] = raw["num_train"]
+    try:
+        settings = run_settings(run_dir, training=True)
+    except ConfigError as exc:
+        fail(str(exc))
     sampling_keys = {f.name for f in dataclasses.fields(typing.get_type_hints(cls)["sampling"])}
     settings["sampling"] = {k: v for k, v in settings["sampling"].items() if k in sampling_keys}
     run_task = settings["data"].get("task", DataConfig.task)
@@ -196,6 +252,20 @@ def run_trainer(fn, cfg, *, resume: bool, **kwargs):
         raise typer.Exit(1) from None
     except (ConfigError, BatchConfigError, TaskDataError, FileExistsError, FileNotFoundError,
             NotADirectoryError, ModelLoadError) as exc:
+        fail(str(exc))
+
+
+def run_stage(fn, cfg, **kwargs):
+    """Run a stage that is not a training loop (rlvr.train.filtering.filter_problems,
+    rlvr.train.evaluation.evaluate_policy): bad input (config, data, model folder, positions) and an engine
+    that failed are `error: ...` exit 2; everything else is a bug and keeps its traceback."""
+    from rlvr.config import ConfigError
+    from rlvr.rollout.types import EngineError
+    from rlvr.train.tasks import TaskDataError
+
+    try:
+        return fn(cfg, **kwargs)
+    except (ConfigError, TaskDataError, EngineError, OSError) as exc:
         fail(str(exc))
 
 

@@ -1037,3 +1037,140 @@ class EIConfig:
 
             raise ConfigError(f"sampling.temperature=0 with sampling.group_size={s.group_size}: greedy samples of a "
                               "question are all the same answer; sample (temperature > 0) or use group_size=1")
+
+
+# ------------------------------------------------------------------------------------- difficulty filter
+
+
+@dataclass
+class FilterSamplingConfig:
+    """How the k answers per problem are sampled (k itself is filter.k)."""
+
+    temperature: float = 1.0
+    """Sampling temperature; pass rates are meant at the temperature you will train with."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold; 1.0 = off."""
+    max_tokens: int = 16
+    """Maximum response length in tokens."""
+    stop: list[str] = field(default_factory=list)
+    """Stop strings added to the task's own and end-of-sequence."""
+    keep_stop: bool = True
+    """Keep the stop string at the end of the response text."""
+    thinking_budget: int = -1
+    """Qwen3-style thinking budget in tokens for the pass-rate samples (-1 = off)."""
+    stop_thinking_text: str = ""
+    """Text forced when the thinking budget runs out; '' = Qwen3's."""
+    batch_size: int = 64
+    """Problems per generate call (each with k samples; on CPU with the hf engine also at most 16384 tokens a
+    call, rlvr.eval.CPU_EVAL_TOKENS); the progress bar advances per call."""
+
+    def validate(self) -> None:
+        c = _Checks("sampling")
+        c.at_least("batch_size", self.batch_size, 1)
+        _check_sampling(c, self)
+        c.done()
+
+
+@dataclass
+class FilterRunConfig:
+    """Seed, threads and output of `rlvr filter`."""
+
+    seed: int = 0
+    """Sampling seed."""
+    num_threads: int = 0
+    """torch CPU threads; 0 = RLVR_NUM_THREADS or torch's default."""
+    out_dir: str = "filtered"
+    """Output directory: train.jsonl, pass_rates.jsonl, histogram.png, report.json, report.md."""
+    overwrite: bool = False
+    """Replace the files of an earlier filter in run.out_dir."""
+
+    def validate(self) -> None:
+        c = _Checks("run")
+        c.at_least("num_threads", self.num_threads, 0)
+        c.need("out_dir", self.out_dir, bool(self.out_dir.strip()), "a directory path")
+        c.done()
+
+
+# The command-line flag of each filter.* key (`rlvr filter --k 8` sets filter.k); messages name both.
+FILTER_FLAGS = {"k": "--k", "band": "--band", "no_reasoning_k": "--no-reasoning-k",
+                "no_reasoning_max_rate": "--no-reasoning-max-rate", "decontaminate_against": "--decontaminate-against",
+                "ngram": "--ngram", "overlap": "--overlap"}
+
+
+@dataclass
+class FilterSelectConfig:
+    """Which problems `rlvr filter` keeps: pass rates of k samples in a band, after the optional
+    decontamination and no-reasoning steps (docs/filtering.md). Each key has a flag of the same name."""
+
+    k: int = 8
+    """Samples per problem for its pass rate (a pass rate is a multiple of 1/k)."""
+    band: str = "medium"
+    """Pass rates kept: a name (medium = (0, 1), never-solved = [0, 0], not-always-solved = [0, 1),
+    solved-at-least-once = (0, 1], all = [0, 1]) or an interval such as '[0.25, 0.75]' ('['/']' include the end,
+    '('/')' exclude it)."""
+    no_reasoning_k: int = 0
+    """First sample this many answers per problem with a closed, empty think block and drop the problems solved
+    without reasoning (Qwen3); 0 = off."""
+    no_reasoning_max_rate: float = 0.0
+    """With no_reasoning_k: drop a problem whose no-reasoning pass rate is above this (0 = solved once)."""
+    decontaminate_against: list[str] = field(default_factory=list)
+    """Drop training problems that overlap these evaluation problems: JSONL files (question / problem / prompt
+    key) or 'eval' (the task's held-out split)."""
+    ngram: int = 8
+    """Decontamination: word n-gram size."""
+    overlap: float = 0.5
+    """Decontamination: drop when this share of a training problem's n-grams is in one evaluation problem
+    (0 = any shared n-gram)."""
+
+    def validate(self) -> None:
+        """Ranges, the band's syntax and that the evaluation files exist."""
+        from pathlib import Path
+
+        from rlvr.data.filters import Band  # rlvr.data costs `rlvr --help` time: only here
+
+        c = _Checks("filter")
+
+        def bad(key: str, value: object, why: str) -> None:
+            c.error(f"filter.{key} / {FILTER_FLAGS[key]} {value}: {why}")
+
+        if self.k < 1:
+            bad("k", self.k, "samples per problem must be >= 1")
+        try:
+            Band.parse(self.band)
+        except ValueError as exc:
+            c.error(f"filter.band / --band {exc}")
+        if self.no_reasoning_k < 0:
+            bad("no_reasoning_k", self.no_reasoning_k, "must be >= 0 (0 = off)")
+        if not 0.0 <= self.no_reasoning_max_rate <= 1.0:
+            bad("no_reasoning_max_rate", self.no_reasoning_max_rate, "must be in [0, 1]")
+        if not all(s.strip() for s in self.decontaminate_against):
+            bad("decontaminate_against", self.decontaminate_against, "each entry is a JSONL file or 'eval'")
+        for path in self.decontaminate_against:  # its lines are read before the model loads (rlvr.train.filtering)
+            if path.strip() and path != "eval" and not Path(path).is_file():
+                bad("decontaminate_against", path, "is a directory, not a file" if Path(path).is_dir() else "no such file")
+        if self.ngram < 1:
+            bad("ngram", self.ngram, "must be >= 1")
+        if not 0.0 <= self.overlap <= 1.0:
+            bad("overlap", self.overlap, "must be in [0, 1]")
+        c.done()
+
+
+@dataclass
+class FilterConfig:
+    """Keep a task's training problems by pass rate: `rlvr filter` (rlvr.train.filtering.filter_problems)."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """Policy whose pass rates are measured (model.name or model.init_from)."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """Task and training problems (data.train_path or the task's generator, data.num_train of them)."""
+    sampling: FilterSamplingConfig = field(default_factory=FilterSamplingConfig)
+    """Decoding of the k samples per problem."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Engine (hf or vllm)."""
+    filter: FilterSelectConfig = field(default_factory=FilterSelectConfig)
+    """Samples per problem, the band kept, decontamination and the no-reasoning check."""
+    run: FilterRunConfig = field(default_factory=FilterRunConfig)
+    """Seed, threads, output directory."""
+
+    def validate(self) -> None:
+        self.data.check_problem_counts(("train",))

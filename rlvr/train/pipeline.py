@@ -22,11 +22,15 @@ Each stage's config is layered, lowest first: the command's defaults < the recip
 and after a filter stage data.train_path, placed above `shared`). Every stage is built and checked
 before the first one runs, so a wrong key in stage 4 fails at once, naming the stage and the key.
 
-Stages run through the trainers' own functions (rlvr.train.sft.train_sft, rlvr.train.pg.train,
-rlvr.train.ei.train_ei), with their run directories, metrics and checkpoints; an eval stage writes
-eval.json and samples.jsonl (rlvr.eval.evaluate, as `rlvr eval`); a filter stage runs `rlvr filter`
-and its train.jsonl becomes data.train_path of the stages after it. Each stage starts from the
-policy of the last stage before it that trained one (filter and eval stages pass it through).
+Every stage is a library function of its config, `fn(cfg, *, resume=False)`, and the pipeline is the table
+STAGES {kind: (config class, function, the command's extra checks)} plus resume bookkeeping:
+sft -> rlvr.train.sft.train_sft, rl -> rlvr.train.pg.train, ei -> rlvr.train.ei.train_ei (run directories,
+metrics and checkpoints as their commands write them), eval -> rlvr.train.evaluation.evaluate_policy (eval.json,
+eval.samples.jsonl and config.yaml in the stage's directory), filter -> rlvr.train.filtering.filter_problems
+(its train.jsonl becomes data.train_path of the stages after it; the stage's `options` are its filter.* keys).
+Each stage starts from the policy of the last stage before it that trained one (filter and eval stages pass
+it through). The pipeline file is read with rlvr.config.read_yaml, the stage configs with
+rlvr.config.load_config, so both fail with the file, line and key.
 
 Resume (`--resume`): a training stage whose newest checkpoint is at run.steps is finished and
 skipped; one with an earlier checkpoint continues from it; one without restarts. Eval and filter
@@ -41,24 +45,41 @@ held-out accuracy and format rate under the stage's reward, wall time, run direc
 from __future__ import annotations
 
 import difflib
-import inspect
 import json
 import math
 import os
 import re
 import shutil
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from rlvr.config import ConfigError
-from rlvr.rollout.types import SamplingSpec
+import yaml
 
-KINDS = ("sft", "rl", "ei", "eval", "filter")
+from rlvr.config import (
+    ConfigError,
+    _Dumper,
+    config_rows,
+    dump_yaml,
+    load_config,
+    parse_override,
+    read_yaml,
+    to_dict,
+)
+from rlvr.data import DataError, get_task, load_sft
+from rlvr.train.batching import BatchConfigError
+from rlvr.train.config import EIConfig, EvalConfig, FilterConfig, FilterSelectConfig, SFTConfig, TrainConfig
+from rlvr.train.ei import train_ei, validate_ei_config
+from rlvr.train.evaluation import evaluate_policy
+from rlvr.train.filtering import filter_problems
+from rlvr.train.pg import train, validate_train_config
+from rlvr.train.recipes import get_recipe
+from rlvr.train.session import checkpoint_step, last_metrics, say
+from rlvr.train.sft import train_sft, validate_sft_config
+
 ALIASES = {"train": "rl", "rejection_sampling": "ei"}
-TRAINING_KINDS = ("sft", "rl", "ei")  # kinds that produce a policy (a run directory with checkpoints)
 PIPELINE_KEYS = ("out_dir", "init_from", "shared", "stages", "overwrite", "description")
 STAGE_KEYS = ("name", "kind", "config", "overrides", "recipe", "init_from", "options", "description")
 # Keys the pipeline sets itself; a stage or `shared` that sets them is refused (the message says the way).
@@ -129,11 +150,7 @@ def load_pipeline(path_or_spec: str | Path | Mapping[str, Any] | PipelineSpec, o
         spec = _parse(path_or_spec, source="<spec>", base_dir=Path("."), lines={})
     else:
         path = Path(path_or_spec)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read the pipeline file ({exc.strerror or exc})") from exc
-        data, lines = _read_yaml(text, str(path))
+        data, lines = read_yaml(path, "the pipeline file")
         if not isinstance(data, Mapping):
             raise ConfigError(f"{path}: a pipeline file is a mapping with out_dir, shared and stages; got "
                               f"{type(data).__name__}")
@@ -144,51 +161,7 @@ def load_pipeline(path_or_spec: str | Path | Mapping[str, Any] | PipelineSpec, o
     return spec
 
 
-def _read_yaml(text: str, source: str) -> tuple[Any, dict[tuple, int]]:
-    """(data, {path tuple: 1-based line}) with the config system's strict YAML resolver (only
-    true/false are booleans, 1e-4 is a float); sequences are walked too, duplicate keys refused."""
-    import yaml
-
-    from rlvr.config import _Loader  # the strict loader of the trainer configs: same YAML rules
-
-    try:
-        loader = _Loader(text)
-        try:
-            node = loader.get_single_node()
-            data = loader.construct_document(node) if node is not None else None
-        finally:
-            loader.dispose()
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        loc = f"{source}:{mark.line + 1}" if mark is not None else source
-        raise ConfigError(f"{loc}: invalid YAML: {getattr(exc, 'problem', None) or exc}") from exc
-    lines: dict[tuple, int] = {}
-    errors: list[str] = []
-
-    def walk(n, prefix: tuple) -> None:
-        if isinstance(n, yaml.MappingNode):
-            seen = set()
-            for k, v in n.value:
-                key = str(k.value)
-                if key in seen:
-                    errors.append(f"{source}:{k.start_mark.line + 1}: duplicate key '{key}'")
-                seen.add(key)
-                lines[(*prefix, key)] = k.start_mark.line + 1
-                walk(v, (*prefix, key))
-        elif isinstance(n, yaml.SequenceNode):
-            for i, v in enumerate(n.value):
-                lines[(*prefix, i)] = v.start_mark.line + 1
-                walk(v, (*prefix, i))
-
-    if node is not None:
-        walk(node, ())
-    if errors:
-        raise ConfigError(errors)
-    return data, lines
-
-
-def _flatten(value: Any, prefix: str = "", lines: Mapping[tuple, int] | None = None, path: tuple = (),
-             where: dict[str, tuple] | None = None) -> dict[str, Any]:
+def _flatten(value: Any, prefix: str = "", path: tuple = (), where: dict[str, tuple] | None = None) -> dict[str, Any]:
     """Nested and/or dotted mapping -> {dotted key: leaf value} (lists are leaves). `where`
     collects each dotted key's YAML path (for line numbers)."""
     out: dict[str, Any] = {}
@@ -197,17 +170,20 @@ def _flatten(value: Any, prefix: str = "", lines: Mapping[tuple, int] | None = N
         if where is not None:
             where[key] = (*path, str(k))
         if isinstance(v, Mapping):
-            out.update(_flatten(v, key + ".", lines, (*path, str(k)), where))
+            out.update(_flatten(v, key + ".", (*path, str(k)), where))
         else:
             out[key] = v
     return out
 
 
-def _parse(data: Mapping[str, Any], *, source: str, base_dir: Path, lines: Mapping[tuple, int]) -> PipelineSpec:
+def _parse(data: Mapping[str, Any], *, source: str, base_dir: Path, lines: Mapping[str, int]) -> PipelineSpec:
+    """The spec of a pipeline mapping; `lines` (rlvr.config.read_yaml's, dotted paths with list indices) places
+    each message at its file:line."""
     errors: list[str] = []
 
     def at(*path) -> str:
-        return f"{source}:{lines[path]}" if path in lines else source
+        key = ".".join(map(str, path))
+        return f"{source}:{lines[key]}" if key in lines else source
 
     for key in data:
         if key not in PIPELINE_KEYS:
@@ -287,8 +263,6 @@ def _parse(data: Mapping[str, Any], *, source: str, base_dir: Path, lines: Mappi
         stage.init_from = init if keep else str(_relative_to(init, base_dir))
         ov = raw.get("overrides") or {}
         if isinstance(ov, list):
-            from rlvr.config import parse_override
-
             for j, text in enumerate(ov):
                 try:
                     key, _raw, value = parse_override(str(text))
@@ -342,8 +316,6 @@ def _hint(word: str, known: Sequence[str]) -> str:
 
 
 def _apply_overrides(spec: PipelineSpec, overrides: Sequence[str]) -> None:
-    from rlvr.config import parse_override
-
     errors: list[str] = []
     by_name = {s.name: s for s in spec.stages}
     for text in overrides:
@@ -388,31 +360,75 @@ def _apply_overrides(spec: PipelineSpec, overrides: Sequence[str]) -> None:
 # --------------------------------------------------------------------------------- stage configs
 
 
+def _check_sft(cfg: SFTConfig) -> None:
+    """`rlvr sft`'s checks: the batch arithmetic, then every line of data.sft_path."""
+    validate_sft_config(cfg)
+    if cfg.data.sft_path:
+        try:
+            load_sft(cfg.data.sft_path)
+        except DataError as exc:
+            where = f"line {exc.line}: " if exc.line is not None else ""
+            raise ConfigError(f"data.sft_path={cfg.data.sft_path}: {where}{exc.reason}") from None
+        except OSError as exc:
+            raise ConfigError(f"data.sft_path={cfg.data.sft_path}: cannot read it ({exc.strerror or exc})") from None
+
+
+def _eval_stage(cfg: EvalConfig, *, resume: bool = False) -> dict[str, Any]:
+    """An eval stage: rlvr.train.evaluation.evaluate_policy (as `rlvr eval`), writing run.out (the stage's
+    eval.json) and config.yaml next to it. The held-out metrics, with the number of problems."""
+    ev = evaluate_policy(cfg, resume=resume)
+    dump_yaml(cfg, Path(cfg.run.out).parent / "config.yaml")
+    metrics = {k: v for k, v in ev.metrics().items() if not k.startswith("status/")}
+    return {**metrics, "problems": ev.problems}
+
+
+def _filter_stage(cfg: FilterConfig, *, resume: bool = False) -> dict[str, Any]:
+    """A filter stage: rlvr.train.filtering.filter_problems; its train.jsonl feeds the stages after it."""
+    result = filter_problems(cfg, resume=resume)
+    say(f"kept {result.kept} of {result.problems} problems -> {result.dataset}")
+    return {}
+
+
+@dataclass(frozen=True)
+class StageKind:
+    """What a stage kind runs: its config class, the library function `fn(cfg, *, resume) -> result`, and the
+    cross-field checks its command runs before any work (beyond the config's own validate())."""
+
+    config: type
+    run: Callable[..., Any]
+    check: Callable[[Any], None] | None
+    command: str  # the `rlvr` command of the same config, for messages
+    trains: bool  # it leaves a run directory with checkpoints: the policy of the stages after it
+
+
+# Every stage is a library function of its config (docs/design.md, "Stages").
+STAGES: dict[str, StageKind] = {
+    "sft": StageKind(SFTConfig, train_sft, _check_sft, "sft", trains=True),
+    "rl": StageKind(TrainConfig, train, validate_train_config, "train", trains=True),
+    "ei": StageKind(EIConfig, train_ei, validate_ei_config, "ei", trains=True),
+    "eval": StageKind(EvalConfig, _eval_stage, None, "eval", trains=False),
+    "filter": StageKind(FilterConfig, _filter_stage, None, "filter", trains=False),
+}
+KINDS = tuple(STAGES)
+TRAINING_KINDS = tuple(kind for kind, sk in STAGES.items() if sk.trains)
+# `options` of a filter stage: the filter.* keys by their names (k, band, ...), as `rlvr filter`'s flags.
+FILTER_OPTIONS = tuple(f.name for f in fields(FilterSelectConfig))
+
+
 def config_class(kind: str) -> type:
     """The config dataclass of a stage kind."""
-    from rlvr.train.config import EIConfig, EvalConfig, SFTConfig, TrainConfig
-
-    if kind == "filter":
-        from rlvr.commands.filter import FilterConfig  # `rlvr filter` exists only as a command
-
-        return FilterConfig
-    return {"sft": SFTConfig, "rl": TrainConfig, "ei": EIConfig, "eval": EvalConfig}[kind]
+    return STAGES[kind].config
 
 
 def _config_keys(kind: str) -> list[str]:
-    from rlvr.config import config_rows
-
     return [row[0] for row in config_rows(config_class(kind))]
 
 
 def _value_text(value: Any) -> str:
     """A value as the YAML text `rlvr.config.parse_override` reads back to the same value."""
-    import yaml
-
-    from rlvr.config import _Dumper  # quotes exactly the strings the strict loader would read otherwise
-
     if value is None:
         return ""
+    # rlvr.config's dumper quotes exactly the strings its strict loader would read as something else
     text = yaml.dump(value, Dumper=_Dumper, default_flow_style=True, width=1_000_000, allow_unicode=True)
     return text.strip().removesuffix("...").strip()
 
@@ -438,13 +454,13 @@ def _check_keys(spec: PipelineSpec) -> None:
                 errors.append(f"{where}: {stage.label}: {key} is set by the pipeline: {MANAGED[key]}")
             elif key not in keys:
                 errors.append(f"{where}: {stage.label}: unknown config key '{key}'{_hint(key, keys)} "
-                              f"(see `rlvr {_command(stage.kind)} --help-config`)")
+                              f"(see `rlvr {STAGES[stage.kind].command} --help-config`)")
+        unknown = [k for k in stage.options if k not in FILTER_OPTIONS]
+        if unknown:
+            errors.append(f"{stage.where}: {stage.label}: unknown filter option(s) {', '.join(map(repr, unknown))}; "
+                          f"known: {', '.join(FILTER_OPTIONS)}")
     if errors:
         raise ConfigError(errors)
-
-
-def _command(kind: str) -> str:
-    return {"rl": "train"}.get(kind, kind)
 
 
 def _previous_policy(spec: PipelineSpec, index: int) -> str:
@@ -490,8 +506,6 @@ def stage_layers(spec: PipelineSpec, index: int, *, init_from: str, train_path: 
     keys = set(_config_keys(stage.kind))
     base: dict[str, Any] = {}
     if stage.recipe:
-        from rlvr.train.recipes import get_recipe
-
         try:
             base.update(get_recipe(stage.recipe))
         except KeyError as exc:
@@ -500,6 +514,7 @@ def stage_layers(spec: PipelineSpec, index: int, *, init_from: str, train_path: 
     if train_path and "data.train_path" in keys:
         base["data.train_path"] = train_path
     overrides = [f"{k}={_value_text(v)}" for k, v in stage.overrides.items()]
+    overrides += [f"filter.{k}={_value_text(v)}" for k, v in stage.options.items()]  # a filter stage's options
     out = spec.stage_dir(index)
     if stage.kind == "eval":
         overrides.append(f"run.out={_value_text(str(out / 'eval.json'))}")
@@ -515,63 +530,17 @@ def build_stage_config(spec: PipelineSpec, index: int, *, init_from: str, train_
                        overwrite: bool = False):
     """The stage's config object, checked as its command checks it before any work. ConfigError
     (naming the stage) on any problem."""
-    from rlvr.config import load_config
-    from rlvr.train.batching import BatchConfigError
-
     stage = spec.stages[index]
+    kind = STAGES[stage.kind]
     base, path, overrides = stage_layers(spec, index, init_from=init_from, train_path=train_path, overwrite=overwrite)
     try:
-        cfg = load_config(config_class(stage.kind), path, overrides, base=base)
-        _validate(stage.kind, cfg)
+        cfg = load_config(kind.config, path, overrides, base=base)
+        if kind.check is not None:  # the trainer's cross-field checks (batch arithmetic, registries)
+            kind.check(cfg)
     except (ConfigError, BatchConfigError, KeyError, ValueError) as exc:
         text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
         raise ConfigError(f"{stage.where or spec.source}: {stage.label}: {text}") from None
     return cfg
-
-
-def _validate(kind: str, cfg) -> None:
-    """The trainer's own cross-field checks (batch arithmetic, registries), before any work."""
-    if kind == "rl":
-        from rlvr.train.pg import validate_train_config
-
-        validate_train_config(cfg)
-    elif kind == "sft":
-        from rlvr.train.sft import validate_sft_config
-
-        validate_sft_config(cfg)
-        if cfg.data.sft_path:
-            from rlvr.data import DataError, load_sft
-
-            try:
-                load_sft(cfg.data.sft_path)
-            except DataError as exc:
-                where = f"line {exc.line}: " if exc.line is not None else ""
-                raise ConfigError(f"data.sft_path={cfg.data.sft_path}: {where}{exc.reason}") from None
-            except OSError as exc:
-                raise ConfigError(f"data.sft_path={cfg.data.sft_path}: cannot read it ({exc.strerror or exc})") from None
-    elif kind == "ei":
-        from rlvr.train.ei import validate_ei_config
-
-        validate_ei_config(cfg)
-
-
-def _filter_options(stage: StageSpec) -> dict[str, Any]:
-    """Keyword arguments of rlvr.commands.filter.filter: its option defaults, then the stage's options."""
-    from rlvr.commands.filter import filter as filter_cmd
-
-    params = inspect.signature(filter_cmd).parameters
-    names = [n for n in params if n not in ("args", "threads")]
-    unknown = [k for k in stage.options if k not in names]
-    if unknown:
-        raise ConfigError(f"{stage.where}: {stage.label}: unknown filter option(s) {', '.join(map(repr, unknown))}; "
-                          f"known: {', '.join(names)}")
-    out = {}
-    for n in params:
-        default = params[n].default
-        out[n] = getattr(default, "default", default)
-    out.update(stage.options)
-    out["threads"] = 0
-    return out
 
 
 def validate_pipeline(spec: PipelineSpec) -> None:
@@ -589,8 +558,6 @@ def validate_pipeline(spec: PipelineSpec) -> None:
                 raise ConfigError(f"{stage.where or spec.source}: {stage.label}: init_from {init}: no such run, "
                                   "checkpoint or model directory")
             build_stage_config(spec, i, init_from="" if produced else init)
-            if stage.kind == "filter":
-                _filter_options(stage)
         except ConfigError as exc:
             errors.extend(exc.errors)
     if errors:
@@ -651,8 +618,6 @@ def _finite(v: Any) -> Any:
 
 
 def _say(message: str) -> None:
-    from rlvr.train.session import say
-
     say(message)
 
 
@@ -746,8 +711,6 @@ def _stage_state(spec: PipelineSpec, index: int, init: str, train_path: str) -> 
         return "new"
     cfg = build_stage_config(spec, index, init_from=init, train_path=train_path)
     if stage.kind in TRAINING_KINDS:
-        from rlvr.train.session import checkpoint_step
-
         step = checkpoint_step(run_dir)
         if step is None:
             return "new"  # stopped before its first checkpoint: start it over
@@ -771,8 +734,6 @@ def _stage_state(spec: PipelineSpec, index: int, init: str, train_path: str) -> 
 
 
 def _config_dict(cfg) -> dict[str, Any]:
-    from rlvr.config import to_dict
-
     return _flatten(to_dict(cfg))
 
 
@@ -790,8 +751,6 @@ def _normalized(flat: Mapping[str, Any]) -> dict[str, Any]:
 def _changed_keys(cfg, recorded: Path) -> list[str]:
     """'key: old -> new' for every setting that differs from a run's config.yaml (threads,
     progress, steps and the output paths excepted)."""
-    from rlvr.config import load_config
-
     try:
         old = _normalized(_config_dict(load_config(type(cfg), recorded)))
     except (ConfigError, OSError) as exc:
@@ -803,8 +762,6 @@ def _changed_keys(cfg, recorded: Path) -> list[str]:
 def _reward_name(cfg) -> str:
     if cfg.data.reward:
         return cfg.data.reward
-    from rlvr.data import get_task
-
     try:
         return get_task(cfg.data.task).reward_name(cfg.data.template or None)
     except KeyError:
@@ -813,29 +770,13 @@ def _reward_name(cfg) -> str:
 
 def _run_stage(spec: PipelineSpec, index: int, cfg, *, resume: bool) -> StageResult:
     stage = spec.stages[index]
-    run_dir = spec.stage_dir(index)
-    res = StageResult(stage.name, stage.kind, run_dir, "ran")
+    res = StageResult(stage.name, stage.kind, spec.stage_dir(index), "ran")
+    out = STAGES[stage.kind].run(cfg, resume=resume)
     if stage.kind in TRAINING_KINDS:
-        # module attributes looked up at call time (tests replace a trainer to interrupt a pipeline)
-        if stage.kind == "sft":
-            import rlvr.train.sft as mod
-
-            out = mod.train_sft(cfg, resume=resume)
-        elif stage.kind == "rl":
-            import rlvr.train.pg as mod
-
-            out = mod.train(cfg, resume=resume)
-        else:
-            import rlvr.train.ei as mod
-
-            out = mod.train_ei(cfg, resume=resume)
         res.steps, res.eval = out.steps, dict(out.eval or {})
-        res.reward = _reward_name(cfg)
-    elif stage.kind == "eval":
-        res.eval = evaluate_stage(cfg, run_dir)
-        res.reward = _reward_name(cfg)
     else:
-        _run_filter(stage, cfg)
+        res.eval = out
+    res.reward = _reward_name(cfg) if stage.kind != "filter" else ""
     return res
 
 
@@ -854,8 +795,6 @@ def _finished_result(spec: PipelineSpec, index: int, init: str, train_path: str,
     cfg = build_stage_config(spec, index, init_from=init, train_path=train_path)
     res.reward = _reward_name(cfg) if stage.kind != "filter" else ""
     if stage.kind in TRAINING_KINDS:
-        from rlvr.train.session import checkpoint_step, last_metrics
-
         res.steps = checkpoint_step(run_dir)
         last = last_metrics(run_dir)
         res.eval = {k[len("eval/"):]: v for k, v in last.items() if k.startswith("eval/")}
@@ -878,8 +817,6 @@ def _write_marker(run_dir: Path, stage: StageSpec, cfg, res: StageResult) -> Non
 
 def _write_spec(spec: PipelineSpec, out: Path) -> None:
     """The pipeline as it runs (file + overrides), for the record."""
-    import yaml
-
     stages = []
     for s in spec.stages:
         entry: dict[str, Any] = {"name": s.name, "kind": s.kind}
@@ -943,66 +880,3 @@ def summary_markdown(payload: Mapping[str, Any]) -> str:
         lines += ["", f"Held-out accuracy: first stage {payload['first_accuracy']:.1%}, last stage "
                       f"{payload['final_accuracy']:.1%} (each under its stage's reward)."]
     return "\n".join(lines) + "\n"
-
-
-# --------------------------------------------------------------------------------- eval and filter
-
-
-def evaluate_stage(cfg, out_dir: Path) -> dict[str, Any]:
-    """`rlvr eval` as a function: the policy of cfg.model on the first data.num_eval held-out problems
-    of cfg.data with cfg.sampling's decoding (greedy by default); writes run.out (eval.json), the
-    scored samples next to it (.samples.jsonl) and config.yaml into out_dir. Returns the metrics."""
-    from rlvr.config import dump_yaml
-    from rlvr.eval import evaluate
-    from rlvr.rollout import build_generator, with_thinking_budget
-    from rlvr.runtime import set_num_threads
-    from rlvr.train import session
-    from rlvr.train.common import policy_from_config, quiet_transformers
-    from rlvr.train.tasks import TaskDataError, eval_examples, load_task_data, task_scorer
-
-    set_num_threads(cfg.run.num_threads or None)
-    quiet_transformers()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model, tok = policy_from_config(cfg.model, seed=cfg.run.seed)
-    model.eval()
-    task = load_task_data(cfg.data, tok, train=False)
-    examples = eval_examples(task, cfg.data.num_eval)
-    if not examples:
-        raise TaskDataError(f"data: task {cfg.data.task!r} has no held-out problems: set data.eval_path")
-    spec = SamplingSpec.for_task(task, cfg.sampling, seed=cfg.run.seed, logprobs=False)
-    generator = build_generator(cfg.rollout, model, tok, model_source=session.model_source(cfg.model),
-                                seed=cfg.run.seed, default_batch_size=cfg.sampling.batch_size)
-    sampler = with_thinking_budget(generator, cfg.sampling.thinking_budget, cfg.sampling.stop_thinking_text,
-                                   template=task.template)
-    t0 = time.perf_counter()
-    result = evaluate(sampler, examples, [task.prompt(ex) for ex in examples], None, spec,
-                      chunk_size=cfg.sampling.batch_size, scorer=task_scorer(task, cfg.data))
-    metrics = {k: v for k, v in result.metrics().items() if not k.startswith("status/")}
-    metrics["problems"] = len(examples)
-    metrics["time/eval_s"] = time.perf_counter() - t0
-    dump_yaml(cfg, out_dir / "config.yaml")
-    out = Path(cfg.run.out) if cfg.run.out else out_dir / "eval.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({k: _finite(v) for k, v in metrics.items()}, indent=1), encoding="utf-8")
-    with open(out.with_suffix(".samples.jsonl"), "w", encoding="utf-8") as f:
-        for row in result.sample_rows():
-            f.write(json.dumps(row) + "\n")
-    return metrics
-
-
-def _run_filter(stage: StageSpec, cfg) -> None:
-    """`rlvr filter` on the policy before this stage, with the stage's resolved config; its
-    train.jsonl feeds the stages after it."""
-    import click
-
-    from rlvr.commands.filter import filter as filter_cmd
-
-    # Every key of the resolved config as an override: the command re-reads exactly this config.
-    args = [f"{k}={_value_text(v)}" for k, v in _config_dict(cfg).items()]
-    kwargs = _filter_options(stage)
-    kwargs.pop("args", None)
-    try:
-        filter_cmd(args=args, **kwargs)
-    except click.exceptions.Exit as exc:
-        if exc.exit_code:
-            raise ConfigError(f"{stage.label}: `rlvr filter` stopped (exit {exc.exit_code}; its error is above)") from None

@@ -1,7 +1,8 @@
 """A task for the trainers: `load_task_data` builds an rlvr.data.TaskData (examples, prompt contract,
 checker) from a `DataConfig` through rlvr.data's task registry, or from data.env's environment; held-out
-evaluation of a generator on it (`eval_policy`, `evaluate_examples`); the task's scorer with the data
-section's verifier limits (`task_scorer`)."""
+evaluation of a generator on it (`eval_policy`, `evaluate_examples`: a trainer's door to the one evaluation
+core, rlvr.eval.evaluate; rlvr.train.evaluation.evaluate_policy is the stage's); the task's scorer with the
+data section's verifier limits (`task_scorer`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from rlvr.data.task_data import TaskData, TaskDataError  # noqa: F401 - re-exported
+from rlvr.eval import cpu_chunks, evaluate
+from rlvr.rewards import score_batch
 from rlvr.rollout.types import SamplingSpec
 
 
@@ -192,8 +195,6 @@ def _cpu_eval_chunks(generator, task: TaskData, examples: Sequence[Any], cfg) ->
     rollout = getattr(cfg, "rollout", None)
     if tokenizer is None or rollout is None:
         return None
-    from rlvr.eval import cpu_chunks
-
     budget = max(getattr(cfg.sampling, "thinking_budget", -1), 0)
     return cpu_chunks(tokenizer, [task.prompt(ex) for ex in examples], n=1, max_tokens=cfg.sampling.max_tokens + budget,
                       max_prompts=cfg.run.eval_batch_size, device=cfg.model.device, backend=rollout.backend)
@@ -202,8 +203,6 @@ def _cpu_eval_chunks(generator, task: TaskData, examples: Sequence[Any], cfg) ->
 def task_scorer(task: TaskData, data_cfg):
     """A batch scorer `(responses, examples) -> list[Reward]` with the data section's verifier limits
     (reward_workers, reward_timeout_s, reward_isolate): evaluation is bounded exactly like training."""
-    from rlvr.rewards import score_batch
-
     def scorer(responses, examples):
         return score_batch(task.reward_fn, responses, examples, workers=data_cfg.reward_workers,
                            timeout_s=data_cfg.reward_timeout_s or None, isolate=data_cfg.reward_isolate)
@@ -215,8 +214,6 @@ def evaluate_examples(generator, task: TaskData, examples: Sequence[Any], spec, 
                       scorer=None, samples: int = 0, chunks: Sequence[int] | None = None) -> dict:
     """rlvr.eval.evaluate on `examples` with `spec`; the model is put in eval mode and back. chunks: problems
     per generate call (rlvr.eval.token_chunks), else chunk_size each."""
-    from rlvr.eval import evaluate
-
     model = getattr(generator, "model", None)
     was_training = bool(model is not None and model.training)
     try:

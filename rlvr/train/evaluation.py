@@ -1,0 +1,209 @@
+"""`evaluate_policy(cfg: EvalConfig) -> PolicyEvaluation`: accuracy, pass@k, maj@k, format rate, lengths and
+timing of a policy on a task's held-out problems, the stage behind `rlvr eval` and a pipeline's eval stage.
+
+Evaluation has one core and two doors:
+
+- `rlvr.eval.evaluate(generator, examples, prompts, ...)`: the core. Generate, grade, and the metrics of
+  rlvr/eval/metrics.py; it knows no config.
+- `evaluate_policy(cfg)` (this module): the stage. Loads the policy of cfg.model and the held-out problems
+  of cfg.data, checks them before any generation, runs the core once per thinking budget and writes
+  run.out (metrics JSON) and the scored samples next to it. `rlvr eval` and `rlvr pipeline` call it.
+- `rlvr.train.tasks.eval_policy(generator, task, cfg)`: a trainer's evaluation between steps, on the
+  generator it already holds (greedy or at run.eval_temperature); the same core underneath.
+
+The policy is a model folder or hub id (model.name), or a run directory / checkpoint (model.init_from: its
+latest checkpoint). Everything that can fail on the user's input (the task, a missing held-out split, a
+prompt longer than the model's positions) raises ConfigError / TaskDataError before any generation.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlvr.config import ConfigError
+from rlvr.data import get_task
+from rlvr.eval import CPU_EVAL_TOKENS, EvalResult, cpu_chunks, evaluate
+from rlvr.models.positions import check_positions
+from rlvr.rollout import build_generator, with_thinking_budget
+from rlvr.rollout.types import SamplingSpec
+from rlvr.runtime import set_num_threads
+from rlvr.train.common import policy_from_config, quiet_transformers, resolve_model_dir
+from rlvr.train.config import DataConfig, EvalConfig, _error_text
+from rlvr.train.run_settings import find_run_dir, run_settings
+from rlvr.train.session import say
+from rlvr.train.tasks import TaskDataError, check_data_files, eval_examples, load_task_data, task_scorer
+
+
+@dataclass
+class PolicyEvaluation:
+    """The results of one evaluation: one rlvr.eval.EvalResult per thinking budget (-1 = off)."""
+
+    results: dict[int, EvalResult]
+    task: str  # the task's name
+    problems: int  # held-out problems evaluated
+    load_s: float  # loading the model and starting the engine
+    out: Path | None = None  # run.out, when written
+    samples_path: Path | None = None  # the scored samples next to it
+    budgets: list[int] = field(default_factory=list)
+
+    def metrics(self, budget: int | None = None) -> dict[str, Any]:
+        """rlvr.eval metrics of one budget (the first by default), with time/eval_s."""
+        r = self.results[self.budgets[0] if budget is None else budget]
+        return {**r.metrics(), "time/eval_s": r.seconds}
+
+
+def budget_label(budget: int) -> str:
+    return "off" if budget < 0 else str(budget)
+
+
+def evaluate_policy(cfg: EvalConfig, *, budgets: Sequence[int] | None = None,
+                    resume: bool = False) -> PolicyEvaluation:
+    """Evaluate cfg.model on the first data.num_eval held-out problems of cfg.data with cfg.sampling's decoding
+    (greedy by default), once per thinking budget (default: sampling.thinking_budget); print what is evaluated
+    (stdout) and the progress (stderr); write run.out and its .samples.jsonl when set. resume is accepted for
+    the stage contract and has no effect: an evaluation is re-run whole."""
+    del resume
+    budgets = list(dict.fromkeys(budgets)) if budgets else [cfg.sampling.thinking_budget]
+    init_from, name = cfg.model.init_from, cfg.model.name
+    model_dir = resolve_model_dir(init_from) if init_from else None  # FileNotFoundError before any work
+    run_dir = find_run_dir(init_from) if init_from else None
+
+    # The task first (cheap): a missing held-out split or a bad file (every bad line) fails before the model loads.
+    try:
+        check_data_files(cfg.data, train=False)
+        check = load_task_data(cfg.data, None, train=False)
+    except TaskDataError:
+        raise
+    except (ValueError, KeyError, OSError) as exc:
+        raise ConfigError(str(exc)) from None
+    available = len(check.eval)
+    if not available:
+        raise TaskDataError(f"task {cfg.data.task!r} has no built-in held-out problems: set data.eval_path=FILE "
+                            f"(a JSONL file of {cfg.data.task} problems)")
+
+    set_num_threads(cfg.run.num_threads or None)
+    quiet_transformers()
+    # What vLLM loads (None: a tiny model built in memory) and what the messages call the policy.
+    model_source = str(model_dir) if model_dir is not None else (None if name == "tiny" else name)
+    source = model_source or "tiny (fresh random weights)"
+    say(f"loading model {source} ...")
+    t0 = time.perf_counter()
+    try:
+        model, tok = policy_from_config(cfg.model, seed=cfg.run.seed)
+        task = load_task_data(cfg.data, tok, train=False)
+    except TaskDataError:
+        raise
+    except (ValueError, KeyError, OSError) as exc:
+        raise ConfigError(str(exc)) from None
+    model.eval()
+    examples = eval_examples(task, cfg.data.num_eval)
+    prompts = [task.prompt(ex) for ex in examples]
+    spec = SamplingSpec.for_task(task, cfg.sampling, seed=cfg.run.seed, logprobs=False)
+    tokens, keys = cfg.sampling.max_tokens, f"sampling.max_tokens={cfg.sampling.max_tokens}"
+    if max(budgets) > 0:
+        tokens, keys = tokens + max(budgets), f"{keys} + a thinking budget of {max(budgets)}"
+    # before any generation: prompt + response within the model's positions
+    named = [(str(getattr(ex, "id", i)), p) for i, (ex, p) in enumerate(zip(examples, prompts, strict=True))]
+    check_positions(model, tok, named, tokens, response_keys=keys,
+                    model_desc=f"model.init_from={init_from}" if init_from else f"model.name={name}")
+
+    reward = cfg.data.reward or get_task(cfg.data.task).reward_name(task.template)
+    count = f"{len(examples)} held-out problems" + (
+        f" (first {len(examples)} of {available}; data.num_eval=0 for all)" if len(examples) < available else "")
+    what = f"{source} (run {run_dir})" if run_dir is not None else source
+    if model_source is None:
+        what = "a fresh tiny model (model.name=tiny, random weights)"
+    budget_note = "" if budgets == [-1] else f", thinking budget {'/'.join(budget_label(b) for b in budgets)}"
+    print(f"evaluating {what} on {task.name} (template {task.template}, reward {reward}): {count}, "
+          f"{_decoding(cfg, spec)}{budget_note}{_taken(cfg, run_dir)}")
+
+    if cfg.rollout.backend != "hf":
+        say(f"starting the {cfg.rollout.backend} engine ...")
+    try:
+        base_gen = build_generator(cfg.rollout, model, tok, model_source=model_source, seed=cfg.run.seed,
+                                   default_batch_size=cfg.sampling.batch_size)
+    except (KeyError, ImportError, ValueError) as exc:
+        raise ConfigError(_error_text(exc)) from None
+    load_s = time.perf_counter() - t0
+    # On CPU, prompts per generate call sized by tokens: 256 long prompts in one call are several times slower
+    chunks = cpu_chunks(tok, prompts, n=spec.n, max_tokens=tokens, max_prompts=cfg.sampling.batch_size,
+                        device=cfg.model.device, backend=cfg.rollout.backend)
+    calls = len(chunks) if chunks is not None else -(-len(examples) // cfg.sampling.batch_size)
+    how = (f"{calls} generate calls of at most {CPU_EVAL_TOKENS} tokens (CPU)" if chunks is not None
+           else f"{calls} generate calls of at most {cfg.sampling.batch_size} problems")
+    say(f"loaded in {load_s:.1f} s; generating {len(examples)} x {spec.n} responses, {how} ...")
+    results = {}
+    for budget in budgets:
+        generator = with_thinking_budget(base_gen, budget, cfg.sampling.stop_thinking_text, template=task.template)
+        started = time.perf_counter()
+
+        def progress(done: int, total: int, started=started) -> None:
+            if calls > 1:  # one generate call needs no progress line
+                say(f"  {done}/{total} problems, {time.perf_counter() - started:.0f} s")
+
+        try:
+            results[budget] = evaluate(generator, examples, prompts, None, spec, chunk_size=cfg.sampling.batch_size,
+                                       chunks=chunks, scorer=task_scorer(task, cfg.data), on_chunk=progress)
+        except ValueError as exc:  # e.g. a thinking budget with a backend that cannot take prompt ids
+            raise ConfigError(str(exc)) from None
+    out = PolicyEvaluation(results=results, task=task.name, problems=len(examples), load_s=load_s, budgets=budgets)
+    if cfg.run.out:
+        _write(cfg, out)
+    return out
+
+
+def _taken(cfg: EvalConfig, run_dir: Path | None) -> str:
+    """Which of a run's settings were the lowest layer (rlvr.train.run_settings): its data section only when
+    the evaluation is of the run's own task."""
+    if run_dir is None:
+        return ""
+    run_task = run_settings(run_dir)["data"].get("task", DataConfig.task)
+    taken = "data and response settings" if cfg.data.task == run_task else "response settings"
+    return f"; {taken} from {run_dir / 'config.yaml'}"
+
+
+def _decoding(cfg: EvalConfig, spec) -> str:
+    s = cfg.sampling
+    mode = "greedy" if s.temperature == 0 else f"sampled T={s.temperature:g}" + (
+        f" top_p={s.top_p:g}" if s.top_p < 1 else "")
+    parts = [f"{mode}, n={s.n}" if s.n > 1 or s.temperature else mode, f"max_tokens={s.max_tokens}"]
+    if spec.stop:
+        parts.append("stop=" + ",".join(repr(x) for x in spec.stop))
+    parts.append(f"backend={cfg.rollout.backend}")
+    return ", ".join(parts)
+
+
+def _json_safe(value: Any) -> Any:
+    # Strict JSON has no NaN: a format rate of a reward without a format part is written as null.
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, float) and value != value:
+        return None
+    return value
+
+
+def _write(cfg: EvalConfig, ev: PolicyEvaluation) -> None:
+    """run.out: the metrics (one budget: flat, with time/load_s and problems; several: one mapping per
+    budget), and every scored sample next to it as .samples.jsonl."""
+    out = Path(cfg.run.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if len(ev.budgets) == 1:
+        payload: dict[str, Any] = {**ev.metrics(), "time/load_s": ev.load_s, "problems": ev.problems}
+    else:
+        payload = {f"thinking_budget={b}": ev.metrics(b) for b in ev.budgets}
+    out.write_text(json.dumps(_json_safe(payload), indent=1))
+    samples_path = out.with_suffix(".samples.jsonl")
+    with open(samples_path, "w", encoding="utf-8") as f:
+        for budget in ev.budgets:
+            for row in ev.results[budget].sample_rows():
+                if budget >= 0:
+                    row["thinking_budget"] = budget
+                row["correct"] = row["status"] == "correct"
+                f.write(json.dumps(row) + "\n")
+    ev.out, ev.samples_path = out, samples_path
+
