@@ -293,7 +293,38 @@ class DataConfig:
 
 
 @dataclass
-class SamplingConfig:
+class DecodingConfig:
+    """The decoding keys every sampling section shares; SamplingConfig, SFTSamplingConfig and
+    EvalSamplingConfig extend it (a section re-declares a field to change its default or docstring)."""
+
+    top_p: float = 1.0
+    """Nucleus sampling threshold; 1.0 = off (rlvr train's learner scores the same truncated distribution)."""
+    max_tokens: int = 16
+    """Maximum response length in tokens."""
+    stop: list[str] = field(default_factory=list)
+    """Stop strings added to the task's own (r1_zero already stops at </answer>) and the end-of-sequence token."""
+    keep_stop: bool = True
+    """Keep the stop string at the end of the response text (the r1_zero reward needs the closing </answer>)."""
+    thinking_budget: int = -1
+    """Qwen3-style thinking budget: at most this many reasoning tokens, then "stop thinking" text is forced
+    (kept out of rlvr train's loss) and the answer sampled; -1 = off, 0 = no thinking."""
+    stop_thinking_text: str = ""
+    """Text forced when the thinking budget runs out; '' = the template's: Qwen3's ("Considering the limited time ...
+    </think>"), ending in " </think> <answer>" under r1_zero (whose reward needs that separator)."""
+
+    def check_decoding(self, c: _Checks) -> None:
+        """Ranges of the shared decoding keys, added to a section's own checks."""
+        _check_decoding(c, self)
+
+    def validate(self) -> None:
+        """Ranges of the decoding keys (a section that adds keys checks them in its own validate())."""
+        c = _Checks("sampling")
+        self.check_decoding(c)
+        c.done()
+
+
+@dataclass
+class SamplingConfig(DecodingConfig):
     """How rollouts are sampled from the current policy."""
 
     n_prompts: int = 32
@@ -302,28 +333,16 @@ class SamplingConfig:
     """Responses sampled per prompt (G); the rollout batch is n_prompts * group_size."""
     temperature: float = 1.0
     """Sampling temperature of rollouts (evaluation has its own)."""
-    top_p: float = 1.0
-    """Nucleus sampling threshold of rollouts; 1.0 = off. The trainer scores the same truncated distribution."""
     top_k: int = 0
     """Sample from the k most likely tokens of each step (after temperature, before top_p); 0 = off. The trainer
     scores the same truncated distribution."""
     max_tokens: int = 16
     """Maximum response length in tokens; also the constant of seq_mean_token_sum_norm when algo.norm_length is 0."""
-    stop: list[str] = field(default_factory=list)
-    """Stop strings added to the task's own (r1_zero already stops at </answer>) and the end-of-sequence token."""
-    keep_stop: bool = True
-    """Keep the stop string at the end of the response text (the r1_zero reward needs the closing </answer>)."""
     min_tokens: int = 0
     """End-of-sequence and stop strings are ignored before this many response tokens (CS336 uses 4)."""
-    thinking_budget: int = -1
-    """Qwen3-style thinking budget: at most this many reasoning tokens, then "stop thinking" text is forced
-    (kept out of the loss) and the answer sampled; -1 = off, 0 = no thinking."""
     mask_truncated: bool = False
     """rlvr train: responses cut at max_tokens (finish_reason "length") get no gradient (TRL's
     mask_truncated_completions, DAPO's overlong filtering); they still count in their group's advantages."""
-    stop_thinking_text: str = ""
-    """Text forced when the thinking budget runs out; '' = the template's: Qwen3's ("Considering the limited time ...
-    </think>"), ending in " </think> <answer>" under r1_zero (whose reward needs that separator)."""
 
     def validate(self) -> None:
         """Ranges of the sampling section (the sampler would refuse them only after the model is built)."""
@@ -331,33 +350,24 @@ class SamplingConfig:
         c.at_least("n_prompts", self.n_prompts, 1)
         c.at_least("group_size", self.group_size, 1)
         c.at_least("top_k", self.top_k, 0)
-        _check_sampling(c, self)
+        c.at_least("temperature", self.temperature, 0)
+        c.at_least("min_tokens", self.min_tokens, 0)
+        self.check_decoding(c)
         c.done()
 
 
 @dataclass
-class SFTSamplingConfig:
+class SFTSamplingConfig(DecodingConfig):
     """How `rlvr sft` decodes its periodic evaluation (greedy, or run.eval_temperature)."""
 
-    top_p: float = 1.0
-    """Nucleus sampling threshold of sampled evaluation; 1.0 = off."""
-    max_tokens: int = 16
-    """Maximum response length in tokens."""
-    stop: list[str] = field(default_factory=list)
-    """Stop strings added to the task's own (r1_zero already stops at </answer>) and the end-of-sequence token."""
-    keep_stop: bool = True
-    """Keep the stop string at the end of the response text (the r1_zero reward needs the closing </answer>)."""
     min_tokens: int = 0
     """End-of-sequence and stop strings are ignored before this many response tokens."""
-    thinking_budget: int = -1
-    """Qwen3-style thinking budget in tokens (-1 = off, 0 = no thinking)."""
-    stop_thinking_text: str = ""
-    """Text forced when the thinking budget runs out; '' = the template's (Qwen3's; " </think> <answer>" under r1_zero)."""
 
     def validate(self) -> None:
         """Ranges of the evaluation decoding."""
         c = _Checks("sampling")
-        _check_sampling(c, self)
+        c.at_least("min_tokens", self.min_tokens, 0)
+        self.check_decoding(c)
         c.done()
 
 
@@ -790,25 +800,13 @@ class SFTConfig:
 
 
 @dataclass
-class EvalSamplingConfig:
+class EvalSamplingConfig(DecodingConfig):
     """Decoding of `rlvr eval`."""
 
     n: int = 1
     """Samples per problem (n > 1 adds pass@k)."""
     temperature: float = 0.0
     """0 = greedy."""
-    top_p: float = 1.0
-    """Nucleus sampling threshold; 1.0 = off."""
-    max_tokens: int = 16
-    """Maximum response length in tokens."""
-    stop: list[str] = field(default_factory=list)
-    """Stop strings added to the task's own and end-of-sequence."""
-    keep_stop: bool = True
-    """Keep the stop string at the end of the response text."""
-    thinking_budget: int = -1
-    """Qwen3-style thinking budget in tokens (-1 = off, 0 = no thinking); --thinking-budget 0,256,1024 sweeps."""
-    stop_thinking_text: str = ""
-    """Text forced when the thinking budget runs out; '' = the template's (Qwen3's; " </think> <answer>" under r1_zero)."""
     batch_size: int = 256
     """Prompts per generate call (on CPU with the hf engine also at most 16384 tokens a call: rows x (longest
     prompt + max_tokens), rlvr.eval.CPU_EVAL_TOKENS; long prompts in 256-prompt calls were several times slower)."""
@@ -818,7 +816,8 @@ class EvalSamplingConfig:
         c = _Checks("sampling")
         c.at_least("n", self.n, 1)
         c.at_least("batch_size", self.batch_size, 1)
-        _check_sampling(c, self)
+        c.at_least("temperature", self.temperature, 0)
+        self.check_decoding(c)
         c.done()
 
 
@@ -951,16 +950,22 @@ def _error_text(exc: BaseException) -> str:
     return str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
 
 
-def _check_sampling(c: _Checks, s) -> None:
-    """Ranges shared by the sampling sections (SFT's has no temperature of its own)."""
-    if hasattr(s, "temperature"):
-        c.at_least("temperature", s.temperature, 0)
-    if hasattr(s, "min_tokens"):
-        c.at_least("min_tokens", s.min_tokens, 0)
+def _check_decoding(c: _Checks, s) -> None:
+    """Ranges of the decoding keys every sampling section has (DecodingConfig's): the one place they are checked."""
     c.fraction("top_p", s.top_p)
     c.at_least("max_tokens", s.max_tokens, 1)
     c.at_least("thinking_budget", s.thinking_budget, -1)
     c.need("stop", s.stop, all(s.stop), "a list of non-empty strings")
+
+
+def _check_sampling(c: _Checks, s) -> None:
+    """A sampling section that does not inherit DecodingConfig (rlvr filter's): its temperature and
+    min_tokens when it has them, then the shared decoding keys."""
+    if hasattr(s, "temperature"):
+        c.at_least("temperature", s.temperature, 0)
+    if hasattr(s, "min_tokens"):
+        c.at_least("min_tokens", s.min_tokens, 0)
+    _check_decoding(c, s)
 
 
 # ------------------------------------------------------------------------------- expert iteration
