@@ -137,6 +137,27 @@ def test_asynchronous_placement_rules_fail_before_the_model_loads():
     validate_train_config(TrainConfig(distributed=DistributedConfig(segment_tokens=4)))  # alone it is fine
 
 
+def test_sft_and_ei_cross_field_rules_fail_at_config_load():
+    from rlvr.train.config import EIConfig, SFTConfig
+    from rlvr.train.ei import validate_ei_config
+    from rlvr.train.sft import validate_sft_config
+
+    with pytest.raises(BatchConfigError, match="algo.micro_batch_size=3 must divide algo.batch_size=4"):
+        load_config(SFTConfig, None, ["algo.batch_size=4", "algo.micro_batch_size=3"])
+    with pytest.raises(ConfigError, match="data.filter_band='medium' applies to rlvr train only"):
+        load_config(EIConfig, None, ["data.filter_band=medium"])
+    sft = SFTConfig()
+    sft.algo.batch_size, sft.algo.micro_batch_size = 8, 2
+    assert validate_sft_config(sft) == sft.batch_sizes() == (8, 2)
+    sft.algo.aggregation = "nope"
+    with pytest.raises(ConfigError, match="algo.aggregation='nope' is unknown; known: seq_mean_token_mean"):
+        sft.validate()
+    ei = EIConfig()
+    ei.data.curriculum = "pass_rate"
+    with pytest.raises(ConfigError, match="data.curriculum='pass_rate' applies to rlvr train only"):
+        validate_ei_config(ei)
+
+
 def test_length_reward_names_match_the_objective():
     import rlvr.train.config as config_mod
     from rlvr.train.objective import LENGTH_REWARDS
