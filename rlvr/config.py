@@ -3,6 +3,8 @@
 A trainer's config is a dataclass composed of small section dataclasses (model, data, sampling,
 algo, optim, run). Every field carries an attribute docstring (a string literal on the line after
 the field); `field_docs` reads them from the source so the CLI help is generated, not duplicated.
+A section may inherit fields from a base section (the sampling sections from DecodingConfig): the
+help follows the MRO, and a subclass that re-declares a field with its own docstring wins.
 
     cfg = load_config(TrainConfig, "run.yaml", ["algo.loss=grpo_clip", "optim.lr=1e-4"], base=recipe)
 
@@ -222,13 +224,24 @@ def _class_docs(cls: type) -> dict[str, str]:
     }
 
 
+def _field_doc(cls: type, name: str) -> str:
+    """The docstring of field `name` of `cls`: from the first class of its MRO whose body documents it,
+    so a section that inherits a field (a sampling section from DecodingConfig) shows the base's
+    docstring, and one that re-declares it with its own docstring shows that."""
+    for klass in cls.__mro__:
+        if dataclasses.is_dataclass(klass) and (doc := _class_docs(klass).get(name)) is not None:
+            return doc
+    return ""
+
+
 def field_docs(cls: type) -> dict[str, str]:
     """Attribute docstrings of a config dataclass, by dotted key, nested sections included.
 
     `field_docs(TrainConfig)["optim.lr"] == "Peak learning rate of AdamW."`; a section's own entry
-    (`"optim"`) is the docstring under the section field. Fields without a docstring map to "".
+    (`"optim"`) is the docstring under the section field. Inherited fields carry the docstring of the
+    nearest class that documents them. Fields without a docstring map to "".
     """
-    return {key: _class_docs(owner).get(key.rpartition(".")[2], "") for key, (_, owner) in _schema(cls).items()}
+    return {key: _field_doc(owner, key.rpartition(".")[2]) for key, (_, owner) in _schema(cls).items()}
 
 
 # -------------------------------------------------------------------------------------- coercion

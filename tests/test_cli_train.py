@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -91,6 +92,16 @@ def test_impossible_batch_arithmetic_says_what_to_change(tmp_path):
                 f"run.out_dir={tmp_path / 'x'}")
     assert r.exit_code == 2
     assert "algo.train_batch_size=6 does not divide the rollout batch" in r.output and "use one of" in r.output
+    assert not (tmp_path / "x").exists()
+
+
+def test_cross_field_rule_fails_at_config_load_not_in_the_trainer(tmp_path, monkeypatch):
+    import rlvr.train.pg as pg
+
+    monkeypatch.setattr(pg, "train", lambda *a, **k: pytest.fail("the trainer started (it loads the model)"))
+    r = _invoke("train", "algo.advantage=gae", f"run.out_dir={tmp_path / 'x'}")
+    assert r.exit_code == 2
+    assert "error: algo.advantage='gae' needs a value model: set algo.critic=shared or separate" in r.output
     assert not (tmp_path / "x").exists()
 
 

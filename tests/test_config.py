@@ -394,6 +394,56 @@ def test_field_docs_of_real_trainer_configs_are_complete():
         assert load_config(cls) == load_config(cls, overrides=[])
 
 
+@dataclass
+class BaseDecoding:
+    """A base section whose fields two sections inherit."""
+
+    top_p: float = 1.0
+    """Nucleus threshold (base)."""
+    max_tokens: int = 16
+    """Response cap (base)."""
+
+
+@dataclass
+class RolloutDecoding(BaseDecoding):
+    """Inherits top_p as is, re-declares max_tokens with its own docstring and default, adds a field."""
+
+    max_tokens: int = 64
+    """Response cap of rollouts (subclass)."""
+    group_size: int = 2
+    """Responses per prompt (subclass only)."""
+
+
+@dataclass
+class InheritingRoot:
+    decoding: RolloutDecoding = field(default_factory=RolloutDecoding)
+    """Decoding section built by inheritance."""
+
+
+def test_field_docs_follow_inheritance():
+    docs = field_docs(InheritingRoot)
+    assert docs["decoding.top_p"] == "Nucleus threshold (base)."  # inherited field: the base's docstring
+    assert docs["decoding.max_tokens"] == "Response cap of rollouts (subclass)."  # the subclass's wins
+    assert docs["decoding.group_size"] == "Responses per prompt (subclass only)."
+    rows = {r[0]: r for r in config_rows(InheritingRoot)}
+    assert rows["decoding.max_tokens"][2:] == ("64", "Response cap of rollouts (subclass).")
+    assert rows["decoding.top_p"][3] == "Nucleus threshold (base)."
+    assert field_docs(BaseDecoding)["max_tokens"] == "Response cap (base)."
+
+
+def test_sampling_sections_share_the_decoding_base():
+    from rlvr.train.config import DecodingConfig, EvalSamplingConfig, SamplingConfig, SFTSamplingConfig
+
+    base = field_docs(DecodingConfig)
+    for cls in (SamplingConfig, SFTSamplingConfig, EvalSamplingConfig):
+        assert issubclass(cls, DecodingConfig)
+        docs = field_docs(cls)
+        assert set(base) <= set(docs) and all(docs.values()), cls.__name__
+    assert field_docs(SFTSamplingConfig)["stop_thinking_text"] == base["stop_thinking_text"]  # inherited
+    assert field_docs(SamplingConfig)["max_tokens"] != base["max_tokens"]  # rlvr train says more
+    assert (SamplingConfig().max_tokens, EvalSamplingConfig().temperature, SamplingConfig().temperature) == (16, 0.0, 1.0)
+
+
 def test_config_rows_and_help():
     rows = {r[0]: r for r in config_rows(RootConfig)}
     assert rows["optim.lr"] == ("optim.lr", "float", "0.0003", "Peak learning rate of AdamW.")

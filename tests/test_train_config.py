@@ -85,16 +85,84 @@ def test_recipes_markdown_has_one_row_per_recipe():
 
 
 def test_validation_names_the_key():
-    cfg = load_config(TrainConfig, None, ["algo.loss=ppo_typo"])
+    # cross-field rules run when the config is loaded (TrainConfig.validate), so loading raises
     with pytest.raises(ValueError, match="algo.loss='ppo_typo' is unknown; known: .*'grpo_clip'"):
-        validate_train_config(cfg)
-    cfg = load_config(TrainConfig, None, ["sampling.group_size=1"])
+        validate_train_config(load_config(TrainConfig, None, ["algo.loss=ppo_typo"]))
     with pytest.raises(ValueError, match="sampling.group_size=1"):
-        validate_train_config(cfg)
+        validate_train_config(load_config(TrainConfig, None, ["sampling.group_size=1"]))
     with pytest.raises(ConfigError, match="algo.lossy"):
         load_config(TrainConfig, None, ["algo.lossy=1"])
     with pytest.raises(ConfigError, match="optim.lr"):
         load_config(TrainConfig, None, ["optim.lr=fast"])
+
+
+def test_cross_field_rules_fail_at_config_load():
+    # a rule that needs two keys (gae without a critic) fails when the config is loaded, before any model,
+    # with the message validate_train_config gives; the YAML path names nothing wrong in the file itself
+    with pytest.raises(ConfigError, match=r"algo.advantage='gae' needs a value model: set algo.critic"):
+        load_config(TrainConfig, None, ["algo.advantage=gae"])
+    with pytest.raises(ConfigError, match=r"algo.refill_rounds=2 refills the groups"):
+        load_config(TrainConfig, None, ["algo.refill_rounds=2"])
+    with pytest.raises(ConfigError, match=r"sampling.temperature=0.0: RL needs sampling"):
+        load_config(TrainConfig, None, ["sampling.temperature=0"])
+    with pytest.raises(BatchConfigError, match="algo.train_batch_size=6 does not divide the rollout batch"):
+        load_config(TrainConfig, None, ["sampling.n_prompts=4", "sampling.group_size=4", "algo.train_batch_size=6"])
+    # the same config built in Python: TrainConfig.validate() is the one home, validate_train_config its plan
+    cfg = TrainConfig()
+    cfg.algo.advantage = "gae"
+    with pytest.raises(ConfigError, match="needs a value model"):
+        cfg.validate()
+    cfg.algo.critic = "shared"
+    assert validate_train_config(cfg) == cfg.batch_plan() == plan_batches(32, 8)
+
+
+def test_asynchronous_placement_rules_fail_before_the_model_loads():
+    from rlvr.train.config import DistributedConfig, SamplingConfig
+
+    # partial rollouts with a thinking budget, refill or sampling ahead: refused by TrainConfig.validate(),
+    # at load for a YAML / override config and at the trainer's start for one built in Python
+    with pytest.raises(ConfigError, match="distributed.segment_tokens does not combine with sampling.thinking_budget"):
+        load_config(TrainConfig, None, ["distributed.segment_tokens=4", "sampling.thinking_budget=8"])
+    with pytest.raises(ConfigError, match="distributed.segment_tokens does not combine with algo.refill_rounds"):
+        load_config(TrainConfig, None, ["distributed.segment_tokens=4", "algo.filter_zero_variance=true",
+                                        "algo.refill_rounds=1"])
+    both = TrainConfig(distributed=DistributedConfig(placement="ray", segment_tokens=4, max_staleness=1))
+    with pytest.raises(ConfigError, match=r"distributed.segment_tokens \(partial rollouts\) and "
+                                          r"distributed.max_staleness \(sampling ahead\)"):
+        both.validate()
+    ahead = TrainConfig(sampling=SamplingConfig(thinking_budget=0),
+                        distributed=DistributedConfig(placement="ray", max_staleness=1))
+    with pytest.raises(ConfigError, match="distributed.max_staleness does not combine with sampling.thinking_budget"):
+        validate_train_config(ahead)
+    validate_train_config(TrainConfig(distributed=DistributedConfig(segment_tokens=4)))  # alone it is fine
+
+
+def test_sft_and_ei_cross_field_rules_fail_at_config_load():
+    from rlvr.train.config import EIConfig, SFTConfig
+    from rlvr.train.ei import validate_ei_config
+    from rlvr.train.sft import validate_sft_config
+
+    with pytest.raises(BatchConfigError, match="algo.micro_batch_size=3 must divide algo.batch_size=4"):
+        load_config(SFTConfig, None, ["algo.batch_size=4", "algo.micro_batch_size=3"])
+    with pytest.raises(ConfigError, match="data.filter_band='medium' applies to rlvr train only"):
+        load_config(EIConfig, None, ["data.filter_band=medium"])
+    sft = SFTConfig()
+    sft.algo.batch_size, sft.algo.micro_batch_size = 8, 2
+    assert validate_sft_config(sft) == sft.batch_sizes() == (8, 2)
+    sft.algo.aggregation = "nope"
+    with pytest.raises(ConfigError, match="algo.aggregation='nope' is unknown; known: seq_mean_token_mean"):
+        sft.validate()
+    ei = EIConfig()
+    ei.data.curriculum = "pass_rate"
+    with pytest.raises(ConfigError, match="data.curriculum='pass_rate' applies to rlvr train only"):
+        validate_ei_config(ei)
+
+
+def test_length_reward_names_match_the_objective():
+    import rlvr.train.config as config_mod
+    from rlvr.train.objective import LENGTH_REWARDS
+
+    assert sorted(config_mod._LENGTH_REWARDS) == sorted(LENGTH_REWARDS)
 
 
 def test_lr_schedule_values():

@@ -14,9 +14,12 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
+from rlvr.config import ConfigError
 
-class BatchConfigError(ValueError):
-    """The batch sizes cannot be split as configured; the message says what to change."""
+
+class BatchConfigError(ConfigError):
+    """The batch sizes cannot be split as configured; the message says what to change. A ConfigError, so
+    that the config loader reports it as it is (TrainConfig.validate plans the batches)."""
 
 
 @dataclass(frozen=True)

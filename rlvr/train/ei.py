@@ -31,7 +31,6 @@ from typing import Any
 import torch
 
 from rlvr.algo import Truncation
-from rlvr.config import ConfigError
 from rlvr.rewards.batch import score_rollouts
 from rlvr.rewards.types import Reward, Status
 from rlvr.rollout.types import SamplingSpec
@@ -52,17 +51,11 @@ from rlvr.train.pg import Timer, TrainResult, reward_error_log, sample_metrics
 
 
 def validate_ei_config(cfg: EIConfig) -> None:
-    """The checks of the sections expert iteration reads, also for a config built in Python (the
-    YAML path ran them already). Raises ConfigError naming the key."""
+    """The checks of the sections expert iteration reads and EIConfig.validate's, also for a config built
+    in Python (the YAML path ran them already). Raises ConfigError naming the key."""
     for section in (cfg.model, cfg.data, cfg.sampling, cfg.rollout, cfg.algo, cfg.optim, cfg.run):
         section.validate()
     cfg.validate()
-    # the data section is rlvr train's; its online problem selection is not wired into expert iteration,
-    # which reads the plain shuffled stream: refused by name rather than silently ignored
-    for key in ("filter_band", "curriculum"):
-        if getattr(cfg.data, key, ""):
-            raise ConfigError(f"data.{key}={getattr(cfg.data, key)!r} applies to rlvr train only; expert iteration "
-                              f"reads the shuffled training stream (leave data.{key} empty)")
 
 
 # ----------------------------------------------------------------------------------- selection

@@ -26,13 +26,12 @@ from typing import Any
 
 import torch
 
-from rlvr.algo import KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES, Truncation
-from rlvr.algo.advantages import ADVANTAGE_ESTIMATORS
+from rlvr.algo import Truncation
 from rlvr.config import ConfigError
 from rlvr.rewards.batch import score_rollouts
 from rlvr.rewards.types import Reward, Status, format_rate
 from rlvr.rollout.types import SamplingSpec, answer_length
-from rlvr.train.batching import BatchPlan, plan_batches, split_indices
+from rlvr.train.batching import BatchPlan, split_indices
 from rlvr.train.common import (
     clip_and_step,
     eval_prefixed,
@@ -60,120 +59,16 @@ from rlvr.train.objective import (  # noqa: F401 - re-exported: tests and users 
 
 
 def validate_train_config(cfg: TrainConfig) -> BatchPlan:
-    """Every cross-field check of a TrainConfig, before any work. Raises ValueError naming the key."""
-    a, s = cfg.algo, cfg.sampling
-    registries = [
-        ("algo.advantage", a.advantage, ADVANTAGE_ESTIMATORS),
-        ("algo.loss", a.loss, POLICY_LOSSES),
-        ("algo.aggregation", a.aggregation, LOSS_AGGREGATIONS),
-        ("algo.kl_estimator", a.kl_estimator, KL_ESTIMATORS),
-        ("algo.length_reward", a.length_reward, LENGTH_REWARDS),
-    ]
-    for key, value, reg in registries:
-        if key == "algo.advantage" and value in ("gae", "process"):
-            continue  # gae: the critic's values make the advantages (rlvr.train.critic); process: step rewards
-        if value not in reg:
-            raise ConfigError(f"{key}={value!r} is unknown; known: {', '.join(repr(k) for k in sorted(reg))}")
-    from rlvr.train.process import check_config as check_process_config
-
-    check_process_config(a)  # algo.advantage=process and its keys (rlvr.train.process)
-    if a.adv_std not in ("population", "sample"):
-        raise ConfigError(f"algo.adv_std={a.adv_std!r}: use 'population' or 'sample'")
-    if s.group_size < 2 and a.advantage != "no_baseline":
-        raise ConfigError(
-            f"sampling.group_size={s.group_size}: the {a.advantage!r} advantage compares responses within a "
-            "group, so every advantage would be 0; use sampling.group_size >= 2 or algo.advantage=no_baseline"
-        )
-    if not 0 <= a.clip_low < 1:
-        raise ConfigError(f"algo.clip_low={a.clip_low} must be in [0, 1)")
-    if a.clip_high < 0:
-        raise ConfigError(f"algo.clip_high={a.clip_high} must be >= 0")
-    if a.dual_clip and a.dual_clip <= 1:
-        raise ConfigError(f"algo.dual_clip={a.dual_clip} must be > 1 (or 0 = off)")
-    if a.kl_coef < 0 or a.entropy_coef < 0 or a.length_reward_coef < 0:
-        raise ConfigError("algo.kl_coef, algo.entropy_coef and algo.length_reward_coef must be >= 0")
-    if a.kl_in not in ("loss", "reward"):
-        raise ConfigError(f"algo.kl_in={a.kl_in!r}: use 'loss' or 'reward'")
-    if (problem := a.kl_loss_problem()) is not None:  # also at load time (AlgoConfig.validate)
-        raise ConfigError(problem)
-    if a.kl_in == "reward" and a.kl_coef == 0:
-        # refused rather than a silent no-op: whoever sets kl_in=reward expects a KL penalty
-        raise ConfigError("algo.kl_in='reward' with algo.kl_coef=0 shapes nothing; set algo.kl_coef > 0 "
-                         "(or leave algo.kl_in=loss)")
-    if a.loss == "kimi" and (a.kl_in == "reward" or a.whiten_advantages):
-        raise ConfigError(
-            "algo.loss='kimi' needs one advantage per response (A_i = r_i - tau log Z); algo.kl_in=reward "
-            "and algo.whiten_advantages make per-token advantages, so use them with another algo.loss"
-        )
-    if (a.advantage == "gae") != bool(a.critic):
-        raise ConfigError(
-            "algo.advantage='gae' needs a value model: set algo.critic=shared or separate"
-            if a.advantage == "gae" else
-            f"algo.critic={a.critic!r} is only used by algo.advantage='gae' (PPO); set algo.advantage=gae "
-            "or leave algo.critic empty")
-    if a.advantage == "gae" and a.loss == "kimi":
-        raise ConfigError("algo.loss='kimi' needs one advantage per response; GAE gives one per token")
-    if not 0 < a.gamma <= 1 or not 0 <= a.gae_lambda <= 1:
-        raise ConfigError(f"algo.gamma={a.gamma} must be in (0, 1] and algo.gae_lambda={a.gae_lambda} in [0, 1]")
-    if a.value_coef < 0 or a.value_clip < 0 or a.critic_lr < 0:
-        raise ConfigError("algo.value_coef, algo.value_clip and algo.critic_lr must be >= 0")
-    if a.refill_rounds < 0 or a.length_reward_warmup_steps < 0 or a.num_minibatches < 0:
-        raise ConfigError("algo.refill_rounds, algo.length_reward_warmup_steps and algo.num_minibatches "
-                          "must be >= 0")
-    if a.refill_rounds and not a.filter_zero_variance:
-        raise ConfigError(f"algo.refill_rounds={a.refill_rounds} refills the groups that "
-                          "algo.filter_zero_variance drops; set algo.filter_zero_variance=true too")
-    if a.ref_refresh_every < 0:
-        raise ConfigError(f"algo.ref_refresh_every={a.ref_refresh_every} must be >= 0")
-    if a.length_reward == "dapo_overlong" and not 0 < a.overlong_buffer <= s.max_tokens:
-        raise ConfigError(
-            f"algo.overlong_buffer={a.overlong_buffer} must be in (0, sampling.max_tokens={s.max_tokens}]"
-        )
-    if cfg.data.env and a.length_reward == "dapo_overlong":
-        raise ConfigError("data.env with algo.length_reward='dapo_overlong': an episode's model turns are not bounded "
-                          "by sampling.max_tokens (a per-turn cap), so the overlong window has no end to sit before; "
-                          "use algo.length_reward=kimi (group-relative) or '' with data.env")
-    if cfg.data.env and a.advantage == "process":
-        raise ConfigError("data.env: algo.advantage=process needs per-step rewards of a text response; "
-                          "episodes give one reward at the end (use grpo, rloo, ppo, ...)")
-    d = getattr(cfg, "distributed", None)
-    if cfg.data.env and d is not None and (d.max_staleness or d.queue_size or d.segment_tokens):
-        raise ConfigError("data.env: multi-turn episodes are sampled turn by turn within a step; they do not "
-                          "combine with distributed.max_staleness, queue_size or segment_tokens (leave those 0)")
-    if cfg.data.env and s.thinking_budget >= 0:
-        raise ConfigError("data.env: a thinking budget renders its own prompts; multi-turn episodes need "
-                          "sampling.thinking_budget=-1")
-    if s.temperature <= 0:
-        raise ConfigError(f"sampling.temperature={s.temperature}: RL needs sampling (> 0); greedy has no spread")
-    if cfg.run.steps < 1:
-        raise ConfigError(f"run.steps={cfg.run.steps} must be >= 1")
-    if cfg.optim.lr <= 0:
-        raise ConfigError(f"optim.lr={cfg.optim.lr} must be > 0")
-    train_batch = a.train_batch_size
-    if a.num_minibatches:
-        rollout = s.n_prompts * s.group_size
-        if a.train_batch_size:
-            raise ConfigError(f"algo.num_minibatches={a.num_minibatches} and algo.train_batch_size="
-                              f"{a.train_batch_size} both set the minibatch size; set only one (0 = unset)")
-        if rollout % a.num_minibatches:
-            raise ConfigError(
-                f"algo.num_minibatches={a.num_minibatches} does not divide the rollout batch "
-                f"sampling.n_prompts*sampling.group_size={s.n_prompts}*{s.group_size}={rollout}")
-        train_batch = rollout // a.num_minibatches
-    return plan_batches(s.n_prompts, s.group_size, train_batch, a.micro_batch_size, a.epochs_per_rollout_batch)
+    """Every cross-field check of a TrainConfig (TrainConfig.validate, which rlvr.config already ran for a
+    loaded config) and its batch plan, before any work. Raises ConfigError naming the key."""
+    cfg.validate()
+    return cfg.batch_plan()
 
 
 def objective_length_cap(cfg: TrainConfig) -> int:
-    """The most sampled tokens one response can have when sampling.max_tokens does not bound them, else 0:
-    with a thinking budget the reasoning and the answer (thinking_budget + max_tokens), in a multi-turn
-    episode its model turns (at most data.env_max_tokens). Dr. GRPO's constant (algo.aggregation=
-    seq_mean_token_sum_norm with algo.norm_length=0) takes it, since the loss sums those tokens."""
-    s = cfg.sampling
-    if cfg.data.env:
-        return cfg.data.env_max_tokens
-    if s.thinking_budget >= 0:
-        return s.thinking_budget + s.max_tokens
-    return 0
+    """TrainConfig.loss_length_cap(): the most sampled tokens one response can have when sampling.max_tokens
+    does not bound them, else 0 (Dr. GRPO's constant takes it)."""
+    return cfg.loss_length_cap()
 
 
 # ------------------------------------------------------------------------------------- records

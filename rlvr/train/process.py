@@ -190,21 +190,3 @@ def process_targets(outcome_adv: torch.Tensor, mask: torch.Tensor, marks: StepMa
         out = whiten(out, mask)
     return Targets(advantages=out)
 
-
-def check_config(algo) -> None:
-    """Cross-field checks of the process-supervision keys (rlvr.train.pg.validate_train_config)."""
-    from rlvr.config import ConfigError
-
-    if algo.process_outcome_coef < 0:
-        raise ConfigError(f"algo.process_outcome_coef={algo.process_outcome_coef} must be >= 0")
-    if algo.advantage != "process":
-        if algo.process_outcome_coef:
-            raise ConfigError(f"algo.process_outcome_coef={algo.process_outcome_coef} is only used by "
-                              "algo.advantage='process'; set algo.advantage=process or leave it 0")
-        if algo.process_baseline != "group":
-            raise ConfigError(f"algo.process_baseline={algo.process_baseline!r} is only used by "
-                              "algo.advantage='process'; set algo.advantage=process or leave it 'group'")
-        return
-    if algo.loss == "kimi":
-        raise ConfigError("algo.loss='kimi' needs one advantage per response; algo.advantage='process' gives one "
-                          "per token")

@@ -13,11 +13,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rlvr.algo import LOSS_AGGREGATIONS
 from rlvr.config import ConfigError
 from rlvr.models import TrainingBatch, build_training_batch
 from rlvr.models.scoring import sft_loss  # noqa: F401 - re-exported (rlvr sft's loss)
-from rlvr.train.batching import BatchConfigError
 from rlvr.train.common import (
     clip_and_step,
     eval_prefixed,
@@ -32,25 +30,10 @@ from rlvr.train.pg import TrainResult
 
 
 def validate_sft_config(cfg: SFTConfig) -> tuple[int, int]:
-    """Cross-field checks; returns (batch_size, micro_batch_size). Raises ValueError naming the key."""
-    a = cfg.algo
-    if a.aggregation not in LOSS_AGGREGATIONS:
-        raise ConfigError(
-            f"algo.aggregation={a.aggregation!r} is unknown; known: {', '.join(sorted(LOSS_AGGREGATIONS))}"
-        )
-    if a.batch_size < 1:
-        raise BatchConfigError(f"algo.batch_size must be >= 1, got {a.batch_size}")
-    micro = a.micro_batch_size or a.batch_size
-    if micro > a.batch_size or a.batch_size % micro:
-        raise BatchConfigError(
-            f"algo.micro_batch_size={micro} must divide algo.batch_size={a.batch_size}; "
-            f"use a divisor of {a.batch_size} such as {a.batch_size // 2 or 1} or {a.batch_size}"
-        )
-    if cfg.run.steps < 1:
-        raise ConfigError(f"run.steps={cfg.run.steps} must be >= 1")
-    if cfg.optim.lr <= 0:
-        raise ConfigError(f"optim.lr={cfg.optim.lr} must be > 0")
-    return a.batch_size, micro
+    """Cross-field checks (SFTConfig.validate, which rlvr.config already ran for a loaded config); returns
+    (batch_size, micro_batch_size). Raises ConfigError naming the key."""
+    cfg.validate()
+    return cfg.batch_sizes()
 
 
 def sft_batch(examples, prompt_fn, target_fn, tokenizer, max_length: int) -> TrainingBatch:
@@ -70,7 +53,6 @@ def _check_sft_positions(model, tokenizer, pairs, prompt_fn, target_fn, cfg) -> 
     """A training sequence (prompt + target, cut at algo.max_length) longer than the model's positions is
     refused before any work, naming algo.max_length and the longest pair (an absolute-position model
     raised an IndexError from inside the forward)."""
-    from rlvr.config import ConfigError
     from rlvr.models.positions import max_positions, prompt_lengths
 
     limit = max_positions(model)
