@@ -26,7 +26,9 @@ from rlvr.eval.metrics import (
     status_counts,
     vote_key,
 )
+from rlvr.models.positions import prompt_lengths
 from rlvr.rewards.batch import score_batch
+from rlvr.rewards.extract import final_answer
 from rlvr.rewards.types import Reward, Status, format_rate
 
 BatchScorer = Callable[[Sequence[str], Sequence[Any]], Sequence[Reward]]
@@ -158,7 +160,6 @@ def cpu_chunks(tokenizer: Any, prompts: Sequence[str], *, n: int, max_tokens: in
     encodes them); None elsewhere (a GPU or vLLM: `max_prompts` per call, as configured)."""
     if backend != "hf" or not str(device).startswith("cpu") or not prompts:
         return None
-    from rlvr.models.positions import prompt_lengths
 
     return token_chunks(prompt_lengths(tokenizer, prompts), n=n, max_tokens=max_tokens, budget=CPU_EVAL_TOKENS,
                         max_prompts=max_prompts)
@@ -210,7 +211,6 @@ def graded_answer(reward: Reward, response: str) -> str | None:
     answer = getattr(reward, "answer", None)
     if answer is not None:
         return str(answer)
-    from rlvr.rewards.extract import final_answer
 
     found = final_answer(response)
     return found if found is not None else response[-1000:]

@@ -38,6 +38,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rlvr.rewards.grader import normalize
 from rlvr.rewards.types import Status
 
 
@@ -86,7 +87,6 @@ def vote_key(correct: bool, answer: str | None) -> VoteKey | None:
         return CORRECT_VOTE
     if answer is None:
         return None
-    from rlvr.rewards.grader import normalize
 
     return ("incorrect", normalize(answer[:_MAX_ANSWER_CHARS]))
 

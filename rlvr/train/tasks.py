@@ -9,9 +9,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rlvr.data import get_task, load_hf
+from rlvr.data.jsonl import DataError, scan_jsonl
 from rlvr.data.task_data import TaskData, TaskDataError  # noqa: F401 - re-exported
+from rlvr.data.tasks.base import _source_keys, map_columns
+from rlvr.envs.task import env_task_data
 from rlvr.eval import cpu_chunks, evaluate
 from rlvr.rewards import score_batch
+from rlvr.rewards.batch import resolve_reward_fn
+from rlvr.rewards.registry import with_tolerance
 from rlvr.rollout.types import SamplingSpec
 
 
@@ -24,8 +30,6 @@ def load_task_data(data_cfg, tokenizer=None, *, train: bool = True, episodes: bo
                             "(its periodic and final evaluation covers held-out episodes); unset data.env here")
     try:
         if getattr(data_cfg, "env", ""):
-            from rlvr.envs.task import env_task_data
-
             return env_task_data(data_cfg, tokenizer, train=train)
         return _load_task_data(data_cfg, tokenizer, train)
     except TaskDataError:
@@ -40,9 +44,6 @@ def load_task_data(data_cfg, tokenizer=None, *, train: bool = True, episodes: bo
 def _load_hf(data_cfg, split: str, columns: dict[str, str]) -> list:
     """Rows of data.hf_dataset's `split` as the task's Examples; a failure of `datasets` (no such dataset or
     split, offline, ...) becomes a one-line TaskDataError naming data.hf_dataset."""
-    from rlvr.data import load_hf
-    from rlvr.data.jsonl import DataError
-
     try:
         return load_hf(data_cfg.task, data_cfg.hf_dataset, split, config=data_cfg.hf_config or None, columns=columns)
     except (DataError, TaskDataError):
@@ -63,22 +64,18 @@ def check_data_files(data_cfg, *, train: bool = True) -> None:
     if getattr(data_cfg, "env", ""):
         required, parse = ("question", "reference"), None  # rlvr.envs.task reads these two keys
     else:
-        from rlvr.data import get_task
-
         try:
             reg = get_task(data_cfg.task)
         except KeyError:
             return  # the config check names an unknown task
         if reg.parse_row is None:
             return  # a synthetic task without a row format: its loader says so
-        from rlvr.data.tasks.base import _source_keys, map_columns
 
         columns = {"question": getattr(data_cfg, "question_key", ""), "answer": getattr(data_cfg, "answer_key", "")}
         required = _source_keys(reg.required_keys, columns)
 
         def parse(row, where, i, _parse=reg.parse_row):
             return _parse(map_columns(row, columns, where), where, i)
-    from rlvr.data.jsonl import DataError, scan_jsonl
 
     for key, split in (("train_path", "training"), ("eval_path", "held-out")):
         path = getattr(data_cfg, key, "")
@@ -111,9 +108,6 @@ def _load_task_data(data_cfg, tokenizer=None, need_train: bool = True) -> TaskDa
     tasks read data.train_path / data.eval_path (JSONL). The template and reward default to the
     task's own, so the training reward and the evaluation metric cannot drift apart.
     """
-    from rlvr.data import get_task
-    from rlvr.rewards.batch import resolve_reward_fn
-
     task = get_task(data_cfg.task)
     template = data_cfg.template or task.default_template
     columns = {"question": getattr(data_cfg, "question_key", ""), "answer": getattr(data_cfg, "answer_key", "")}
@@ -140,8 +134,6 @@ def _load_task_data(data_cfg, tokenizer=None, need_train: bool = True) -> TaskDa
         held_out = []
     reward_fn = resolve_reward_fn(data_cfg.reward) if data_cfg.reward else task.reward_fn(template)
     if getattr(data_cfg, "verifier_tolerance", ""):
-        from rlvr.rewards.registry import with_tolerance
-
         reward_fn = with_tolerance(reward_fn, data_cfg.verifier_tolerance)
     return TaskData(
         name=task.name,
