@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from rlvr.commands._config_cli import load_or_exit, with_keys_help
-from rlvr.train.demo import DemoConfig
+from rlvr.train.config import DemoConfig
 
 
 @with_keys_help(DemoConfig)

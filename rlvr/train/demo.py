@@ -19,54 +19,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
-@dataclass
-class DemoConfig:
-    """`rlvr demo`: tiny model, SFT warm-up, then GRPO with only the verifier."""
-
-    out_dir: str = "runs/demo"
-    """Where the SFT and GRPO run directories and demo.json go (overwritten)."""
-    seed: int = 0
-    """Seed of the model init, data order and sampling."""
-    num_threads: int = 0
-    """torch CPU threads; 0 = RLVR_NUM_THREADS, else 1 (fastest on small shared machines)."""
-    digits: int = 1
-    """Digits per operand of the additions."""
-    operands: int = 4
-    """Terms per addition ("3+5+7+1=")."""
-    num_train: int = 8000
-    """Synthetic training problems (SFT uses the first sft_examples; RL draws from the rest)."""
-    sft_examples: int = 3000
-    """Labeled problems the SFT warm-up may see."""
-    num_eval: int = 200
-    """Held-out problems of the before/after table."""
-    hidden_size: int = 128
-    """Model width."""
-    num_layers: int = 2
-    """Transformer layers."""
-    sft_steps: int = 1500
-    """Most SFT optimizer steps (batch sft_batch_size); SFT stops earlier once partly right."""
-    sft_target_accuracy: float = 0.2
-    """Stop SFT once greedy accuracy on a validation slice (training-split problems, not the
-    held-out ones) reaches this; checked every sft_eval_every steps."""
-    sft_eval_every: int = 25
-    """SFT steps between validation checks."""
-    sft_lr: float = 3e-3
-    """SFT learning rate (constant after 20 warmup steps)."""
-    sft_batch_size: int = 64
-    """SFT examples per step."""
-    rl_steps: int = 100
-    """GRPO steps."""
-    rl_lr: float = 5e-4
-    """GRPO learning rate (2e-3 and above collapsed in tuning runs)."""
-    n_prompts: int = 64
-    """GRPO prompts per step."""
-    group_size: int = 8
-    """GRPO samples per prompt."""
-    max_tokens: int = 4
-    """Maximum response length (sums of four digits have at most 2 digits + EOS)."""
-    progress: bool = True
-    """Show progress bars."""
+from rlvr.eval import comparison_table, comparison_text
+from rlvr.models import load_policy
+from rlvr.rollout import build_generator
+from rlvr.runtime import default_num_threads, set_num_threads
+from rlvr.train.common import quiet_transformers, resolve_model_dir
+from rlvr.train.config import (
+    AlgoConfig,
+    DataConfig,
+    DemoConfig,  # noqa: F401 - re-exported (rlvr demo's config)
+    ModelConfig,
+    OptimConfig,
+    RunConfig,
+    SamplingConfig,
+    SFTAlgoConfig,
+    SFTConfig,
+    SFTSamplingConfig,
+    TrainConfig,
+)
+from rlvr.train.pg import train
+from rlvr.train.recipes import get_recipe
+from rlvr.train.sft import train_sft
+from rlvr.train.tasks import eval_policy, load_task_data
 
 
 @dataclass
@@ -85,33 +59,16 @@ class DemoResult:
 
 def _data_config(cfg: DemoConfig):
     """The demo's data section (shared by its SFT and GRPO configs and demo_task)."""
-    from rlvr.train.config import DataConfig
-
     return DataConfig(task="arithmetic", num_train=cfg.num_train, num_eval=cfg.num_eval, seed=cfg.seed + 1234,
                       digits=cfg.digits, operands=cfg.operands)
 
 
 def demo_task(cfg: DemoConfig, tokenizer=None):
     """TaskData of the demo: synthetic additions from rlvr.data, held-out split for evaluation."""
-    from rlvr.train.tasks import load_task_data
-
     return load_task_data(_data_config(cfg), tokenizer)
 
 
 def _configs(cfg: DemoConfig, out: Path):
-    from rlvr.train.config import (
-        AlgoConfig,
-        ModelConfig,
-        OptimConfig,
-        RunConfig,
-        SamplingConfig,
-        SFTAlgoConfig,
-        SFTConfig,
-        SFTSamplingConfig,
-        TrainConfig,
-    )
-    from rlvr.train.recipes import get_recipe
-
     threads = cfg.num_threads
     model = ModelConfig(hidden_size=cfg.hidden_size, num_layers=cfg.num_layers, num_heads=4,
                         intermediate_size=2 * cfg.hidden_size, tie_embeddings=True)
@@ -144,8 +101,6 @@ def _configs(cfg: DemoConfig, out: Path):
 
 
 def _both_modes(generator, task, cfg) -> dict[str, float]:
-    from rlvr.train.tasks import eval_policy
-
     out: dict[str, float] = {}
     for mode, greedy in (("greedy", True), ("sampled", False)):
         for k, v in eval_policy(generator, task, cfg, greedy=greedy).items():
@@ -155,13 +110,6 @@ def _both_modes(generator, task, cfg) -> dict[str, float]:
 
 def run_demo(cfg: DemoConfig, *, task=None, console=None) -> DemoResult:
     """Run the whole demo; returns before/after metrics. task: optional TaskData override."""
-    from rlvr.models import load_policy
-    from rlvr.rollout import build_generator
-    from rlvr.runtime import default_num_threads, set_num_threads
-    from rlvr.train.common import quiet_transformers, resolve_model_dir
-    from rlvr.train.pg import train
-    from rlvr.train.sft import train_sft
-
     t_start = time.perf_counter()
     threads = cfg.num_threads or default_num_threads() or 1
     cfg = DemoConfig(**{**cfg.__dict__, "num_threads": threads})
@@ -207,7 +155,6 @@ def run_demo(cfg: DemoConfig, *, task=None, console=None) -> DemoResult:
     (out / "demo.json").write_text(json.dumps(_summary(result, cfg), indent=1))
     say(f"[3/3] held-out evaluation on {len(task.eval[: cfg.num_eval])} problems:")
     if console is not None:  # let rich fit the table to the terminal
-        from rlvr.eval import comparison_table
 
         console.print(comparison_table(*_table_columns(result)))
     else:
@@ -236,8 +183,6 @@ def _table_columns(result: DemoResult):
 
 def result_table(result: DemoResult) -> str:
     """Plain-text before/after table."""
-    from rlvr.eval import comparison_text
-
     return comparison_text(*_table_columns(result))
 
 
