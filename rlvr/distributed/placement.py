@@ -39,7 +39,7 @@ class Placement(Protocol):
     def score(self, rollouts, examples, reward_fn, *, workers: int = 1, timeout_s: float = 0.0,
               isolate: bool = False) -> list: ...
 
-    def learners(self, model): ...
+    def learners(self, model, grad_fn): ...
 
     def metrics(self) -> dict[str, float]: ...
 
@@ -62,7 +62,7 @@ class LocalPlacement:
               isolate: bool = False) -> list:
         return score_rollouts(rollouts, examples, reward_fn, workers=workers, timeout_s=timeout_s, isolate=isolate)
 
-    def learners(self, model):
+    def learners(self, model, grad_fn):
         return None  # the learner is this process
 
     def metrics(self) -> dict[str, float]:
@@ -162,9 +162,10 @@ class RayPlacement:
         self._generator.init_ref = init
         return self._generator
 
-    def learners(self, model):
+    def learners(self, model, grad_fn):
         """None with distributed.num_learners = 1 (the learner is this process), else a
-        rlvr.distributed.dp.DataParallelGradients over that many GradientWorker actors."""
+        rlvr.distributed.dp.DataParallelGradients over that many GradientWorker actors, each running
+        grad_fn (the trainer's accumulate_gradients) on its share."""
         n = getattr(self.cfg, "num_learners", 1)
         if n <= 1:
             return None
@@ -172,7 +173,8 @@ class RayPlacement:
         addr = f"tcp://{ray.util.get_node_ip_address()}:{free_port()}"
         first = self.cfg.num_generators + 1
         cls = ray.remote(GradientWorker)
-        actors = [cls.options(**self._options(first + k)).remote(k, n, addr, model, self.num_threads or 1)
+        actors = [cls.options(**self._options(first + k)).remote(k, n, addr, model, grad_fn,
+                                                                              self.num_threads or 1)
                   for k in range(n)]
         self._learners = DataParallelGradients(actors)
         return self._learners

@@ -13,6 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # rlvr.train.config reads this module and stays torch-free
+    from rlvr.algo import Truncation
 
 
 class BatchConfigError(ValueError):
@@ -30,6 +34,23 @@ class BatchPlan:
     optimizer_steps_per_rollout_batch: int  # epochs * rollout_batch / train_batch
     accumulation_steps: int  # train_batch / micro_batch
     on_policy: bool  # exactly one optimizer step per rollout batch: ratio == 1 at the step
+
+
+@dataclass(frozen=True)
+class ForwardSpec:
+    """How every forward of a rollout batch runs (training, old, reference, critic values, behaviour
+    policy), resolved once before the loop: micro-batches of at most micro_batch rows and (when > 0)
+    micro_batch_tokens tokens; the sampling distribution scored (logits / temperature, truncated to the
+    sampler's top-k / top-p: rlvr.algo.logprobs.Truncation, None = untruncated); each group's prompt
+    forwarded once (shared_prefix, rlvr.models.prefix); padding-free forwards (packing: algo.packing,
+    rlvr.models.packed; auto = on CUDA)."""
+
+    micro_batch: int
+    micro_batch_tokens: int = 0
+    temperature: float = 1.0
+    truncation: Truncation | None = None
+    shared_prefix: bool = False
+    packing: str | bool = "auto"
 
 
 def _divisors(n: int) -> list[int]:

@@ -23,6 +23,7 @@ forward, so it is skipped there) and `needs_reference` (kl_coef > 0).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -47,7 +48,7 @@ from rlvr.models import TrainingBatch, score_tokens
 from rlvr.models.packed import PackPlan, row_prompts, score_packed, use_packing
 from rlvr.models.prefix import score_rows
 from rlvr.rewards.types import Reward, Status
-from rlvr.train.batching import BatchPlan, micro_batches
+from rlvr.train.batching import BatchPlan, ForwardSpec, micro_batches
 from rlvr.train.process import process_targets, step_marks
 from rlvr.train.targets import Targets, gae_targets, kl_reward_to_go, token_advantages  # noqa: F401 - re-exported
 
@@ -92,6 +93,16 @@ class StepStats:
 
     def means(self) -> dict[str, float]:
         return {k: self.sums[k] / self.weights[k] for k in self.sums if self.weights[k] > 0}
+
+    def merge(self, other: StepStats) -> None:
+        """Add another accumulator's sums and weights, and take its extremes (a data-parallel worker's)."""
+        for k, v in other.sums.items():
+            self.sums[k] = self.sums.get(k, 0.0) + v
+            self.weights[k] = self.weights.get(k, 0.0) + other.weights[k]
+        for k, v in other.mins.items():
+            self.mins[k] = min(self.mins.get(k, v), v)
+        for k, v in other.maxs.items():
+            self.maxs[k] = max(self.maxs.get(k, v), v)
 
 
 # ------------------------------------------------------------------------- rewards -> advantages
@@ -376,8 +387,6 @@ def accumulate_gradients(
 
 def _slice(batch: TrainingBatch, rows: range) -> TrainingBatch:
     """Rows rows.start .. rows.stop - 1 of every tensor, as views (no copy, no index tensor)."""
-    import dataclasses
-
     return dataclasses.replace(batch, **{f.name: v[rows.start:rows.stop] for f in dataclasses.fields(batch)
                                          if isinstance(v := getattr(batch, f.name), torch.Tensor)})
 
@@ -388,8 +397,6 @@ _EXTREMES = ("ratio_min", "ratio_max", "logprob_diff_max", "correction_ratio_min
 
 def _narrow(batch: TrainingBatch, width: int) -> TrainingBatch:
     """The first `width` positions of every (b, T) tensor of a right-padded batch."""
-    import dataclasses
-
     kw = {}
     for f in dataclasses.fields(batch):
         v = getattr(batch, f.name)
@@ -435,6 +442,12 @@ def batch_logprobs(model, batch: TrainingBatch, micro_batch_size: int, temperatu
         out[chunk.start:chunk.stop, :width] = lp.float().cpu()
     model.train(was_training)
     return out
+
+
+def forward_logprobs(model, batch: TrainingBatch, fwd: ForwardSpec) -> torch.Tensor:
+    """batch_logprobs with the run's ForwardSpec (micro-batches, temperature, truncation, prefix, packing)."""
+    return batch_logprobs(model, batch, fwd.micro_batch, fwd.temperature, fwd.micro_batch_tokens,
+                          shared_prefix=fwd.shared_prefix, truncation=fwd.truncation, packing=fwd.packing)
 
 
 @dataclass
@@ -523,7 +536,4 @@ class Objective:
         return Targets(advantages=self.token_advantages(adv, mask, old_logp, ref_logp))
 
     def token_advantages(self, adv, mask, old_logp=None, ref_logp=None) -> torch.Tensor:
-        # looked up on the module at call time, so tests can spy on it
-        import rlvr.train.objective as mod
-
-        return mod.token_advantages(adv, mask, self.algo, old_logp, ref_logp)
+        return token_advantages(adv, mask, self.algo, old_logp, ref_logp)
