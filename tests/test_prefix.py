@@ -226,9 +226,9 @@ def _run(tmp_path, shared: str, *extra, monkeypatch=None):
         "run.log_samples_every=1", "run.num_log_samples=4", "optim.lr=1e-2", f"algo.shared_prefix={shared}",
         f"rollout.shared_prefix={shared}", *extra])
     if monkeypatch is not None:  # no plots at the end: they would take most of this test's time
-        import rlvr.train.pg as pg
+        import rlvr.train.session as session
 
-        monkeypatch.setattr(pg, "finish_run", lambda path, last: {})
+        monkeypatch.setattr(session, "finish_run", lambda path, last: {})
     rows = []
     # every problem "mixed": a response passes when its first character has an even code point, so
     # groups have a reward spread and the gradient is not 0

@@ -429,9 +429,10 @@ class _Perturbed:
 def _run(tmp_path, monkeypatch, *extra):
     import rlvr.rollout.builder as builder
     import rlvr.train.pg as pg
+    import rlvr.train.session as session
 
     monkeypatch.setitem(builder.GENERATOR_BACKENDS, "hf", lambda *a, **k: _Perturbed(builder._hf(*a, **k)))
-    monkeypatch.setattr(pg, "finish_run", lambda path, last: {})  # no plots: most of the run's time
+    monkeypatch.setattr(session, "finish_run", lambda path, last: {})  # no plots: most of the run's time
     cfg = load_config(TrainConfig, None, TINY + [f"run.out_dir={tmp_path}", *extra])
     res = pg.train(cfg)
     return [json.loads(x) for x in (res.run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -460,8 +461,9 @@ def test_trainer_scores_the_truncated_distribution_at_top_p(tmp_path, monkeypatc
     # sampler and trainer logprobs agree (before: off by log(kept mass) on every token); the correction
     # has only the engine's numerics to weigh
     import rlvr.train.pg as pg
+    import rlvr.train.session as session
 
-    monkeypatch.setattr(pg, "finish_run", lambda path, last: {})
+    monkeypatch.setattr(session, "finish_run", lambda path, last: {})
     # the old logprobs from their own no-grad forward, and a KL to the (start = current) reference: every
     # forward (training, old, reference) must score the same pi_K
     cfg = load_config(TrainConfig, None, TINY + [f"run.out_dir={tmp_path / 'plain'}", "sampling.top_p=0.5",

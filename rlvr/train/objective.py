@@ -50,7 +50,13 @@ from rlvr.models.prefix import score_rows
 from rlvr.rewards.types import Reward, Status
 from rlvr.train.batching import BatchPlan, ForwardSpec, micro_batches
 from rlvr.train.process import process_targets, step_marks
-from rlvr.train.targets import Targets, gae_targets, kl_reward_to_go, token_advantages  # noqa: F401 - re-exported
+from rlvr.train.targets import (  # noqa: F401 - re-exported
+    Targets,
+    TargetSettings,
+    gae_targets,
+    kl_reward_to_go,
+    token_advantages,
+)
 
 
 def _length_none(lengths, correct, *, group_size, max_tokens, buffer):
@@ -108,34 +114,57 @@ class StepStats:
 # ------------------------------------------------------------------------- rewards -> advantages
 
 
+@dataclass(frozen=True)
+class Shaping:
+    """Rewards -> advantages, resolved once from the `algo` section (Shaping.of): the length term
+    (LENGTH_REWARDS, with its coefficient and warm-up), the outcome estimator (ADVANTAGE_ESTIMATORS), and
+    whether zero-variance groups are dropped. Call it with a step's rewards and answer lengths."""
+
+    group_size: int
+    length_term: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (lengths, correct) -> (N,)
+    length_coef: float
+    warmup_steps: int  # the length term is off while step <= warmup_steps
+    estimator: Callable[..., torch.Tensor] | None  # (shaped (N,), group_size) -> (N,); None: shaped itself
+    filter_zero_variance: bool
+
+    @classmethod
+    def of(cls, algo, group_size: int, max_tokens: int) -> Shaping:
+        """algo.advantage=gae: the "advantage" is the shaped outcome reward itself, which the critic turns
+        into per-token advantages later (Objective.targets); process: GRPO's advantage of the outcome, the
+        outcome's part of the process advantage (rlvr.train.process)."""
+        term = functools.partial(LENGTH_REWARDS[algo.length_reward], group_size=group_size, max_tokens=max_tokens,
+                                 buffer=algo.overlong_buffer)
+        name = {"gae": None, "process": "grpo"}.get(algo.advantage, algo.advantage)
+        estimator = (None if name is None
+                     else functools.partial(compute_advantages, name, eps=algo.adv_eps, std=algo.adv_std))
+        return cls(group_size, term, algo.length_reward_coef, getattr(algo, "length_reward_warmup_steps", 0),
+                   estimator, algo.filter_zero_variance)
+
+    def __call__(self, rewards: list[Reward], lengths: torch.Tensor, step: int | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
+        """(shaped rewards (N,), advantages (N,), keep (N,) bool, share of zero-variance groups); step None:
+        the length term is on."""
+        group_size = self.group_size
+        total = torch.tensor([r.total for r in rewards], dtype=torch.float32)  # (N,)
+        correct = torch.tensor([r.status is Status.CORRECT for r in rewards])
+        term = self.length_term(lengths, correct)
+        warming = step is not None and step <= self.warmup_steps
+        shaped = total + (0.0 if warming else self.length_coef) * term.float()
+        adv = shaped.clone() if self.estimator is None else self.estimator(shaped, group_size)
+        groups = total.view(-1, group_size)
+        zero_var = groups.max(dim=1).values == groups.min(dim=1).values  # (n_prompts,)
+        keep = torch.ones_like(total, dtype=torch.bool)
+        if self.filter_zero_variance:
+            keep = (~zero_var).repeat_interleave(group_size)
+        return shaped, adv, keep, float(zero_var.float().mean())
+
+
 def shape_and_advantage(
     rewards: list[Reward], lengths: torch.Tensor, algo, group_size: int, max_tokens: int, step: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
-    """(shaped rewards (N,), advantages (N,), keep (N,) bool, share of zero-variance groups).
-
-    The length term is off while step <= algo.length_reward_warmup_steps (step None: on). With
-    algo.advantage=gae the "advantage" returned is the shaped outcome reward itself: the critic turns
-    it into per-token advantages later (Objective.targets), with the values of the rollout batch."""
-    total = torch.tensor([r.total for r in rewards], dtype=torch.float32)  # (N,)
-    correct = torch.tensor([r.status is Status.CORRECT for r in rewards])
-    term = LENGTH_REWARDS[algo.length_reward](
-        lengths, correct, group_size=group_size, max_tokens=max_tokens, buffer=algo.overlong_buffer
-    )
-    warming = step is not None and step <= getattr(algo, "length_reward_warmup_steps", 0)
-    shaped = total + (0.0 if warming else algo.length_reward_coef) * term.float()
-    if algo.advantage == "gae":
-        adv = shaped.clone()
-    elif algo.advantage == "process":
-        # the outcome's part of the process advantage (rlvr.train.process): GRPO, like the step rewards
-        adv = compute_advantages("grpo", shaped, group_size, eps=algo.adv_eps, std=algo.adv_std)
-    else:
-        adv = compute_advantages(algo.advantage, shaped, group_size, eps=algo.adv_eps, std=algo.adv_std)
-    groups = total.view(-1, group_size)
-    zero_var = groups.max(dim=1).values == groups.min(dim=1).values  # (n_prompts,)
-    keep = torch.ones_like(total, dtype=torch.bool)
-    if algo.filter_zero_variance:
-        keep = (~zero_var).repeat_interleave(group_size)
-    return shaped, adv, keep, float(zero_var.float().mean())
+    """Shaping.of(algo, group_size, max_tokens)(rewards, lengths, step): (shaped rewards (N,), advantages
+    (N,), keep (N,) bool, share of zero-variance groups)."""
+    return Shaping.of(algo, group_size, max_tokens)(rewards, lengths, step)
 
 
 # ------------------------------------------------------------------------------ loss, gradients
@@ -519,21 +548,30 @@ class Objective:
         rows = kept.tolist()
         return step_marks([rollouts[i] for i in rows], [rewards[i] for i in rows], tokenizer)
 
+    @functools.cached_property
+    def shaping(self) -> Shaping:
+        return Shaping.of(self.algo, self.group_size, self.max_tokens)
+
+    @functools.cached_property
+    def settings(self) -> TargetSettings:
+        """The algo keys the target functions read, as plain values."""
+        return TargetSettings.of(self.algo)
+
     def advantages(self, rewards: list[Reward], lengths: torch.Tensor, step: int | None = None):
         """(shaped rewards (N,), advantages (N,), keep (N,) bool, share of zero-variance groups)."""
-        return shape_and_advantage(rewards, lengths, self.algo, self.group_size, self.max_tokens, step)
+        return self.shaping(rewards, lengths, step)
 
     def targets(self, adv, mask, old_logp=None, ref_logp=None, old_values=None, steps=None) -> Targets:
         """Per-row advantages (B,) -> the loss's targets: GAE with the critic's values when
         algo.advantage=gae, per-step rewards (steps: StepMarks) when algo.advantage=process
         (rlvr.train.process.process_targets), else token_advantages (KL in the reward, whitening)."""
         if self.needs_steps:
-            return process_targets(adv, mask, steps, self.algo, self.group_size, old_logp, ref_logp)
+            return process_targets(adv, mask, steps, self.settings, self.group_size, old_logp, ref_logp)
         if self.needs_critic:
             if old_values is None:
                 raise ValueError("algo.advantage='gae' needs the critic's values of the batch")
-            return gae_targets(adv, mask, old_values, self.algo, old_logp, ref_logp)
+            return gae_targets(adv, mask, old_values, self.settings, old_logp, ref_logp)
         return Targets(advantages=self.token_advantages(adv, mask, old_logp, ref_logp))
 
     def token_advantages(self, adv, mask, old_logp=None, ref_logp=None) -> torch.Tensor:
-        return token_advantages(adv, mask, self.algo, old_logp, ref_logp)
+        return token_advantages(adv, mask, self.settings, old_logp, ref_logp)

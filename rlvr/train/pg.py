@@ -35,7 +35,13 @@ from rlvr.rollout import rollouts_to_batch
 from rlvr.runtime import memory_stats, peak_tflops, reset_peak_memory
 from rlvr.train import session
 from rlvr.train.batching import BatchPlan, ForwardSpec, plan_batches, split_indices
-from rlvr.train.common import clip_and_step, eval_prefixed, optimizer_from_config, step_seed
+from rlvr.train.common import (  # noqa: F401 - policy_from_config re-exported
+    clip_and_step,
+    eval_prefixed,
+    optimizer_from_config,
+    policy_from_config,
+    step_seed,
+)
 from rlvr.train.config import TrainConfig
 from rlvr.train.critic import Critic
 from rlvr.train.curriculum import ProblemSource
@@ -311,9 +317,7 @@ def train(
                 loop.run.log_samples(step, _samples(sampled.rollouts, sampled.examples, sampled.rewards,
                                                     r.num_log_samples, s.group_size, learned.row_entropy))
             notes.loss(step, metrics)
-            shown = metrics.get("loss")
-            loop.log(step, metrics, on_step, reward=metrics["reward/mean"], acc=metrics["accuracy"],
-                     loss="skipped" if shown is None else shown)
+            loop.log(step, metrics, on_step, **_shown(metrics))
             loop.checkpoint(step, {"data_pos": data_pos} | problems.checkpoint_state())
             loop.stop.check(step)
     return loop.result(r.steps)
@@ -406,6 +410,12 @@ def _evaluate(sampler, task, cfg: TrainConfig, step: int, timer: Timer) -> dict[
         session.say_final_evaluation(task, cfg)
     with timer("eval"):
         return eval_prefixed(eval_policy(sampler, task, cfg, greedy=cfg.run.eval_greedy, step=step))
+
+
+def _shown(metrics: dict) -> dict[str, Any]:
+    """The progress line's fields: reward, accuracy, loss ('skipped' for a step without an update)."""
+    loss = metrics.get("loss")
+    return {"reward": metrics["reward/mean"], "acc": metrics["accuracy"], "loss": "skipped" if loss is None else loss}
 
 
 def schedule_at(scheduler, position: int) -> None:
