@@ -250,6 +250,7 @@ def count_phases(cfg, task) -> dict[str, dict]:
     import rlvr.train.objective as objective_mod
     from rlvr.rewards.batch import score_rollouts
     from rlvr.rollout import build_generator, rollouts_to_batch
+    from rlvr.train.batching import ForwardSpec
     from rlvr.train.common import policy_from_config
     from rlvr.train.objective import LossParts
     from rlvr.train.pg import Timer, sample_groups, validate_train_config
@@ -274,9 +275,9 @@ def count_phases(cfg, task) -> dict[str, dict]:
 
     norm_len = obj.norm_length
     norm = loss_normalizers(batch.response_mask, constant=float(norm_len) if norm_len else None)
+    fwd = ForwardSpec.of(cfg.algo, plan.micro_batch, temperature=cfg.sampling.temperature)
     out["forward"] = count_flops(lambda: objective_mod.micro_batch_loss(
-        model, batch, sampled.adv, None, None, norm, LossParts.from_algo(cfg.algo),
-        temperature=cfg.sampling.temperature))
+        model, objective_mod.Minibatch(batch, sampled.adv), norm, LossParts.from_algo(cfg.algo), fwd))
     loss, _ = out["forward"].result
     out["backward"] = count_flops(loss.backward)
     for c in out.values():

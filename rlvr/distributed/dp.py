@@ -24,6 +24,7 @@ The result equals one learner on the whole minibatch up to float summation order
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 
 import torch
@@ -45,17 +46,17 @@ class GradientWorker:
         self.model.train()
         self.grad_fn = grad_fn
 
-    def grads(self, state: dict, batch, advantages, old_logp, ref_logp, algo, normalizers, row_ids, kwargs: dict,
-              stats):
-        """(summed loss, the all-reduced flat gradient (rank 0 only, else None), stats, row entropy).
-        stats: an empty accumulator of the trainer's (StepStats), filled here."""
+    def grads(self, state: dict, mb, parts, fwd, normalizers, norm_length: int, stats):
+        """(summed loss, the all-reduced flat gradient (rank 0 only, else None), stats, row entropy) of this
+        rank's share `mb` (a Minibatch) under the whole minibatch's normalizers. stats: an empty accumulator
+        of the trainer's (StepStats), filled here; None = no statistics."""
         self.model.load_state_dict(state)
         self.model.zero_grad(set_to_none=True)
         ent = {}
         loss = 0.0
-        if batch.input_ids.shape[0]:
-            loss = self.grad_fn(self.model, batch, advantages, old_logp, ref_logp, algo, stats=stats,
-                                        row_entropy=ent, row_ids=row_ids, normalizers=normalizers, **kwargs)
+        if mb.batch.input_ids.shape[0]:
+            loss = self.grad_fn(self.model, mb, parts, fwd, norm_length=norm_length, normalizers=normalizers,
+                                stats=stats, row_entropy=ent)
         params = list(self.model.parameters())
         flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).float()
                           for p in params] + [torch.tensor([loss], dtype=torch.float32)])
@@ -74,27 +75,23 @@ class DataParallelGradients:
     def __init__(self, actors: list):
         self.actors = actors
 
-    def __call__(self, model, batch, advantages, old_logp, ref_logp, algo, *, micro_batch_size: int,
-                 norm_length: int, temperature: float = 1.0, truncation=None, micro_batch_tokens: int = 0,
-                 stats=None, row_entropy=None, row_ids=None, critic=None, old_values=None, returns=None) -> float:
+    def __call__(self, model, mb, parts, fwd, *, norm_length: int = 0, critic=None, stats=None,
+                 row_entropy=None) -> float:
         import ray  # only under distributed.placement=ray, where ray is installed
 
         if critic is not None:
             raise ValueError("distributed.num_learners > 1 does not split PPO's critic (algo.critic); use 1 learner")
-        n = batch.input_ids.shape[0]
-        norm = loss_normalizers(batch.response_mask, constant=float(norm_length) if norm_length else None)
+        n = mb.batch.input_ids.shape[0]
+        norm = loss_normalizers(mb.batch.response_mask, constant=float(norm_length) if norm_length else None)
         state = ray.put(cpu_state(model.state_dict().items()))
-        kwargs = {"micro_batch_size": micro_batch_size, "norm_length": norm_length, "temperature": temperature,
-                  "truncation": truncation, "micro_batch_tokens": micro_batch_tokens}
-        ids = list(row_ids) if row_ids is not None else list(range(n))
+        if mb.row_ids is None:
+            mb = dataclasses.replace(mb, row_ids=list(range(n)))
         shards = shard_bounds(n, len(self.actors)) + [(n, n)] * max(0, len(self.actors) - n)
-        calls = []
-        for actor, (lo, hi) in zip(self.actors, shards, strict=True):
-            idx = torch.arange(lo, hi)
-            adv = advantages[lo:hi]
-            calls.append(actor.grads.remote(state, batch.rows(idx), adv, _cut(old_logp, lo, hi),
-                                            _cut(ref_logp, lo, hi), algo, norm, ids[lo:hi], kwargs,
-                                            type(stats)() if stats is not None else None))
+        # each share's batch rows copied out (index_select), so that a share pickles only its own rows
+        calls = [actor.grads.remote(state, dataclasses.replace(mb.part(lo, hi), batch=mb.batch.rows(torch.arange(lo, hi))),
+                                    parts, fwd, norm, norm_length,
+                                    type(stats)() if stats is not None else None)
+                 for actor, (lo, hi) in zip(self.actors, shards, strict=True)]
         results = ray.get(calls)
         loss, flat = results[0][0], results[0][1]
         offset = 0
@@ -113,10 +110,6 @@ class DataParallelGradients:
         import ray  # only under distributed.placement=ray
 
         ray.get([a.close.remote() for a in self.actors])
-
-
-def _cut(t, lo: int, hi: int):
-    return None if t is None else t[lo:hi]
 
 
 def free_port() -> int:

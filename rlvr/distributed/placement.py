@@ -25,8 +25,11 @@ import time
 from typing import Protocol
 
 from rlvr.config import ConfigError
+from rlvr.distributed.actors import GeneratorWorker, ScorerWorker
 from rlvr.distributed.dp import DataParallelGradients, GradientWorker, free_port, shard_bounds
+from rlvr.distributed.weights import ObjectStorePush
 from rlvr.rewards.batch import score_rollouts
+from rlvr.rollout import build_generator
 from rlvr.rollout.types import Generator, Rollout, SamplingSpec, sequence_seed
 
 
@@ -53,8 +56,6 @@ class LocalPlacement:
 
     def generator(self, rcfg, model, tokenizer, *, model_source=None, seed: int = 0,
                   default_batch_size: int = 64) -> Generator:
-        from rlvr.rollout import build_generator
-
         return build_generator(rcfg, model, tokenizer, model_source=model_source, seed=seed,
                                default_batch_size=default_batch_size)
 
@@ -144,8 +145,6 @@ class RayPlacement:
     def generator(self, rcfg, model, tokenizer, *, model_source=None, seed: int = 0,
                   default_batch_size: int = 64) -> RayGenerator:
         ray = import_ray()
-        from rlvr.distributed.actors import GeneratorWorker
-
         cls = ray.remote(GeneratorWorker)
         n = self.cfg.num_generators
         per_actor = max(1, -(-default_batch_size // n))
@@ -183,8 +182,6 @@ class RayPlacement:
               isolate: bool = False) -> list:
         ray = import_ray()
         if self._scorer is None:
-            from rlvr.distributed.actors import ScorerWorker
-
             bundle = self.cfg.num_generators  # bundles: generators, the scorer, then the learners
             self._scorer = ray.remote(ScorerWorker).options(**self._options(bundle, max_restarts=3)).remote(
                 self.num_threads or 1)
@@ -233,8 +230,6 @@ class RayGenerator:
     but not the local placement's streams)."""
 
     def __init__(self, actors: list, *, max_restarts: int = 3, wait_for_push: bool = True):
-        from rlvr.distributed.weights import ObjectStorePush
-
         self.actors = actors
         self.push = ObjectStorePush(actors, wait=wait_for_push)
         self.max_restarts = max_restarts

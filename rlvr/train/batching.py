@@ -52,6 +52,14 @@ class ForwardSpec:
     shared_prefix: bool = False
     packing: str | bool = "auto"
 
+    @classmethod
+    def of(cls, algo, micro_batch: int, *, temperature: float = 1.0, truncation: Truncation | None = None,
+           micro_batch_tokens: int | None = None) -> ForwardSpec:
+        """The spec of an algo section's keys (micro_batch_tokens, shared_prefix, packing) with the
+        micro-batch rows and the sampling distribution; micro_batch_tokens overrides the section's."""
+        tokens = algo.micro_batch_tokens if micro_batch_tokens is None else micro_batch_tokens
+        return cls(micro_batch, tokens, temperature, truncation, algo.shared_prefix, algo.packing)
+
 
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]

@@ -5,7 +5,8 @@ training loop has no `if algo.x` in it:
 
     shaped, adv, keep, zero_var = objective.advantages(rewards, lengths, step)  # length shaping, estimator
     targets = objective.targets(adv[kept], mask, old_logp, ref_logp, old_values)  # GAE, KL-in-reward, whitening
-    loss = accumulate_gradients(model, batch, targets.advantages, old_logp, ref_logp, objective.parts, ...)
+    mb = Minibatch(batch, targets.advantages, old_logp, ref_logp)                # one optimizer step's rows
+    loss = accumulate_gradients(model, mb, objective.parts, forward_spec, norm_length=objective.norm_length)
 
 The per-token loss is assembled from parts resolved once (`LossParts.from_algo`): the policy term
 (a POLICY_LOSSES function with its clip/tau bound) with its optional rollout correction (importance
@@ -170,6 +171,39 @@ def shape_and_advantage(
 # ------------------------------------------------------------------------------ loss, gradients
 
 
+@dataclass
+class Minibatch:
+    """The rows of one optimizer step and what the loss reads of them: advantages (b,) or (b, T) per token;
+    old_logp, ref_logp (b, T) or None (old None = on-policy: the training forward's logp.detach()); with
+    PPO's critic the rollout-time values and the value targets (b, T); row_ids: each row's key in the
+    row_entropy accumulator (None = its index)."""
+
+    batch: TrainingBatch
+    advantages: torch.Tensor
+    old_logp: torch.Tensor | None = None
+    ref_logp: torch.Tensor | None = None
+    old_values: torch.Tensor | None = None
+    returns: torch.Tensor | None = None
+    row_ids: Sequence[int] | None = None
+
+    def part(self, lo: int, hi: int, width: int | None = None) -> Minibatch:
+        """Rows lo .. hi - 1 (views), each (b, T) tensor cut to its first `width` positions (None: all)."""
+
+        def cut(t):
+            if t is None:
+                return None
+            return t[lo:hi] if t.dim() == 1 or width is None else t[lo:hi, :width]
+
+        batch = _slice(self.batch, range(lo, hi))
+        return Minibatch(batch if width is None else _narrow(batch, width), cut(self.advantages), cut(self.old_logp),
+                         cut(self.ref_logp), cut(self.old_values), cut(self.returns),
+                         None if self.row_ids is None else list(self.row_ids)[lo:hi])
+
+    def to(self, device) -> Minibatch:
+        return Minibatch(self.batch.to(device), *(None if t is None else t.to(device) for t in (
+            self.advantages, self.old_logp, self.ref_logp, self.old_values, self.returns)), row_ids=self.row_ids)
+
+
 @dataclass(frozen=True)
 class LossParts:
     """The per-token loss, resolved once from the `algo` section (`LossParts.from_algo`).
@@ -185,9 +219,7 @@ class LossParts:
     kl: tuple[str, float, bool] | None = None
     entropy_coef: float = 0.0
     value: tuple[float, float | None] | None = None
-    shared_prefix: bool = False  # each group's prompt forwarded once (rlvr.models.prefix)
     correction: tuple[str, float, float] | None = None
-    packing: str | bool = "auto"  # algo.packing: padding-free forwards (rlvr.models.packed); auto = on CUDA
 
     @classmethod
     def from_algo(cls, algo, correction: str | None = None) -> LossParts:
@@ -206,8 +238,7 @@ class LossParts:
         mode = correction or resolve_rollout_correction(getattr(algo, "rollout_correction", "auto"), "hf")
         corr = None if mode == "none" else (mode, algo.rollout_correction_cap, algo.rollout_correction_low)
         return cls(policy=policy, aggregate=LOSS_AGGREGATIONS[algo.aggregation], kl=kl,
-                   entropy_coef=algo.entropy_coef, value=value, shared_prefix=getattr(algo, "shared_prefix", False),
-                   correction=corr, packing=getattr(algo, "packing", "auto"))
+                   entropy_coef=algo.entropy_coef, value=value, correction=corr)
 
 
 def resolve_rollout_correction(mode: str, backend: str) -> str:
@@ -219,30 +250,16 @@ def resolve_rollout_correction(mode: str, backend: str) -> str:
 
 
 def micro_batch_loss(
-    model,
-    batch: TrainingBatch,
-    advantages: torch.Tensor,
-    old_logp: torch.Tensor | None,
-    ref_logp: torch.Tensor | None,
-    norm,
-    algo,
-    *,
-    temperature: float = 1.0,
-    truncation: Truncation | None = None,
-    critic=None,
-    old_values: torch.Tensor | None = None,
-    returns: torch.Tensor | None = None,
-    pack: PackPlan | None = None,
+    model, mb: Minibatch, norm, parts: LossParts, fwd: ForwardSpec, *, critic=None, pack: PackPlan | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Loss of one micro-batch, already divided by the minibatch's global normalizers, so that
     summing backward() over the micro-batches of a minibatch gives the minibatch gradient.
 
-    batch: (b, T) tensors; advantages (b,) or (b, T) per token; old_logp, ref_logp (b, T) or None (old None = on-policy:
-    logp.detach() is used). algo: LossParts or an AlgoConfig (resolved here). temperature, truncation: the
-    sampling distribution the policy is scored under (sampling.temperature, top_k / top_p). critic (with
-    old_values, returns (b, T)): adds value_coef * the clipped value loss, token-mean over the
-    minibatch. pack: the micro-batch's rlvr.models.packed.PackPlan: one padding-free forward (logprobs
-    and entropy on the response tokens only, 0 elsewhere). Returns (loss scalar, detached stats).
+    mb: the micro-batch's rows (Minibatch). fwd: how the policy's forward runs (the sampling distribution
+    it scores: temperature, truncation to top_k / top_p; the shared prefix). critic (with mb's old_values
+    and returns): adds value_coef * the clipped value loss, token-mean over the minibatch. pack: the
+    micro-batch's rlvr.models.packed.PackPlan: one padding-free forward (logprobs and entropy on the
+    response tokens only, 0 elsewhere). Returns (loss scalar, detached stats).
 
     With a rollout correction (parts.correction) and the batch's sampler logprobs, the policy term of
     each token is multiplied by its detached weight (rlvr.algo.correction: old vs sampler logprobs); a
@@ -252,10 +269,11 @@ def micro_batch_loss(
     split-invariance of rlvr.algo.aggregation holds and masking scales the step down by the masked share
     (as TRL's masks) instead of re-weighting the tokens that stay.
     """
-    parts = LossParts.from_algo(algo)
     device = next(model.parameters()).device
-    batch = batch.to(device)
-    advantages = advantages.to(device)
+    batch = mb.batch.to(device)
+    advantages = mb.advantages.to(device)
+    old_logp, ref_logp, old_values, returns = mb.old_logp, mb.ref_logp, mb.old_values, mb.returns
+    temperature, truncation = fwd.temperature, fwd.truncation
     shared_values = critic is not None and critic.shared
     if pack is not None:
         out = score_packed(model, batch.input_ids, batch.labels, pack, with_entropy=True, temperature=temperature,
@@ -265,7 +283,7 @@ def micro_batch_loss(
                            temperature=temperature, with_hidden=True, truncation=truncation)
     else:
         out = score_rows(model, batch.input_ids, batch.labels, batch.attention_mask, batch.response_mask,
-                         shared_prefix=parts.shared_prefix, with_entropy=True, temperature=temperature,
+                         shared_prefix=fwd.shared_prefix, with_entropy=True, temperature=temperature,
                          truncation=truncation)
     logp, entropy = out.logprobs.float(), out.entropy.float()  # (b, T) each; fp32 loss math under bf16
     mask = batch.response_mask
@@ -326,45 +344,35 @@ def micro_batch_loss(
 
 def accumulate_gradients(
     model,
-    batch: TrainingBatch,
-    advantages: torch.Tensor,
-    old_logp: torch.Tensor | None,
-    ref_logp: torch.Tensor | None,
-    algo,
+    mb: Minibatch,
+    parts: LossParts,
+    fwd: ForwardSpec,
     *,
-    micro_batch_size: int,
-    norm_length: int,
-    temperature: float = 1.0,
-    truncation: Truncation | None = None,
-    micro_batch_tokens: int = 0,
+    norm_length: int = 0,
+    normalizers=None,
+    critic=None,
     stats: StepStats | None = None,
     row_entropy: dict[int, float] | None = None,
-    row_ids: Sequence[int] | None = None,
-    critic=None,
-    old_values: torch.Tensor | None = None,
-    returns: torch.Tensor | None = None,
-    normalizers=None,
 ) -> float:
-    """Backward over one minibatch (b rows) in micro-batches; returns the minibatch loss.
+    """Backward over one minibatch (mb: b rows) in micro-batches; returns the minibatch loss.
 
-    Micro-batches hold at most micro_batch_size rows and, when micro_batch_tokens > 0, at most that
-    many tokens (padded; real tokens when packed: algo.packing, rlvr.models.packed). The aggregation normalizers come from the whole minibatch's mask, so the
-    accumulated gradient does not depend on how it is split. Gradients are added to .grad (the
-    caller zeroes them). row_entropy, if given, receives the mean token entropy of each row, keyed
-    by row_ids[row] (default: the row's index in `batch`). algo: LossParts or an AlgoConfig.
-    temperature, truncation: the sampling distribution scored (micro_batch_loss).
-    critic, old_values, returns (b, T): PPO's value term (see micro_batch_loss). normalizers: the
-    LossNormalizers of the whole minibatch when `batch` is one worker's share of it (data-parallel
-    learners, rlvr.distributed.dp); None = computed from `batch`. Packed, the micro-batches' plans and
-    the minibatch's tensors go to the device before the loop, and the losses and statistics are read back
-    after it, so the loop itself never waits on the device.
+    Micro-batches hold at most fwd.micro_batch rows and, when fwd.micro_batch_tokens > 0, at most that
+    many tokens (padded; real tokens when packed: fwd.packing, rlvr.models.packed). The aggregation
+    normalizers come from the whole minibatch's mask (norm_length: the constant of
+    seq_mean_token_sum_norm, 0 = none), so the accumulated gradient does not depend on how it is split.
+    Gradients are added to .grad (the caller zeroes them). row_entropy, if given, receives the mean token
+    entropy of each row, keyed by mb.row_ids[row] (default: the row's index). critic: PPO's value term
+    (see micro_batch_loss). normalizers: the LossNormalizers of the whole minibatch when `mb` is one
+    worker's share of it (data-parallel learners, rlvr.distributed.dp); None = computed from `mb`. Packed,
+    the micro-batches' plans and the minibatch's tensors go to the device before the loop, and the losses
+    and statistics are read back after it, so the loop itself never waits on the device.
     """
-    parts = LossParts.from_algo(algo)
+    batch = mb.batch
     norm = normalizers or loss_normalizers(batch.response_mask, constant=float(norm_length) if norm_length else None)
     seq_lens = batch.attention_mask.sum(-1).tolist()
-    packed = critic is None and use_packing(model, parts.packing)  # a critic reads the plain forward's states
-    prompts = row_prompts(batch.input_ids, batch.response_mask) if packed and parts.shared_prefix else None
-    chunks = micro_batches(seq_lens, max_rows=micro_batch_size, max_tokens=micro_batch_tokens, packed=packed,
+    packed = critic is None and use_packing(model, fwd.packing)  # a critic reads the plain forward's states
+    prompts = row_prompts(batch.input_ids, batch.response_mask) if packed and fwd.shared_prefix else None
+    chunks = micro_batches(seq_lens, max_rows=fwd.micro_batch, max_tokens=fwd.micro_batch_tokens, packed=packed,
                            prompts=prompts)
     # a micro-batch is only as wide as its longest row (rows were right-padded to the batch's)
     widths = [max(seq_lens[c.start:c.stop]) for c in chunks]
@@ -372,27 +380,18 @@ def accumulate_gradients(
     if packed:  # everything on the device before the loop: no host round trip inside it
         device = next(model.parameters()).device
         plans = [PackPlan.build(batch.attention_mask[c.start:c.stop, :w], batch.response_mask[c.start:c.stop, :w],
-                                device, input_ids=batch.input_ids[c.start:c.stop, :w], share=parts.shared_prefix)
+                                device, input_ids=batch.input_ids[c.start:c.stop, :w], share=fwd.shared_prefix)
                  for c, w in zip(chunks, widths, strict=True)]
-        batch, advantages = batch.to(device), advantages.to(device)
-        old_logp, ref_logp, old_values, returns = (None if t is None else t.to(device)
-                                                   for t in (old_logp, ref_logp, old_values, returns))
-
-    def cut(t: torch.Tensor | None, c: range, width):
-        return None if t is None else t[c.start:c.stop, :width]
+        mb = mb.to(device)
 
     done = []  # (chunk, loss, stats, response tokens): read back after the loop
     for chunk, width, plan in zip(chunks, widths, plans, strict=True):
-        mb = _narrow(_slice(batch, chunk), width)
-        w = mb.response_mask.sum()
-        adv = advantages[chunk.start:chunk.stop] if advantages.dim() == 1 else cut(advantages, chunk, width)
-        loss, meta = micro_batch_loss(
-            model, mb, adv, cut(old_logp, chunk, width), cut(ref_logp, chunk, width), norm, parts,
-            temperature=temperature, truncation=truncation, critic=critic, old_values=cut(old_values, chunk, width),
-            returns=cut(returns, chunk, width), pack=plan,
-        )
+        part = mb.part(chunk.start, chunk.stop, width)
+        w = part.batch.response_mask.sum()
+        loss, meta = micro_batch_loss(model, part, norm, parts, fwd, critic=critic, pack=plan)
         loss.backward()
         done.append((chunk, loss.detach(), meta, w))
+    row_ids = mb.row_ids
     total = 0.0
     for chunk, loss, meta, w in done:
         total += float(loss)

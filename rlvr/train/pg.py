@@ -47,6 +47,7 @@ from rlvr.train.critic import Critic
 from rlvr.train.curriculum import ProblemSource
 from rlvr.train.objective import (  # noqa: F401 - re-exported: tests and users import them from here
     LENGTH_REWARDS,
+    Minibatch,
     Objective,
     StepStats,
     accumulate_gradients,
@@ -234,9 +235,7 @@ def build_learner(cfg: TrainConfig, model, objective: Objective, plan: BatchPlan
         model, cfg.optim, total_steps=cfg.run.steps * plan.optimizer_steps_per_rollout_batch,
         master_weights=cfg.model.master_weights)
     # every forward scores the distribution the sampler drew from (temperature, and top_k / top_p when on)
-    forward = ForwardSpec(micro_batch=plan.micro_batch, micro_batch_tokens=a.micro_batch_tokens,
-                          temperature=s.temperature, truncation=objective.truncation,
-                          shared_prefix=a.shared_prefix, packing=a.packing)
+    forward = ForwardSpec.of(a, plan.micro_batch, temperature=s.temperature, truncation=objective.truncation)
     return Learner(model, optimizer, scheduler, objective, reference, critic, forward,
                    grad_fn=placement.learners(model, accumulate_gradients) or accumulate_gradients,
                    grad_clip=cfg.optim.grad_clip, seed=cfg.run.seed)
@@ -362,13 +361,10 @@ def learn(learner: Learner, batch, adv: torch.Tensor, kept: torch.Tensor, step: 
         order = torch.randperm(n, generator=g) if shuffle else torch.arange(n)
         for chunk in split_indices(n, plan.train_batch):
             idx = order[chunk.start : chunk.stop]
-            out.losses.append(learner.grad_fn(
-                model, batch.rows(idx), token_adv[idx],
-                None if old_logp is None else old_logp[idx], None if ref_logp is None else ref_logp[idx],
-                objective.parts, micro_batch_size=fwd.micro_batch, micro_batch_tokens=fwd.micro_batch_tokens,
-                norm_length=objective.norm_length, temperature=fwd.temperature, truncation=fwd.truncation,
-                stats=out.stats, row_entropy=out.row_entropy, row_ids=kept[idx].tolist(), critic=critic,
-                old_values=_rows(targets.old_values, idx), returns=_rows(targets.returns, idx)))
+            mb = Minibatch(batch.rows(idx), token_adv[idx], _rows(old_logp, idx), _rows(ref_logp, idx),
+                           _rows(targets.old_values, idx), _rows(targets.returns, idx), row_ids=kept[idx].tolist())
+            out.losses.append(learner.grad_fn(model, mb, objective.parts, fwd, norm_length=objective.norm_length,
+                                              critic=critic, stats=out.stats, row_entropy=out.row_entropy))
             if not all(map(_finite, out.losses)):
                 break  # the caller stops the run; do not step an optimizer on NaN gradients
             out.grad_norms.append(clip_and_step(model, learner.optimizer, learner.scheduler, learner.grad_clip))

@@ -36,6 +36,7 @@ import torch
 
 from rlvr.algo import kl_estimate, whiten
 from rlvr.algo.advantages import process_supervision_advantages
+from rlvr.config import ConfigError
 from rlvr.train.targets import Targets, TargetSettings, kl_reward_to_go
 
 
@@ -195,8 +196,6 @@ def process_targets(outcome_adv: torch.Tensor, mask: torch.Tensor, marks: StepMa
 
 def check_config(algo) -> None:
     """Cross-field checks of the process-supervision keys (rlvr.train.pg.validate_train_config)."""
-    from rlvr.config import ConfigError
-
     if algo.process_outcome_coef < 0:
         raise ConfigError(f"algo.process_outcome_coef={algo.process_outcome_coef} must be >= 0")
     if algo.advantage != "process":
