@@ -14,6 +14,7 @@ import inspect
 from pathlib import Path
 
 import pytest
+import torch
 
 import rlvr
 from rlvr.config import load_config
@@ -87,3 +88,71 @@ def test_the_rollout_source_is_chosen_by_configuration(keys, kind, tmp_path):
     assert type(source).__name__ == kind
     # the synchronous kinds train on the learner's own forward; partial rollouts keep a behaviour policy
     assert (source.old_logprobs_fn([], 1) is None) and (("partial_rollouts" in source.extras()) == (kind == "PartialSource"))
+
+
+class _Submitting:
+    """A local generator with the submit / result pair of rlvr.distributed.placement.RayGenerator: sampled
+    at submit time, under the weights of that moment (what an actor ahead of the learner does)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def submit(self, prompts, spec, *, prompt_ids=None):
+        return self.inner.generate(prompts, spec, prompt_ids=prompt_ids)
+
+    def result(self, pending):
+        return pending
+
+
+def test_sampling_ahead_trains_on_the_queued_batch_with_the_behaviour_policy(tmp_path):
+    """distributed.max_staleness=1 without Ray: step 2 trains on the batch queued (and sampled by version 0)
+    during step 1, so its old logprobs come from the behaviour policy's snapshot of version 0."""
+    import dataclasses
+
+    from rlvr.rewards.batch import score_rollouts
+    from rlvr.rollout import build_generator
+    from rlvr.train import pg
+    from rlvr.train.common import policy_from_config
+    from rlvr.train.curriculum import ProblemSource
+    from rlvr.train.objective import forward_logprobs
+    from rlvr.train.rollout_source import AheadSource, build_rollout_source
+    from rlvr.train.session import Timer
+    from rlvr.train.tasks import load_task_data
+
+    cfg = load_config(TrainConfig, None, ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
+                                          "model.intermediate_size=64", "data.num_train=16", "data.num_eval=2",
+                                          "sampling.n_prompts=2", "sampling.group_size=2", "sampling.max_tokens=4",
+                                          f"run.out_dir={tmp_path}"])
+    cfg = dataclasses.replace(cfg, distributed=dataclasses.replace(cfg.distributed, max_staleness=1))
+    plan = pg.validate_train_config(cfg)
+    model, tok = policy_from_config(cfg.model)
+    task = load_task_data(cfg.data, tok)
+    engine = _Submitting(build_generator(cfg.rollout, model, tok, seed=0))
+    objective = pg.Objective(cfg.algo, 2, 4, plan)
+    source = build_rollout_source(cfg, engine, model, tok, task, objective, ProblemSource(task.train, cfg.data, 0),
+                                  score_rollouts, forward_logprobs)
+    assert isinstance(source, AheadSource)
+    source.start(0, model)
+    first = source.collect(1, 0, Timer())
+    assert source.old_logprobs_fn(first.rollouts, 1) is None  # sampled by version 0, the learner's
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1)
+    source.after_update(1, model)
+    second = source.collect(2, first.data_pos, Timer())
+    assert {ro.weight_version for ro in second.rollouts} == {0}  # queued during step 1
+    assert source.metrics()["async/dropped_rollouts"] == 0 and source.metrics()["async/unplanned"] == 0
+    fn = source.old_logprobs_fn(second.rollouts, 2)
+    assert fn is not None
+    from rlvr.rollout import rollouts_to_batch
+    from rlvr.train.batching import ForwardSpec
+
+    batch = rollouts_to_batch(second.rollouts, tok.pad_token_id)
+    old = fn(model, batch, ForwardSpec(8))
+    mask = batch.response_mask
+    # the behaviour policy's logprobs are the sampler's own (version 0), not the moved learner's
+    assert float(((old - batch.sampler_logprobs).abs() * mask).max()) < 1e-4
+    assert float(((forward_logprobs(model, batch, ForwardSpec(8)) - batch.sampler_logprobs).abs() * mask).max()) > 1e-3
