@@ -24,12 +24,12 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
+from rlvr import rollout
 from rlvr.config import ConfigError
 from rlvr.distributed.actors import GeneratorWorker, ScorerWorker
 from rlvr.distributed.dp import DataParallelGradients, GradientWorker, free_port, shard_bounds
 from rlvr.distributed.weights import ObjectStorePush
 from rlvr.rewards.batch import score_rollouts
-from rlvr.rollout import build_generator
 from rlvr.rollout.types import Generator, Rollout, SamplingSpec, sequence_seed
 
 
@@ -56,7 +56,7 @@ class LocalPlacement:
 
     def generator(self, rcfg, model, tokenizer, *, model_source=None, seed: int = 0,
                   default_batch_size: int = 64) -> Generator:
-        return build_generator(rcfg, model, tokenizer, model_source=model_source, seed=seed,
+        return rollout.build_generator(rcfg, model, tokenizer, model_source=model_source, seed=seed,
                                default_batch_size=default_batch_size)
 
     def score(self, rollouts, examples, reward_fn, *, workers: int = 1, timeout_s: float = 0.0,

@@ -17,8 +17,8 @@ import torch
 from rlvr.models import build_tiny_model, load_policy
 from rlvr.models.loading import ATTN_IMPLEMENTATIONS, enable_gradient_checkpointing
 from rlvr.models.loading import disable_dropout as _disable_dropout
+from rlvr.runs import plots
 from rlvr.runs.checkpoint import latest_checkpoint
-from rlvr.runs.plots import plot_run
 from rlvr.train.precision import MasterWeightAdamW, needs_master_weights
 
 # --------------------------------------------------------------------------------------- policy
@@ -139,7 +139,7 @@ def finish_run(run_path: Path, last_metrics: dict[str, Any]) -> dict[str, float]
     """End of a trainer: write the run's plots and return the final evaluation (the eval/* metrics
     of the last step, prefix dropped). A plot failure must not lose a finished run: it only warns."""
     try:
-        plot_run(run_path)
+        plots.plot_run(run_path)
     except Exception as exc:  # noqa: BLE001 - see docstring
         print(f"warning: plotting failed: {exc}")
     return {k[len("eval/") :]: v for k, v in last_metrics.items() if k.startswith("eval/")}

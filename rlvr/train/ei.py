@@ -30,13 +30,14 @@ from typing import Any
 
 import torch
 
+from rlvr import rollout
 from rlvr.algo import Truncation
 from rlvr.config import ConfigError
 from rlvr.models import score_tokens
 from rlvr.models.scoring import sft_loss
 from rlvr.rewards.batch import score_rollouts
 from rlvr.rewards.types import Reward, Status
-from rlvr.rollout import build_generator, rollouts_to_batch, with_thinking_budget
+from rlvr.rollout import rollouts_to_batch, with_thinking_budget
 from rlvr.rollout.types import SamplingSpec
 from rlvr.runtime import memory_stats, reset_peak_memory
 from rlvr.train import session
@@ -223,7 +224,7 @@ def train_ei(
     a, s, r = cfg.algo, cfg.sampling, cfg.run
     optimizer, scheduler = optimizer_from_config(model, cfg.optim, total_steps=r.steps,
                                                  master_weights=cfg.model.master_weights)
-    generator = build_generator(cfg.rollout, model, tokenizer, model_source=session.model_source(cfg.model),
+    generator = rollout.build_generator(cfg.rollout, model, tokenizer, model_source=session.model_source(cfg.model),
                                 seed=r.seed, default_batch_size=s.n_prompts * s.group_size)
     sampler = with_thinking_budget(generator, s.thinking_budget, s.stop_thinking_text)
     with session.RunLoop(cfg, "ei", resume=resume, model=model, tokenizer=tokenizer, optimizer=optimizer,

@@ -13,13 +13,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from rlvr import rollout
 from rlvr.algo import LOSS_AGGREGATIONS
 from rlvr.config import ConfigError
 from rlvr.data import load_sft
 from rlvr.models import TrainingBatch, build_training_batch
 from rlvr.models.positions import max_positions, prompt_lengths
 from rlvr.models.scoring import sft_loss  # noqa: F401 - re-exported (rlvr sft's loss)
-from rlvr.rollout import build_generator, with_thinking_budget
+from rlvr.rollout import with_thinking_budget
 from rlvr.runtime import memory_stats
 from rlvr.train import session
 from rlvr.train.batching import BatchConfigError
@@ -115,7 +116,7 @@ def train_sft(
     o = cfg.optim
     optimizer, scheduler = optimizer_from_config(model, o, total_steps=r.steps, master_weights=cfg.model.master_weights)
     # evaluation samples through the configured engine; the learner's weights are pushed before each one
-    generator = build_generator(cfg.rollout, model, tokenizer, model_source=session.model_source(cfg.model),
+    generator = rollout.build_generator(cfg.rollout, model, tokenizer, model_source=session.model_source(cfg.model),
                                 seed=r.seed, default_batch_size=r.eval_batch_size)
     sampler = with_thinking_budget(generator, cfg.sampling.thinking_budget, cfg.sampling.stop_thinking_text,
                                    template=getattr(task, "template", ""))
