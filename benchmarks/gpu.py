@@ -391,7 +391,7 @@ def stage_rlvr(a, built: dict, name: str, extra: list[str], profile_out: Path | 
     profile_out: one more step whose learner (rlvr.train.pg.learn) runs under torch.profiler (not timed)."""
     from rlvr.config import load_config
     from rlvr.runs import checkpoint as ckpt_mod
-    from rlvr.train import pg
+    from rlvr.train import pg, session
     from rlvr.train.config import TrainConfig
 
     steps = a.steps + (1 if profile_out is not None else 0)
@@ -413,8 +413,8 @@ def stage_rlvr(a, built: dict, name: str, extra: list[str], profile_out: Path | 
 
     # what is measured is the step: the run's final checkpoint (weights + fp32 master + AdamW states, ~6 GB at
     # this shape) and its plots are left out of the benchmark's wall time
-    orig_save, orig_finish = ckpt_mod.save_checkpoint, pg.finish_run
-    pg.learn, ckpt_mod.save_checkpoint, pg.finish_run = learn, lambda *a_, **k_: None, lambda *a_, **k_: {}
+    orig_save, orig_finish = ckpt_mod.save_checkpoint, session.finish_run
+    pg.learn, ckpt_mod.save_checkpoint, session.finish_run = learn, lambda *a_, **k_: None, lambda *a_, **k_: {}
     import warnings
 
     try:
@@ -422,7 +422,7 @@ def stage_rlvr(a, built: dict, name: str, extra: list[str], profile_out: Path | 
             warnings.simplefilter("always")
             pg.train(cfg, on_step=on_step)
     finally:
-        pg.learn, ckpt_mod.save_checkpoint, pg.finish_run = orig_learn, orig_save, orig_finish
+        pg.learn, ckpt_mod.save_checkpoint, session.finish_run = orig_learn, orig_save, orig_finish
     graph_warnings = sorted({str(w.message) for w in caught if "cuda_graphs" in str(w.message)})
     for m in sorted({str(w.message).splitlines()[0][:200] for w in caught}):  # recorded, so shown here
         log(f"  {name} warned: {m}")

@@ -74,8 +74,9 @@ def run(args) -> dict:
 
     sys.path.insert(0, str(ROOT))
     from rlvr.config import load_config
+    from rlvr.train.batching import ForwardSpec
     from rlvr.train.config import TrainConfig
-    from rlvr.train.objective import accumulate_gradients, batch_logprobs
+    from rlvr.train.objective import LossParts, Minibatch, accumulate_gradients, batch_logprobs
     from rlvr.train.recipes import get_recipe
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -96,8 +97,8 @@ def run(args) -> dict:
 
         def train_step(algo=algo):
             model.zero_grad(set_to_none=True)
-            accumulate_gradients(model, batch, adv, None, None, algo, micro_batch_size=0, norm_length=0,
-                                 micro_batch_tokens=args.tokens)
+            accumulate_gradients(model, Minibatch(batch, adv), LossParts.from_algo(algo),
+                                 ForwardSpec.of(algo, 0, micro_batch_tokens=args.tokens), norm_length=0)
 
         def score(packing=packing, shared=shared, name=name):
             logps[name] = batch_logprobs(model, batch, 0, micro_batch_tokens=args.tokens, shared_prefix=shared,

@@ -248,17 +248,21 @@ def count_phases(cfg, task) -> dict[str, dict]:
     """Replay one step phase by phase: FLOPs and the ops (with shapes) of each phase
     (benchmarks/compute_limit.count_flops)."""
     import rlvr.train.objective as objective_mod
+    from rlvr.rewards.batch import score_rollouts
     from rlvr.rollout import build_generator, rollouts_to_batch
+    from rlvr.train.batching import ForwardSpec
     from rlvr.train.common import policy_from_config
     from rlvr.train.objective import LossParts
     from rlvr.train.pg import Timer, sample_groups, validate_train_config
+    from rlvr.train.rollout_source import NoPushCheck, RolloutSource
 
     plan = validate_train_config(cfg)
     model, tok = policy_from_config(cfg.model, seed=cfg.run.seed)
     obj = objective_mod.Objective(cfg.algo, cfg.sampling.group_size, cfg.sampling.max_tokens, plan)
     gen = build_generator(cfg.rollout, model, tok, seed=cfg.run.seed, default_batch_size=plan.rollout_batch)
     out = {}
-    out["generate"] = count_flops(lambda: sample_groups(gen, task, cfg, obj, 1, 0, Timer()))
+    source = RolloutSource(gen, gen, task, cfg, obj, None, score_rollouts, NoPushCheck(), model, tok)
+    out["generate"] = count_flops(lambda: sample_groups(source, task, cfg, obj, 1, 0, Timer()))
     sampled = out["generate"].result
     batch = rollouts_to_batch(sampled.rollouts, tok.pad_token_id)
     if obj.needs_old_logprobs or obj.needs_reference:
@@ -271,9 +275,9 @@ def count_phases(cfg, task) -> dict[str, dict]:
 
     norm_len = obj.norm_length
     norm = loss_normalizers(batch.response_mask, constant=float(norm_len) if norm_len else None)
+    fwd = ForwardSpec.of(cfg.algo, plan.micro_batch, temperature=cfg.sampling.temperature)
     out["forward"] = count_flops(lambda: objective_mod.micro_batch_loss(
-        model, batch, sampled.adv, None, None, norm, LossParts.from_algo(cfg.algo),
-        temperature=cfg.sampling.temperature))
+        model, objective_mod.Minibatch(batch, sampled.adv), norm, LossParts.from_algo(cfg.algo), fwd))
     loss, _ = out["forward"].result
     out["backward"] = count_flops(loss.backward)
     for c in out.values():

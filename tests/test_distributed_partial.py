@@ -33,7 +33,7 @@ def test_segments_carry_the_version_that_sampled_them_and_old_logprobs_follow():
     model, tok = _model()
     gen = HFGenerator(model, tok)  # colocated: update_weights only bumps the version
     pr = PartialRollouts(gen, tok, segment_tokens=2)
-    behaviour = BehaviourPolicy(model, keep=8)
+    behaviour = BehaviourPolicy(model, keep=8, logprobs=batch_logprobs)
     spec = lambda seed: SamplingSpec(n=3, temperature=1.0, max_tokens=10, seed=seed)  # noqa: E731
     seen = []
     g = torch.Generator().manual_seed(0)

@@ -150,8 +150,9 @@ def test_loss_mask_gradient_flows_only_through_model_tokens(tiny):
     logits is nonzero exactly at positions whose next token the model wrote, and there equals the
     hand-computed -A / n_model_tokens * (onehot(label) - softmax(logits))."""
     from rlvr.algo import loss_normalizers
+    from rlvr.train.batching import ForwardSpec
     from rlvr.train.config import AlgoConfig
-    from rlvr.train.objective import micro_batch_loss
+    from rlvr.train.objective import LossParts, Minibatch, micro_batch_loss
 
     model, tok = tiny
     prompt, t1, tool, t2 = (tok.encode(s) for s in ("<|user|>2+3?\n<|assistant|>", "<calc>2+3</calc>",
@@ -172,7 +173,8 @@ def test_loss_mask_gradient_flows_only_through_model_tokens(tiny):
     try:
         adv = torch.tensor([1.5])
         algo = AlgoConfig()  # GRPO defaults: clipped ratio, token-mean aggregation, no KL, no entropy
-        loss, _ = micro_batch_loss(model, batch, adv, None, None, loss_normalizers(batch.response_mask), algo)
+        loss, _ = micro_batch_loss(model, Minibatch(batch, adv), loss_normalizers(batch.response_mask),
+                                   LossParts.from_algo(algo), ForwardSpec.of(algo, 0))
         loss.backward()
     finally:
         h.remove()

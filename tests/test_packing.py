@@ -16,9 +16,9 @@ from rlvr.models import score_tokens
 from rlvr.models.packed import PackPlan, packed_causal, score_packed, segment_blocks, use_packing
 from rlvr.models.tiny import build_tiny_model
 from rlvr.models.tokenize import build_training_batch
-from rlvr.train.batching import micro_batches
+from rlvr.train.batching import ForwardSpec, micro_batches
 from rlvr.train.config import TrainConfig
-from rlvr.train.objective import StepStats, accumulate_gradients, batch_logprobs
+from rlvr.train.objective import LossParts, Minibatch, StepStats, accumulate_gradients, batch_logprobs
 from rlvr.train.recipes import get_recipe
 
 # on CPU flex_attention runs eagerly, as intended there (rlvr.models.packed)
@@ -185,8 +185,9 @@ def test_a_packed_minibatch_gives_the_padded_loss_gradient_and_statistics(shared
         algo = _algo(f"algo.packing={str(packing).lower()}", f"algo.shared_prefix={str(shared_prefix).lower()}")
         model.zero_grad()
         stats, ent = StepStats(), {}
-        loss = accumulate_gradients(model, batch, adv, None, ref_logp, algo, micro_batch_size=0, norm_length=0,
-                                    micro_batch_tokens=70, stats=stats, row_entropy=ent, temperature=0.9)
+        loss = accumulate_gradients(model, Minibatch(batch, adv, ref_logp=ref_logp), LossParts.from_algo(algo),
+                                    ForwardSpec.of(algo, 0, micro_batch_tokens=70, temperature=0.9), norm_length=0,
+                                    stats=stats, row_entropy=ent)
         out[packing] = loss, _grads(model), stats.means(), ent
     (l_p, g_p, s_p, e_p), (l_r, g_r, s_r, e_r) = out[True], out[False]
     assert l_p == pytest.approx(l_r, rel=1e-5, abs=1e-7) and l_r != 0

@@ -226,9 +226,9 @@ def _run(tmp_path, shared: str, *extra, monkeypatch=None):
         "run.log_samples_every=1", "run.num_log_samples=4", "optim.lr=1e-2", f"algo.shared_prefix={shared}",
         f"rollout.shared_prefix={shared}", *extra])
     if monkeypatch is not None:  # no plots at the end: they would take most of this test's time
-        import rlvr.train.pg as pg
+        import rlvr.train.session as session
 
-        monkeypatch.setattr(pg, "finish_run", lambda path, last: {})
+        monkeypatch.setattr(session, "finish_run", lambda path, last: {})
     rows = []
     # every problem "mixed": a response passes when its first character has an even code point, so
     # groups have a reward spread and the gradient is not 0
@@ -284,7 +284,8 @@ def test_a_minibatch_split_in_two_with_global_normalizers_gives_the_same_gradien
     equals one backward over the whole minibatch, with the shared-prefix forward too."""
     from rlvr.algo import loss_normalizers
     from rlvr.rollout import HFGenerator, SamplingSpec, rollouts_to_batch
-    from rlvr.train.objective import accumulate_gradients
+    from rlvr.train.batching import ForwardSpec
+    from rlvr.train.objective import LossParts, Minibatch, accumulate_gradients
     from rlvr.train.recipes import get_recipe
 
     model, tok = build_tiny_model(hidden_size=32, num_layers=1, num_heads=2, seed=0)
@@ -300,8 +301,8 @@ def test_a_minibatch_split_in_two_with_global_normalizers_gives_the_same_gradien
     def grads(parts):
         model.zero_grad()
         for idx in parts:
-            accumulate_gradients(model, batch.rows(idx), adv[idx], None, None, algo, micro_batch_size=8,
-                                 norm_length=0, normalizers=norm)
+            accumulate_gradients(model, Minibatch(batch.rows(idx), adv[idx]), LossParts.from_algo(algo),
+                                 ForwardSpec.of(algo, 8), norm_length=0, normalizers=norm)
         return {n: p.grad.clone() for n, p in model.named_parameters()}
 
     whole, halves = grads([torch.arange(8)]), grads([torch.arange(4), torch.arange(4, 8)])

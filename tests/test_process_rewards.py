@@ -318,7 +318,8 @@ def test_process_credit_goes_to_the_right_step_where_the_outcome_rewards_a_lucky
     std sqrt(3)/4, normalized -1/sqrt(3) (0) and sqrt(3) (1); the first step's tokens of R2 get
     -2/sqrt(3), those of R3 +2/sqrt(3): the update raises the right "5" instead."""
     from rlvr.models import build_tiny_model
-    from rlvr.train.objective import accumulate_gradients
+    from rlvr.train.batching import ForwardSpec
+    from rlvr.train.objective import LossParts, Minibatch, accumulate_gradients
 
     model, tok = build_tiny_model(seed=0, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
     e = ex("4+1+4=")
@@ -339,7 +340,8 @@ def test_process_credit_goes_to_the_right_step_where_the_outcome_rewards_a_lucky
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     for _ in range(3):
         opt.zero_grad()
-        accumulate_gradients(model, batch, targets.advantages, None, None, algo, micro_batch_size=2, norm_length=0)
+        accumulate_gradients(model, Minibatch(batch, targets.advantages), LossParts.from_algo(algo),
+                             ForwardSpec.of(algo, 2), norm_length=0)
         opt.step()
     after = {c: _p_next(model, tok, context, c) for c in "45"}
     right_up = after["5"] > before["5"] and after["4"] < before["4"]

@@ -34,8 +34,9 @@ from rlvr.algo import (
 from rlvr.config import ConfigError, load_config
 from rlvr.models.tokenize import build_training_batch
 from rlvr.rollout.hf_generator import process_logits
+from rlvr.train.batching import ForwardSpec
 from rlvr.train.config import AlgoConfig, TrainConfig
-from rlvr.train.objective import LossParts, Objective, accumulate_gradients, micro_batch_loss
+from rlvr.train.objective import LossParts, Minibatch, Objective, accumulate_gradients, micro_batch_loss
 
 # ------------------------------------------------------------------------------- the pure math
 
@@ -149,8 +150,8 @@ def _enumerated_grad(table, responses, sampler_lps, weight_adv, algo, truncation
     V = table.shape[1]
     model = TableModel(table)
     batch = build_training_batch([[V]] * len(responses), responses, 0, sampler_logprobs=sampler_lps)
-    loss, stats = micro_batch_loss(model, batch, weight_adv, None, None, LossNormalizers(1.0, 1.0), algo,
-                                   truncation=truncation)
+    loss, stats = micro_batch_loss(model, Minibatch(batch, weight_adv), LossNormalizers(1.0, 1.0),
+                                   LossParts.from_algo(algo), ForwardSpec.of(algo, 0, truncation=truncation))
     loss.backward()
     return model.table.grad.double(), stats
 
@@ -339,7 +340,8 @@ def test_no_sampler_logprobs_means_weight_one_and_a_note_once():
     grads = []
     for mode in ("token_tis", "none"):
         model = TableModel(table)
-        loss, stats = micro_batch_loss(model, batch, Q * A, None, None, LossNormalizers(1.0, 1.0), _algo(mode))
+        loss, stats = micro_batch_loss(model, Minibatch(batch, Q * A), LossNormalizers(1.0, 1.0),
+                                       LossParts.from_algo(_algo(mode)), ForwardSpec.of(_algo(mode), 0))
         loss.backward()
         grads.append(model.table.grad.clone())
         assert "correction_ratio_mean" not in stats
@@ -360,14 +362,15 @@ def test_masked_tokens_keep_the_normalizer_and_splits_give_the_same_gradient():
     sampler = [[float(-1.5 + 0.8 * torch.randn((), generator=g)) for _ in r] for r in responses]
     batch = build_training_batch([[5]] * 4, responses, 0, sampler_logprobs=sampler)
     adv = torch.tensor([1.0, -0.5, 0.7, -1.2])
-    parts = LossParts.from_algo(dataclasses.replace(_algo("token_mask", cap=1.3, low=0.7), aggregation="token_mean"))
+    algo = dataclasses.replace(_algo("token_mask", cap=1.3, low=0.7), aggregation="token_mean")
+    parts = LossParts.from_algo(algo)
     out = []
     for micro in (4, 1):
         model = TableModel(table)
         from rlvr.train.objective import StepStats
 
         st = StepStats()
-        accumulate_gradients(model, batch, adv, None, None, parts, micro_batch_size=micro, norm_length=0, stats=st)
+        accumulate_gradients(model, Minibatch(batch, adv), parts, ForwardSpec.of(algo, micro), norm_length=0, stats=st)
         out.append((model.table.grad.clone(), st))
     (g_all, st_all), (g_split, st_split) = out
     assert torch.allclose(g_all, g_split, atol=1e-6) and float(g_all.abs().max()) > 1e-3
@@ -429,9 +432,10 @@ class _Perturbed:
 def _run(tmp_path, monkeypatch, *extra):
     import rlvr.rollout.builder as builder
     import rlvr.train.pg as pg
+    import rlvr.train.session as session
 
     monkeypatch.setitem(builder.GENERATOR_BACKENDS, "hf", lambda *a, **k: _Perturbed(builder._hf(*a, **k)))
-    monkeypatch.setattr(pg, "finish_run", lambda path, last: {})  # no plots: most of the run's time
+    monkeypatch.setattr(session, "finish_run", lambda path, last: {})  # no plots: most of the run's time
     cfg = load_config(TrainConfig, None, TINY + [f"run.out_dir={tmp_path}", *extra])
     res = pg.train(cfg)
     return [json.loads(x) for x in (res.run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -460,8 +464,9 @@ def test_trainer_scores_the_truncated_distribution_at_top_p(tmp_path, monkeypatc
     # sampler and trainer logprobs agree (before: off by log(kept mass) on every token); the correction
     # has only the engine's numerics to weigh
     import rlvr.train.pg as pg
+    import rlvr.train.session as session
 
-    monkeypatch.setattr(pg, "finish_run", lambda path, last: {})
+    monkeypatch.setattr(session, "finish_run", lambda path, last: {})
     # the old logprobs from their own no-grad forward, and a KL to the (start = current) reference: every
     # forward (training, old, reference) must score the same pi_K
     cfg = load_config(TrainConfig, None, TINY + [f"run.out_dir={tmp_path / 'plain'}", "sampling.top_p=0.5",

@@ -20,7 +20,9 @@ from rlvr.config import load_config
 from rlvr.models import build_tiny_model
 from rlvr.rollout import HFGenerator, SamplingSpec
 from rlvr.rollout.batch import rollouts_to_batch
+from rlvr.train.batching import ForwardSpec
 from rlvr.train.config import AlgoConfig, TrainConfig
+from rlvr.train.objective import LossParts, Minibatch
 from rlvr.train.pg import accumulate_gradients, batch_logprobs
 from rlvr.train.recipes import get_recipe
 
@@ -48,7 +50,8 @@ def _algo(recipe: str, **over) -> AlgoConfig:
 
 def _grads(model, batch, adv, algo, micro, old_logp=None):
     model.zero_grad(set_to_none=True)
-    accumulate_gradients(model, batch, adv, old_logp, None, algo, micro_batch_size=micro, norm_length=5)
+    accumulate_gradients(model, Minibatch(batch, adv, old_logp), LossParts.from_algo(algo), ForwardSpec.of(algo, micro),
+                         norm_length=5)
     return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
 
 

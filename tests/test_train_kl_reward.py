@@ -166,6 +166,8 @@ def test_token_advantages_reach_the_gradient_token_by_token():
     from rlvr.models import build_tiny_model
     from rlvr.rollout import HFGenerator, SamplingSpec
     from rlvr.rollout.batch import rollouts_to_batch
+    from rlvr.train.batching import ForwardSpec
+    from rlvr.train.objective import LossParts, Minibatch
     from rlvr.train.pg import accumulate_gradients, batch_logprobs
 
     model, tok = build_tiny_model(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, seed=3)
@@ -187,7 +189,8 @@ def test_token_advantages_reach_the_gradient_token_by_token():
 
     def grads(micro):
         model.zero_grad(set_to_none=True)
-        accumulate_gradients(model, batch, tadv, old, ref, algo, micro_batch_size=micro, norm_length=5)
+        accumulate_gradients(model, Minibatch(batch, tadv, old, ref), LossParts.from_algo(algo),
+                             ForwardSpec.of(algo, micro), norm_length=5)
         return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
 
     ours, split = grads(8), grads(3)

@@ -14,9 +14,10 @@ from rlvr.config import ConfigError, load_config
 from rlvr.data.example import Example
 from rlvr.models import build_tiny_model, build_training_batch
 from rlvr.rewards.types import Reward, Status
+from rlvr.train.batching import ForwardSpec
 from rlvr.train.config import AlgoConfig, TrainConfig
 from rlvr.train.critic import Critic
-from rlvr.train.objective import LossParts, accumulate_gradients, gae_targets, shape_and_advantage
+from rlvr.train.objective import LossParts, Minibatch, accumulate_gradients, gae_targets, shape_and_advantage
 from rlvr.train.pg import train, validate_train_config
 from rlvr.train.recipes import get_recipe
 from rlvr.train.tasks import TaskData
@@ -92,8 +93,8 @@ def test_critic_gradients_do_not_depend_on_the_micro_batch_split(mode):
         assert torch.all(old_v[batch.attention_mask == 0] == 0)
         returns = torch.where(batch.response_mask.bool(), torch.tensor(1.0), torch.tensor(0.0))
         adv = torch.randn(batch.labels.shape, generator=torch.Generator().manual_seed(2)) * batch.response_mask
-        accumulate_gradients(model, batch, adv, None, None, LossParts.from_algo(algo), micro_batch_size=micro,
-                             norm_length=0, critic=critic, old_values=old_v, returns=returns)
+        accumulate_gradients(model, Minibatch(batch, adv, old_values=old_v, returns=returns), LossParts.from_algo(algo),
+                             ForwardSpec.of(algo, micro), norm_length=0, critic=critic)
         g_policy = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
         g_critic = torch.cat([p.grad.flatten() for p in critic.params if p.grad is not None])
         grads.append((g_policy, g_critic))
@@ -113,17 +114,18 @@ def test_shared_critic_sends_the_value_loss_into_the_trunk_and_separate_does_not
             model, tok = build_tiny_model(seed=3, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
             batch = _batch(tok)
             adv = torch.ones(batch.labels.shape[0])
-            kw = {}
-            parts = LossParts.from_algo(algo_pg)
+            kw, mb = {}, Minibatch(batch, adv)
+            parts, fwd = LossParts.from_algo(algo_pg), ForwardSpec.of(algo_pg, 4)
             if with_critic:
                 critic = Critic(model, mode=mode, lr=1e-3, grad_clip=1.0)
                 with torch.no_grad():
                     critic.head.weight.normal_(0, 0.1, generator=torch.Generator().manual_seed(1))
                 parts = LossParts.from_algo(AlgoConfig(advantage="gae", critic=mode, loss="grpo_clip",
                                                        aggregation="token_mean", value_clip=0.0))
-                kw = {"critic": critic, "old_values": critic.values(model, batch, 4),
-                      "returns": torch.full(batch.labels.shape, 2.0)}
-            accumulate_gradients(model, batch, adv, None, None, parts, micro_batch_size=4, norm_length=0, **kw)
+                kw = {"critic": critic}
+                mb = Minibatch(batch, adv, old_values=critic.values(model, batch, 4),
+                               returns=torch.full(batch.labels.shape, 2.0))
+            accumulate_gradients(model, mb, parts, fwd, norm_length=0, **kw)
             out.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
         diffs[mode] = float((out[1] - out[0]).abs().max())
     assert diffs["separate"] == 0.0

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import time
 
+from rlvr.rewards import score_batch
+from rlvr.rollout import build_generator
+
 
 class GeneratorWorker:
     """A generator on its own policy copy. policy: (model, tokenizer), the learner's module (pickled to
@@ -36,8 +39,6 @@ class GeneratorWorker:
 
     def build(self, policy) -> int:
         """Build the generator on `policy` (see the class doc); returns its weight version."""
-        from rlvr.rollout import build_generator
-
         if isinstance(policy, list):  # [ObjectRef]: nested, so Ray passes the reference unresolved
             policy = policy[0]
         if not isinstance(policy, tuple):
@@ -96,8 +97,6 @@ class ScorerWorker:
 
     def score(self, reward_fn, texts: list[str], examples: list, workers: int = 1, timeout_s: float = 0.0,
               isolate: bool = False) -> list:
-        from rlvr.rewards import score_batch
-
         t = time.perf_counter()
         try:
             return score_batch(reward_fn, texts, examples, workers=workers, timeout_s=timeout_s or None,

@@ -3,6 +3,10 @@
 distributed.num_learners = N > 1 (with distributed.placement=ray). For every optimizer step the
 trainer's learn() hands the minibatch to DataParallelGradients instead of accumulate_gradients:
 
+The gradient function itself (rlvr.train.objective.accumulate_gradients) is given to the workers by
+the trainer (RayPlacement.learners(model, grad_fn)), and the step's statistics are merged with the
+trainer's accumulator's own `merge`, so this module does not reach up into the trainer.
+
 1. the minibatch's LossNormalizers are computed once from its whole mask (rlvr.algo.aggregation:
    every aggregation mode is a sum over rows divided by a global constant, so the shares' losses
    and gradients add up to the whole minibatch's);
@@ -20,36 +24,39 @@ The result equals one learner on the whole minibatch up to float summation order
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 
 import torch
+import torch.distributed as dist
+
+from rlvr.algo import loss_normalizers
+from rlvr.distributed.weights import cpu_state
 
 
 class GradientWorker:
     """One data-parallel rank: a policy copy in a torch.distributed group of `world` ranks."""
 
-    def __init__(self, rank: int, world: int, init_method: str, model, num_threads: int = 1, backend: str = "gloo"):
-        import torch.distributed as dist
-
+    def __init__(self, rank: int, world: int, init_method: str, model, grad_fn, num_threads: int = 1,
+                 backend: str = "gloo"):
         torch.set_num_threads(max(1, num_threads))
         dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world)
         self.rank, self.world = rank, world
         self.model = model
         self.model.train()
+        self.grad_fn = grad_fn
 
-    def grads(self, state: dict, batch, advantages, old_logp, ref_logp, algo, normalizers, row_ids, kwargs: dict):
-        """(summed loss, the all-reduced flat gradient (rank 0 only, else None), StepStats, row entropy)."""
-        import torch.distributed as dist
-
-        from rlvr.train.objective import StepStats, accumulate_gradients
-
+    def grads(self, state: dict, mb, parts, fwd, normalizers, norm_length: int, stats):
+        """(summed loss, the all-reduced flat gradient (rank 0 only, else None), stats, row entropy) of this
+        rank's share `mb` (a Minibatch) under the whole minibatch's normalizers. stats: an empty accumulator
+        of the trainer's (StepStats), filled here; None = no statistics."""
         self.model.load_state_dict(state)
         self.model.zero_grad(set_to_none=True)
-        stats, ent = StepStats(), {}
+        ent = {}
         loss = 0.0
-        if batch.input_ids.shape[0]:
-            loss = accumulate_gradients(self.model, batch, advantages, old_logp, ref_logp, algo, stats=stats,
-                                        row_entropy=ent, row_ids=row_ids, normalizers=normalizers, **kwargs)
+        if mb.batch.input_ids.shape[0]:
+            loss = self.grad_fn(self.model, mb, parts, fwd, norm_length=norm_length, normalizers=normalizers,
+                                stats=stats, row_entropy=ent)
         params = list(self.model.parameters())
         flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).float()
                           for p in params] + [torch.tensor([loss], dtype=torch.float32)])
@@ -57,8 +64,6 @@ class GradientWorker:
         return (float(flat[-1]) if self.rank == 0 else None, flat[:-1] if self.rank == 0 else None, stats, ent)
 
     def close(self) -> None:
-        import torch.distributed as dist
-
         dist.destroy_process_group()
 
 
@@ -70,29 +75,23 @@ class DataParallelGradients:
     def __init__(self, actors: list):
         self.actors = actors
 
-    def __call__(self, model, batch, advantages, old_logp, ref_logp, algo, *, micro_batch_size: int,
-                 norm_length: int, temperature: float = 1.0, truncation=None, micro_batch_tokens: int = 0,
-                 stats=None, row_entropy=None, row_ids=None, critic=None, old_values=None, returns=None) -> float:
-        import ray
-
-        from rlvr.algo import loss_normalizers
-        from rlvr.distributed.weights import cpu_state
+    def __call__(self, model, mb, parts, fwd, *, norm_length: int = 0, critic=None, stats=None,
+                 row_entropy=None) -> float:
+        import ray  # only under distributed.placement=ray, where ray is installed
 
         if critic is not None:
             raise ValueError("distributed.num_learners > 1 does not split PPO's critic (algo.critic); use 1 learner")
-        n = batch.input_ids.shape[0]
-        norm = loss_normalizers(batch.response_mask, constant=float(norm_length) if norm_length else None)
+        n = mb.batch.input_ids.shape[0]
+        norm = loss_normalizers(mb.batch.response_mask, constant=float(norm_length) if norm_length else None)
         state = ray.put(cpu_state(model.state_dict().items()))
-        kwargs = {"micro_batch_size": micro_batch_size, "norm_length": norm_length, "temperature": temperature,
-                  "truncation": truncation, "micro_batch_tokens": micro_batch_tokens}
-        ids = list(row_ids) if row_ids is not None else list(range(n))
+        if mb.row_ids is None:
+            mb = dataclasses.replace(mb, row_ids=list(range(n)))
         shards = shard_bounds(n, len(self.actors)) + [(n, n)] * max(0, len(self.actors) - n)
-        calls = []
-        for actor, (lo, hi) in zip(self.actors, shards, strict=True):
-            idx = torch.arange(lo, hi)
-            adv = advantages[lo:hi]
-            calls.append(actor.grads.remote(state, batch.rows(idx), adv, _cut(old_logp, lo, hi),
-                                            _cut(ref_logp, lo, hi), algo, norm, ids[lo:hi], kwargs))
+        # each share's batch rows copied out (index_select), so that a share pickles only its own rows
+        calls = [actor.grads.remote(state, dataclasses.replace(mb.part(lo, hi), batch=mb.batch.rows(torch.arange(lo, hi))),
+                                    parts, fwd, norm, norm_length,
+                                    type(stats)() if stats is not None else None)
+                 for actor, (lo, hi) in zip(self.actors, shards, strict=True)]
         results = ray.get(calls)
         loss, flat = results[0][0], results[0][1]
         offset = 0
@@ -102,29 +101,15 @@ class DataParallelGradients:
             p.grad = g.clone() if p.grad is None else p.grad + g
         for _, _, st, ent in results:
             if stats is not None:
-                _merge(stats, st)
+                stats.merge(st)
             if row_entropy is not None:
                 row_entropy.update(ent)
         return loss
 
     def close(self) -> None:
-        import ray
+        import ray  # only under distributed.placement=ray
 
         ray.get([a.close.remote() for a in self.actors])
-
-
-def _cut(t, lo: int, hi: int):
-    return None if t is None else t[lo:hi]
-
-
-def _merge(into, st) -> None:
-    for k, v in st.sums.items():
-        into.sums[k] = into.sums.get(k, 0.0) + v
-        into.weights[k] = into.weights.get(k, 0.0) + st.weights[k]
-    for k, v in st.mins.items():
-        into.mins[k] = min(into.mins.get(k, v), v)
-    for k, v in st.maxs.items():
-        into.maxs[k] = max(into.maxs.get(k, v), v)
 
 
 def free_port() -> int:

@@ -24,8 +24,11 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
+from rlvr import rollout
 from rlvr.config import ConfigError
+from rlvr.distributed.actors import GeneratorWorker, ScorerWorker
 from rlvr.distributed.dp import DataParallelGradients, GradientWorker, free_port, shard_bounds
+from rlvr.distributed.weights import ObjectStorePush
 from rlvr.rewards.batch import score_rollouts
 from rlvr.rollout.types import Generator, Rollout, SamplingSpec, sequence_seed
 
@@ -39,7 +42,7 @@ class Placement(Protocol):
     def score(self, rollouts, examples, reward_fn, *, workers: int = 1, timeout_s: float = 0.0,
               isolate: bool = False) -> list: ...
 
-    def learners(self, model): ...
+    def learners(self, model, grad_fn): ...
 
     def metrics(self) -> dict[str, float]: ...
 
@@ -53,16 +56,14 @@ class LocalPlacement:
 
     def generator(self, rcfg, model, tokenizer, *, model_source=None, seed: int = 0,
                   default_batch_size: int = 64) -> Generator:
-        from rlvr.rollout import build_generator
-
-        return build_generator(rcfg, model, tokenizer, model_source=model_source, seed=seed,
+        return rollout.build_generator(rcfg, model, tokenizer, model_source=model_source, seed=seed,
                                default_batch_size=default_batch_size)
 
     def score(self, rollouts, examples, reward_fn, *, workers: int = 1, timeout_s: float = 0.0,
               isolate: bool = False) -> list:
         return score_rollouts(rollouts, examples, reward_fn, workers=workers, timeout_s=timeout_s, isolate=isolate)
 
-    def learners(self, model):
+    def learners(self, model, grad_fn):
         return None  # the learner is this process
 
     def metrics(self) -> dict[str, float]:
@@ -144,8 +145,6 @@ class RayPlacement:
     def generator(self, rcfg, model, tokenizer, *, model_source=None, seed: int = 0,
                   default_batch_size: int = 64) -> RayGenerator:
         ray = import_ray()
-        from rlvr.distributed.actors import GeneratorWorker
-
         cls = ray.remote(GeneratorWorker)
         n = self.cfg.num_generators
         per_actor = max(1, -(-default_batch_size // n))
@@ -162,9 +161,10 @@ class RayPlacement:
         self._generator.init_ref = init
         return self._generator
 
-    def learners(self, model):
+    def learners(self, model, grad_fn):
         """None with distributed.num_learners = 1 (the learner is this process), else a
-        rlvr.distributed.dp.DataParallelGradients over that many GradientWorker actors."""
+        rlvr.distributed.dp.DataParallelGradients over that many GradientWorker actors, each running
+        grad_fn (the trainer's accumulate_gradients) on its share."""
         n = getattr(self.cfg, "num_learners", 1)
         if n <= 1:
             return None
@@ -172,7 +172,8 @@ class RayPlacement:
         addr = f"tcp://{ray.util.get_node_ip_address()}:{free_port()}"
         first = self.cfg.num_generators + 1
         cls = ray.remote(GradientWorker)
-        actors = [cls.options(**self._options(first + k)).remote(k, n, addr, model, self.num_threads or 1)
+        actors = [cls.options(**self._options(first + k)).remote(k, n, addr, model, grad_fn,
+                                                                              self.num_threads or 1)
                   for k in range(n)]
         self._learners = DataParallelGradients(actors)
         return self._learners
@@ -181,8 +182,6 @@ class RayPlacement:
               isolate: bool = False) -> list:
         ray = import_ray()
         if self._scorer is None:
-            from rlvr.distributed.actors import ScorerWorker
-
             bundle = self.cfg.num_generators  # bundles: generators, the scorer, then the learners
             self._scorer = ray.remote(ScorerWorker).options(**self._options(bundle, max_restarts=3)).remote(
                 self.num_threads or 1)
@@ -231,8 +230,6 @@ class RayGenerator:
     but not the local placement's streams)."""
 
     def __init__(self, actors: list, *, max_restarts: int = 3, wait_for_push: bool = True):
-        from rlvr.distributed.weights import ObjectStorePush
-
         self.actors = actors
         self.push = ObjectStorePush(actors, wait=wait_for_push)
         self.max_restarts = max_restarts

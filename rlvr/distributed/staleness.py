@@ -14,13 +14,15 @@ BehaviourPolicy: with stale rollouts the learner's current weights are not the p
 sampled them, so the PPO ratio's denominator (old logprobs) is recomputed with the weights of each
 rollout's own version, kept as CPU snapshots of the last max_staleness + 1 versions. When every
 rollout is on-policy (synchronous) it is the learner's usual forward, so the numbers are the
-single-process ones.
+single-process ones. The forward itself is the learner's, given to the constructor (`logprobs`), so
+this module does not reach up into the trainer.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -82,10 +84,15 @@ def _key(prompts: list[str], spec: SamplingSpec) -> tuple:
 
 
 class BehaviourPolicy:
-    """Old logprobs under the policy version that sampled each row; see the module docstring."""
+    """Old logprobs under the policy version that sampled each row; see the module docstring.
 
-    def __init__(self, model, keep: int):
+    logprobs(model, batch, *args, **kw) -> (B, T) float32: the learner's no-grad forward of a batch
+    (rlvr.train.objective.batch_logprobs or forward_logprobs); the function old_logprobs_fn returns
+    passes its extra arguments on to it."""
+
+    def __init__(self, model, keep: int, logprobs: Callable[..., torch.Tensor]):
         self.keep = keep
+        self.logprobs = logprobs
         self.snapshots: dict[int, dict[str, torch.Tensor]] = {}
         self.scratch = None
         self._model = model
@@ -98,8 +105,8 @@ class BehaviourPolicy:
 
     def old_logprobs_fn(self, rollouts: list[Rollout], current: int):
         """None when every token of `rollouts` was sampled by version `current` (the learner's
-        usual forward), else a function (model, batch, micro_batch, temperature, micro_batch_tokens,
-        truncation=None) -> (B, T) logprobs where each response token is scored under the version that sampled it
+        usual forward), else a function (model, batch, *args, **kw) -> (B, T) logprobs (the arguments
+        of `self.logprobs`) where each response token is scored under the version that sampled it
         (Rollout.segments for partial rollouts, else Rollout.weight_version). Row i of the batch
         is rollouts[i]."""
         segs = [ro.segments or [(0, ro.weight_version)] for ro in rollouts]
@@ -111,18 +118,15 @@ class BehaviourPolicy:
             raise RuntimeError(f"behaviour policy versions {missing} are not kept (have {sorted(self.snapshots)})")
         plens = [len(ro.prompt_ids) for ro in rollouts]
 
-        def fn(model, batch, micro_batch, temperature, micro_batch_tokens, truncation=None):
-            from rlvr.train.objective import batch_logprobs
-
-            out = batch_logprobs(model, batch, micro_batch, temperature, micro_batch_tokens, truncation=truncation)
+        def fn(model, batch, *args: Any, **kw: Any) -> torch.Tensor:
+            out = self.logprobs(model, batch, *args, **kw)
             if self.scratch is None:
                 self.scratch = copy.deepcopy(self._model)
             T = out.shape[1]
             for v in sorted(needed):
                 rows = [i for i, s in enumerate(segs) if any(x == v for _, x in s)]
                 self.scratch.load_state_dict(self.snapshots[v])
-                lp = batch_logprobs(self.scratch, batch.rows(torch.tensor(rows)), micro_batch, temperature,
-                                    micro_batch_tokens, truncation=truncation)
+                lp = self.logprobs(self.scratch, batch.rows(torch.tensor(rows)), *args, **kw)
                 for r, i in enumerate(rows):
                     bounds = [k for k, _ in segs[i]] + [T]
                     for (k, x), end in zip(segs[i], bounds[1:], strict=True):

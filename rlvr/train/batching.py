@@ -13,6 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # rlvr.train.config reads this module and stays torch-free
+    from rlvr.algo import Truncation
 
 from rlvr.config import ConfigError
 
@@ -33,6 +37,31 @@ class BatchPlan:
     optimizer_steps_per_rollout_batch: int  # epochs * rollout_batch / train_batch
     accumulation_steps: int  # train_batch / micro_batch
     on_policy: bool  # exactly one optimizer step per rollout batch: ratio == 1 at the step
+
+
+@dataclass(frozen=True)
+class ForwardSpec:
+    """How every forward of a rollout batch runs (training, old, reference, critic values, behaviour
+    policy), resolved once before the loop: micro-batches of at most micro_batch rows and (when > 0)
+    micro_batch_tokens tokens; the sampling distribution scored (logits / temperature, truncated to the
+    sampler's top-k / top-p: rlvr.algo.logprobs.Truncation, None = untruncated); each group's prompt
+    forwarded once (shared_prefix, rlvr.models.prefix); padding-free forwards (packing: algo.packing,
+    rlvr.models.packed; auto = on CUDA)."""
+
+    micro_batch: int
+    micro_batch_tokens: int = 0
+    temperature: float = 1.0
+    truncation: Truncation | None = None
+    shared_prefix: bool = False
+    packing: str | bool = "auto"
+
+    @classmethod
+    def of(cls, algo, micro_batch: int, *, temperature: float = 1.0, truncation: Truncation | None = None,
+           micro_batch_tokens: int | None = None) -> ForwardSpec:
+        """The spec of an algo section's keys (micro_batch_tokens, shared_prefix, packing) with the
+        micro-batch rows and the sampling distribution; micro_batch_tokens overrides the section's."""
+        tokens = algo.micro_batch_tokens if micro_batch_tokens is None else micro_batch_tokens
+        return cls(micro_batch, tokens, temperature, truncation, algo.shared_prefix, algo.packing)
 
 
 def _divisors(n: int) -> list[int]:

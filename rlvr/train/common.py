@@ -14,6 +14,13 @@ from typing import Any
 
 import torch
 
+from rlvr.models import build_tiny_model, load_policy
+from rlvr.models.loading import ATTN_IMPLEMENTATIONS, enable_gradient_checkpointing
+from rlvr.models.loading import disable_dropout as _disable_dropout
+from rlvr.runs import plots
+from rlvr.runs.checkpoint import latest_checkpoint
+from rlvr.train.precision import MasterWeightAdamW, needs_master_weights
+
 # --------------------------------------------------------------------------------------- policy
 
 
@@ -76,10 +83,6 @@ def build_policy(
     disable_dropout; ModelConfig.disable_dropout says who needs it). Copies made later (reference,
     critic) inherit it.
     """
-    from rlvr.models import build_tiny_model, load_policy
-    from rlvr.models.loading import ATTN_IMPLEMENTATIONS, enable_gradient_checkpointing
-    from rlvr.models.loading import disable_dropout as _disable_dropout
-
     if attn_implementation not in ATTN_IMPLEMENTATIONS:
         raise ValueError(
             f"model.attn_implementation={attn_implementation!r}; known: {', '.join(ATTN_IMPLEMENTATIONS)}"
@@ -117,8 +120,6 @@ def resolve_model_dir(path: str | Path) -> Path:
         return p
     if (p / "model" / "config.json").exists():
         return p / "model"
-    from rlvr.runs.checkpoint import latest_checkpoint
-
     ckpt = latest_checkpoint(p) if p.is_dir() else None
     if ckpt is not None and (ckpt / "model" / "config.json").exists():
         return ckpt / "model"
@@ -137,10 +138,8 @@ def eval_prefixed(metrics: dict[str, float], name: str = "eval") -> dict[str, fl
 def finish_run(run_path: Path, last_metrics: dict[str, Any]) -> dict[str, float]:
     """End of a trainer: write the run's plots and return the final evaluation (the eval/* metrics
     of the last step, prefix dropped). A plot failure must not lose a finished run: it only warns."""
-    from rlvr.runs.plots import plot_run
-
     try:
-        plot_run(run_path)
+        plots.plot_run(run_path)
     except Exception as exc:  # noqa: BLE001 - see docstring
         print(f"warning: plotting failed: {exc}")
     return {k[len("eval/") :]: v for k, v in last_metrics.items() if k.startswith("eval/")}
@@ -176,8 +175,6 @@ def build_optimizer(
     copies their rounding back (small updates are not lost to bf16 rounding); float32 models get
     torch's AdamW either way. "same" = torch's AdamW in the parameters' own dtype.
     """
-    from rlvr.train.precision import MasterWeightAdamW, needs_master_weights
-
     if master_weights not in MASTER_WEIGHTS:
         raise ValueError(f"model.master_weights={master_weights!r}; known: {', '.join(MASTER_WEIGHTS)}")
     params = [p for p in model.parameters() if p.requires_grad]

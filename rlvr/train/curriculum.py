@@ -31,6 +31,7 @@ from rlvr.data.filters import (
     band_mask,
     curriculum_sample,
     curriculum_weights,
+    estimate_pass_rates,
 )
 from rlvr.rewards.types import Status
 from rlvr.rollout.types import SamplingSpec
@@ -52,6 +53,7 @@ class ProblemSource:
         self.ids = [str(getattr(ex, "id", i)) for i, ex in enumerate(self.examples)]
         self._index = {id(ex): i for i, ex in enumerate(self.examples)}
         self.last: dict[str, float] = {}
+        self.refreshed: dict[str, float] = {}  # the pass-rate refresh of this step, when one ran
 
     # ----------------------------------------------------------------------------- drawing
 
@@ -118,11 +120,21 @@ class ProblemSource:
         every = self.cfg.filter_every
         return self.active and every > 0 and (step == 1 or (step - 1) % every == 0)
 
+    def before_step(self, step: int, data_pos: int, sampler, task, sampling_cfg, scorer, model, timer) -> None:
+        """The refresh of the pass rates when due (timed as `filter`), with the policy back in train mode
+        after sampling; metrics() reports it with the step's."""
+        self.refreshed = {}
+        if self.due(step):
+            with timer("filter"):
+                self.refreshed = self.refresh(sampler, task, sampling_cfg, scorer, data_pos, step)
+                model.train()
+
+    def metrics(self) -> dict[str, float]:
+        return self.last | self.refreshed
+
     def refresh(self, sampler, task, sampling_cfg, scorer, data_pos: int, step: int) -> dict[str, float]:
         """data.filter_k samples of the next data.filter_pool problems (0 = all) under the current
         policy; their counts replace older estimates. Returns metrics."""
-        from rlvr.data.filters import estimate_pass_rates
-
         pool = self.cfg.filter_pool or len(self.examples)
         pool_examples = take(self.examples, data_pos, min(pool, len(self.examples)), self.seed)
         spec = SamplingSpec.for_task(task, sampling_cfg, seed=step_seed(self.run_seed ^ 0xF117E2, step), n=self.cfg.filter_k)
@@ -137,6 +149,10 @@ class ProblemSource:
 
     def state_dict(self) -> dict:
         return self.table.state_dict()
+
+    def checkpoint_state(self) -> dict:
+        """The trainer-state entry of a checkpoint: the pass rates, when a band or curriculum uses them."""
+        return {"pass_rates": self.state_dict()} if self.active else {}
 
     def load_state_dict(self, state: dict | None) -> None:
         if state:

@@ -30,22 +30,21 @@ from typing import Any
 
 import torch
 
+from rlvr import rollout
 from rlvr.algo import Truncation
+from rlvr.models import score_tokens
+from rlvr.models.scoring import sft_loss
 from rlvr.rewards.batch import score_rollouts
 from rlvr.rewards.types import Reward, Status
+from rlvr.rollout import rollouts_to_batch, with_thinking_budget
 from rlvr.rollout.types import SamplingSpec
-from rlvr.train.common import (
-    clip_and_step,
-    eval_prefixed,
-    finish_run,
-    optimizer_from_config,
-    policy_from_config,
-    quiet_transformers,
-    step_seed,
-    take,
-)
+from rlvr.runtime import memory_stats, reset_peak_memory
+from rlvr.train import session
+from rlvr.train.batching import split_indices
+from rlvr.train.common import clip_and_step, eval_prefixed, optimizer_from_config, step_seed, take
 from rlvr.train.config import EIConfig
-from rlvr.train.pg import Timer, TrainResult, reward_error_log, sample_metrics
+from rlvr.train.session import Timer, TrainResult, reward_error_log, sample_metrics
+from rlvr.train.tasks import eval_policy
 
 # ----------------------------------------------------------------------------------- validation
 
@@ -131,9 +130,6 @@ def fit(model, optimizer, batch, *, epochs: int, batch_size: int, micro_batch_si
     passes, each in a fresh order drawn from `seed + epoch`, minibatches of `batch_size` rows (one
     optimizer step each), backward per micro-batch (rlvr.train.sft.sft_loss: the response-token
     NLL aggregated over the minibatch)."""
-    from rlvr.train.batching import split_indices
-    from rlvr.train.sft import sft_loss
-
     out = Fitted()
     if batch is None:
         return out
@@ -179,8 +175,6 @@ def sample_entropy(model, batch, *, micro_batch_size: int, temperature: float,
     response tokens of `batch` (all of a round's samples), from one no-grad forward per micro-batch
     under the weights that sampled them; also each row's mean. Token-weighted, like `entropy` of
     `rlvr train`."""
-    from rlvr.models import score_tokens
-
     was_training = model.training
     model.eval()
     total, tokens, rows = 0.0, 0, []
@@ -216,51 +210,24 @@ def train_ei(
 
     Config problems raise ConfigError (TaskDataError for data) and an existing run FileExistsError,
     all before the run directory is touched."""
-    from rlvr.rollout import build_generator, rollouts_to_batch, with_thinking_budget
-    from rlvr.runs import checkpoint as ckpt_mod
-    from rlvr.runs.progress import Progress
-    from rlvr.runtime import memory_stats, reset_peak_memory, seed_everything, set_num_threads
-    from rlvr.train import session
-    from rlvr.train.pg import _already_done
-    from rlvr.train.tasks import TaskDataError, check_data_files, eval_policy, load_task_data
-
     validate_ei_config(cfg)
-    a, s, r = cfg.algo, cfg.sampling, cfg.run
-    if (done := _already_done(cfg, resume)) is not None:
+    if (done := session.already_done(cfg, resume)) is not None:
         return done
-    set_num_threads(r.num_threads or None)
-    seed_everything(r.seed)
-    quiet_transformers()
-    if data is None:  # every bad line of the data files, before the model loads
-        check_data_files(cfg.data, train=True)
-    session.say(f"loading model {cfg.model.init_from or cfg.model.name} ...", r.progress)
-    model, tokenizer = policy_from_config(cfg.model, seed=r.seed)
-    cfg = session.record_model_shape(cfg, model)  # config.yaml records the shape that was trained
-    task = data if data is not None else load_task_data(cfg.data, tokenizer)
-    if not task.train:
-        raise TaskDataError(f"data: task {task.name!r} has no training examples")
-    session.check_positions(model, tokenizer, task, cfg)  # prompt + max_tokens within the model's positions
-    session.warn_repeated_problems(task, cfg)
+    cfg, model, tokenizer, task = session.start(cfg, data=data)
+    a, s, r = cfg.algo, cfg.sampling, cfg.run
     optimizer, scheduler = optimizer_from_config(model, cfg.optim, total_steps=r.steps,
                                                  master_weights=cfg.model.master_weights)
-    generator = build_generator(cfg.rollout, model, tokenizer, model_source=session.model_source(cfg.model),
+    generator = rollout.build_generator(cfg.rollout, model, tokenizer, model_source=session.model_source(cfg.model),
                                 seed=r.seed, default_batch_size=s.n_prompts * s.group_size)
     sampler = with_thinking_budget(generator, s.thinking_budget, s.stop_thinking_text)
-    run, start, state = session.open_run(cfg, resume=resume, model=model, optimizer=optimizer,
-                                         scheduler=scheduler, verbose=r.progress)
-    if start:  # the checkpoint's weights replaced those the generator was built with
-        generator.update_weights(model.named_parameters(), version=start)
-    if (what := session.evaluation_plan(task, cfg)) is not None:
-        session.say(what, r.progress)
-    elif not task.eval:
-        session.say("note: no held-out problems (set data.eval_path): the run is not evaluated", r.progress)
-    data_pos, last, noted_empty = int(state.get("data_pos", 0)), {}, False
-    reward_errors = reward_error_log(cfg.data, task, run.path)  # a raising reward is printed, logged, and stops
-    micro = a.micro_batch_size or a.batch_size
-    progress = Progress(r.steps, "ei", start=start, mode=None if r.progress else "off")
-    stop = session.StopOnSignal("ei", r.progress).install(run.path, start)  # Ctrl-C: save, then stop
-    try:
-        for rnd in range(start + 1, r.steps + 1):
+    with session.RunLoop(cfg, "ei", resume=resume, model=model, tokenizer=tokenizer, optimizer=optimizer,
+                         scheduler=scheduler, task=task) as loop:
+        if loop.start_step:  # the checkpoint's weights replaced those the generator was built with
+            generator.update_weights(model.named_parameters(), version=loop.start_step)
+        data_pos, noted_empty = int(loop.state.get("data_pos", 0)), False
+        reward_errors = reward_error_log(cfg.data, task, loop.path)  # a raising reward is printed, logged, stops
+        micro = a.micro_batch_size or a.batch_size
+        for rnd in range(loop.start_step + 1, r.steps + 1):
             timer = Timer()
             reset_peak_memory(cfg.model.device)
             examples = take(task.train, data_pos, s.n_prompts, cfg.data.seed)
@@ -288,7 +255,7 @@ def train_ei(
                 fitted = fit(model, optimizer, kept, epochs=a.epochs, batch_size=a.batch_size,
                              micro_batch_size=micro, aggregation=a.aggregation, norm_length=s.max_tokens,
                              grad_clip=cfg.optim.grad_clip, seed=step_seed(r.seed, rnd))
-            session.check_finite(rnd, loss=_mean(fitted.losses), grad_norm=_mean(fitted.grad_norms))
+            session.check_finite(rnd, loss=session.mean(fitted.losses), grad_norm=session.mean(fitted.grad_norms))
             with warnings.catch_warnings():  # a round without an update still advances the schedule
                 warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
                 scheduler.step()  # the schedule counts rounds (see _PerRound)
@@ -306,35 +273,20 @@ def train_ei(
             metrics = round_metrics(rewards, rollouts, sel, fitted, entropy)
             metrics["lr"] = scheduler.get_last_lr()[0]
             metrics["tokens_per_s"] = metrics["tokens/generated"] / max(time.perf_counter() - timer.t0, 1e-9)
-            if (r.eval_every and rnd % r.eval_every == 0) or rnd == r.steps:
+            if loop.due(rnd, r.eval_every):
                 if rnd == r.steps:
                     session.say_final_evaluation(task, cfg)
                 with timer("eval"):
                     metrics.update(eval_prefixed(eval_policy(sampler, task, cfg, greedy=r.eval_greedy, step=rnd)))
             metrics.update(timer.metrics() | memory_stats(cfg.model.device))
             if r.log_samples_every and (rnd % r.log_samples_every == 0 or rnd == 1):
-                run.log_samples(rnd, _samples(rollouts, ro_examples, rewards, set(sel.kept), row_entropy,
-                                              r.num_log_samples, s.group_size))
-            last = run.log_metrics(rnd, metrics)
-            progress.update(1, acc=metrics["accuracy"], kept=metrics["kept_frac"], loss=metrics.get("loss"))
-            if on_step is not None:
-                on_step(rnd, metrics)
-            if rnd == r.steps or (r.checkpoint_every and rnd % r.checkpoint_every == 0) or stop.requested:
-                ckpt_mod.save_checkpoint(run, rnd, model=model, tokenizer=tokenizer, optimizer=optimizer,
-                                         scheduler=scheduler, trainer_state={"data_pos": data_pos},
-                                         keep=r.keep_checkpoints)
-                stop.saved(rnd)
-                session.maybe_die_after_checkpoint(rnd, run)
-            stop.check(rnd)
-    finally:
-        stop.restore()
-        progress.close()
-        run.close()
-    return TrainResult(run_dir=run.path, steps=r.steps, last_metrics=last, eval=finish_run(run.path, last))
-
-
-def _mean(xs: list[float]) -> float | None:
-    return sum(xs) / len(xs) if xs else None
+                loop.run.log_samples(rnd, _samples(rollouts, ro_examples, rewards, set(sel.kept), row_entropy,
+                                                   r.num_log_samples, s.group_size))
+            loop.log(rnd, metrics, on_step, acc=metrics["accuracy"], kept=metrics["kept_frac"],
+                     loss=metrics.get("loss"))
+            loop.checkpoint(rnd, {"data_pos": data_pos})
+            loop.stop.check(rnd)
+    return loop.result(r.steps)
 
 
 def round_metrics(rewards: Sequence[Reward], rollouts: Sequence[Any], sel: Selection, fitted: Fitted,
@@ -353,8 +305,8 @@ def round_metrics(rewards: Sequence[Reward], rollouts: Sequence[Any], sel: Selec
     m["ei/sft_steps"] = len(fitted.grad_norms)
     m["verifier/timeouts"] = sum(r.status is Status.TIMEOUT for r in rewards)
     m["verifier/errors"] = sum(r.status is Status.ERROR for r in rewards)
-    m["loss"] = _mean(fitted.losses)
-    m["grad_norm"] = _mean(fitted.grad_norms)
+    m["loss"] = session.mean(fitted.losses)
+    m["grad_norm"] = session.mean(fitted.grad_norms)
     m["tokens/generated"] = sum(len(ro.response_ids) for ro in rollouts)
     m["tokens/trained"] = fitted.trained_tokens
     return {k: v for k, v in m.items() if v is not None}

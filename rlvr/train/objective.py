@@ -5,7 +5,8 @@ training loop has no `if algo.x` in it:
 
     shaped, adv, keep, zero_var = objective.advantages(rewards, lengths, step)  # length shaping, estimator
     targets = objective.targets(adv[kept], mask, old_logp, ref_logp, old_values)  # GAE, KL-in-reward, whitening
-    loss = accumulate_gradients(model, batch, targets.advantages, old_logp, ref_logp, objective.parts, ...)
+    mb = Minibatch(batch, targets.advantages, old_logp, ref_logp)                # one optimizer step's rows
+    loss = accumulate_gradients(model, mb, objective.parts, forward_spec, norm_length=objective.norm_length)
 
 The per-token loss is assembled from parts resolved once (`LossParts.from_algo`): the policy term
 (a POLICY_LOSSES function with its clip/tau bound) with its optional rollout correction (importance
@@ -23,6 +24,7 @@ forward, so it is skipped there) and `needs_reference` (kl_coef > 0).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -47,9 +49,15 @@ from rlvr.models import TrainingBatch, score_tokens
 from rlvr.models.packed import PackPlan, row_prompts, score_packed, use_packing
 from rlvr.models.prefix import score_rows
 from rlvr.rewards.types import Reward, Status
-from rlvr.train.batching import BatchPlan, micro_batches
+from rlvr.train.batching import BatchPlan, ForwardSpec, micro_batches
 from rlvr.train.process import process_targets, step_marks
-from rlvr.train.targets import Targets, gae_targets, kl_reward_to_go, token_advantages  # noqa: F401 - re-exported
+from rlvr.train.targets import (  # noqa: F401 - re-exported
+    Targets,
+    TargetSettings,
+    gae_targets,
+    kl_reward_to_go,
+    token_advantages,
+)
 
 
 def _length_none(lengths, correct, *, group_size, max_tokens, buffer):
@@ -93,41 +101,107 @@ class StepStats:
     def means(self) -> dict[str, float]:
         return {k: self.sums[k] / self.weights[k] for k in self.sums if self.weights[k] > 0}
 
+    def merge(self, other: StepStats) -> None:
+        """Add another accumulator's sums and weights, and take its extremes (a data-parallel worker's)."""
+        for k, v in other.sums.items():
+            self.sums[k] = self.sums.get(k, 0.0) + v
+            self.weights[k] = self.weights.get(k, 0.0) + other.weights[k]
+        for k, v in other.mins.items():
+            self.mins[k] = min(self.mins.get(k, v), v)
+        for k, v in other.maxs.items():
+            self.maxs[k] = max(self.maxs.get(k, v), v)
+
 
 # ------------------------------------------------------------------------- rewards -> advantages
+
+
+@dataclass(frozen=True)
+class Shaping:
+    """Rewards -> advantages, resolved once from the `algo` section (Shaping.of): the length term
+    (LENGTH_REWARDS, with its coefficient and warm-up), the outcome estimator (ADVANTAGE_ESTIMATORS), and
+    whether zero-variance groups are dropped. Call it with a step's rewards and answer lengths."""
+
+    group_size: int
+    length_term: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (lengths, correct) -> (N,)
+    length_coef: float
+    warmup_steps: int  # the length term is off while step <= warmup_steps
+    estimator: Callable[..., torch.Tensor] | None  # (shaped (N,), group_size) -> (N,); None: shaped itself
+    filter_zero_variance: bool
+
+    @classmethod
+    def of(cls, algo, group_size: int, max_tokens: int) -> Shaping:
+        """algo.advantage=gae: the "advantage" is the shaped outcome reward itself, which the critic turns
+        into per-token advantages later (Objective.targets); process: GRPO's advantage of the outcome, the
+        outcome's part of the process advantage (rlvr.train.process)."""
+        term = functools.partial(LENGTH_REWARDS[algo.length_reward], group_size=group_size, max_tokens=max_tokens,
+                                 buffer=algo.overlong_buffer)
+        name = {"gae": None, "process": "grpo"}.get(algo.advantage, algo.advantage)
+        estimator = (None if name is None
+                     else functools.partial(compute_advantages, name, eps=algo.adv_eps, std=algo.adv_std))
+        return cls(group_size, term, algo.length_reward_coef, getattr(algo, "length_reward_warmup_steps", 0),
+                   estimator, algo.filter_zero_variance)
+
+    def __call__(self, rewards: list[Reward], lengths: torch.Tensor, step: int | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
+        """(shaped rewards (N,), advantages (N,), keep (N,) bool, share of zero-variance groups); step None:
+        the length term is on."""
+        group_size = self.group_size
+        total = torch.tensor([r.total for r in rewards], dtype=torch.float32)  # (N,)
+        correct = torch.tensor([r.status is Status.CORRECT for r in rewards])
+        term = self.length_term(lengths, correct)
+        warming = step is not None and step <= self.warmup_steps
+        shaped = total + (0.0 if warming else self.length_coef) * term.float()
+        adv = shaped.clone() if self.estimator is None else self.estimator(shaped, group_size)
+        groups = total.view(-1, group_size)
+        zero_var = groups.max(dim=1).values == groups.min(dim=1).values  # (n_prompts,)
+        keep = torch.ones_like(total, dtype=torch.bool)
+        if self.filter_zero_variance:
+            keep = (~zero_var).repeat_interleave(group_size)
+        return shaped, adv, keep, float(zero_var.float().mean())
 
 
 def shape_and_advantage(
     rewards: list[Reward], lengths: torch.Tensor, algo, group_size: int, max_tokens: int, step: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
-    """(shaped rewards (N,), advantages (N,), keep (N,) bool, share of zero-variance groups).
-
-    The length term is off while step <= algo.length_reward_warmup_steps (step None: on). With
-    algo.advantage=gae the "advantage" returned is the shaped outcome reward itself: the critic turns
-    it into per-token advantages later (Objective.targets), with the values of the rollout batch."""
-    total = torch.tensor([r.total for r in rewards], dtype=torch.float32)  # (N,)
-    correct = torch.tensor([r.status is Status.CORRECT for r in rewards])
-    term = LENGTH_REWARDS[algo.length_reward](
-        lengths, correct, group_size=group_size, max_tokens=max_tokens, buffer=algo.overlong_buffer
-    )
-    warming = step is not None and step <= getattr(algo, "length_reward_warmup_steps", 0)
-    shaped = total + (0.0 if warming else algo.length_reward_coef) * term.float()
-    if algo.advantage == "gae":
-        adv = shaped.clone()
-    elif algo.advantage == "process":
-        # the outcome's part of the process advantage (rlvr.train.process): GRPO, like the step rewards
-        adv = compute_advantages("grpo", shaped, group_size, eps=algo.adv_eps, std=algo.adv_std)
-    else:
-        adv = compute_advantages(algo.advantage, shaped, group_size, eps=algo.adv_eps, std=algo.adv_std)
-    groups = total.view(-1, group_size)
-    zero_var = groups.max(dim=1).values == groups.min(dim=1).values  # (n_prompts,)
-    keep = torch.ones_like(total, dtype=torch.bool)
-    if algo.filter_zero_variance:
-        keep = (~zero_var).repeat_interleave(group_size)
-    return shaped, adv, keep, float(zero_var.float().mean())
+    """Shaping.of(algo, group_size, max_tokens)(rewards, lengths, step): (shaped rewards (N,), advantages
+    (N,), keep (N,) bool, share of zero-variance groups)."""
+    return Shaping.of(algo, group_size, max_tokens)(rewards, lengths, step)
 
 
 # ------------------------------------------------------------------------------ loss, gradients
+
+
+@dataclass
+class Minibatch:
+    """The rows of one optimizer step and what the loss reads of them: advantages (b,) or (b, T) per token;
+    old_logp, ref_logp (b, T) or None (old None = on-policy: the training forward's logp.detach()); with
+    PPO's critic the rollout-time values and the value targets (b, T); row_ids: each row's key in the
+    row_entropy accumulator (None = its index)."""
+
+    batch: TrainingBatch
+    advantages: torch.Tensor
+    old_logp: torch.Tensor | None = None
+    ref_logp: torch.Tensor | None = None
+    old_values: torch.Tensor | None = None
+    returns: torch.Tensor | None = None
+    row_ids: Sequence[int] | None = None
+
+    def part(self, lo: int, hi: int, width: int | None = None) -> Minibatch:
+        """Rows lo .. hi - 1 (views), each (b, T) tensor cut to its first `width` positions (None: all)."""
+
+        def cut(t):
+            if t is None:
+                return None
+            return t[lo:hi] if t.dim() == 1 or width is None else t[lo:hi, :width]
+
+        batch = _slice(self.batch, range(lo, hi))
+        return Minibatch(batch if width is None else _narrow(batch, width), cut(self.advantages), cut(self.old_logp),
+                         cut(self.ref_logp), cut(self.old_values), cut(self.returns),
+                         None if self.row_ids is None else list(self.row_ids)[lo:hi])
+
+    def to(self, device) -> Minibatch:
+        return Minibatch(self.batch.to(device), *(None if t is None else t.to(device) for t in (
+            self.advantages, self.old_logp, self.ref_logp, self.old_values, self.returns)), row_ids=self.row_ids)
 
 
 @dataclass(frozen=True)
@@ -145,9 +219,7 @@ class LossParts:
     kl: tuple[str, float, bool] | None = None
     entropy_coef: float = 0.0
     value: tuple[float, float | None] | None = None
-    shared_prefix: bool = False  # each group's prompt forwarded once (rlvr.models.prefix)
     correction: tuple[str, float, float] | None = None
-    packing: str | bool = "auto"  # algo.packing: padding-free forwards (rlvr.models.packed); auto = on CUDA
 
     @classmethod
     def from_algo(cls, algo, correction: str | None = None) -> LossParts:
@@ -166,8 +238,7 @@ class LossParts:
         mode = correction or resolve_rollout_correction(getattr(algo, "rollout_correction", "auto"), "hf")
         corr = None if mode == "none" else (mode, algo.rollout_correction_cap, algo.rollout_correction_low)
         return cls(policy=policy, aggregate=LOSS_AGGREGATIONS[algo.aggregation], kl=kl,
-                   entropy_coef=algo.entropy_coef, value=value, shared_prefix=getattr(algo, "shared_prefix", False),
-                   correction=corr, packing=getattr(algo, "packing", "auto"))
+                   entropy_coef=algo.entropy_coef, value=value, correction=corr)
 
 
 def resolve_rollout_correction(mode: str, backend: str) -> str:
@@ -179,30 +250,16 @@ def resolve_rollout_correction(mode: str, backend: str) -> str:
 
 
 def micro_batch_loss(
-    model,
-    batch: TrainingBatch,
-    advantages: torch.Tensor,
-    old_logp: torch.Tensor | None,
-    ref_logp: torch.Tensor | None,
-    norm,
-    algo,
-    *,
-    temperature: float = 1.0,
-    truncation: Truncation | None = None,
-    critic=None,
-    old_values: torch.Tensor | None = None,
-    returns: torch.Tensor | None = None,
-    pack: PackPlan | None = None,
+    model, mb: Minibatch, norm, parts: LossParts, fwd: ForwardSpec, *, critic=None, pack: PackPlan | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Loss of one micro-batch, already divided by the minibatch's global normalizers, so that
     summing backward() over the micro-batches of a minibatch gives the minibatch gradient.
 
-    batch: (b, T) tensors; advantages (b,) or (b, T) per token; old_logp, ref_logp (b, T) or None (old None = on-policy:
-    logp.detach() is used). algo: LossParts or an AlgoConfig (resolved here). temperature, truncation: the
-    sampling distribution the policy is scored under (sampling.temperature, top_k / top_p). critic (with
-    old_values, returns (b, T)): adds value_coef * the clipped value loss, token-mean over the
-    minibatch. pack: the micro-batch's rlvr.models.packed.PackPlan: one padding-free forward (logprobs
-    and entropy on the response tokens only, 0 elsewhere). Returns (loss scalar, detached stats).
+    mb: the micro-batch's rows (Minibatch). fwd: how the policy's forward runs (the sampling distribution
+    it scores: temperature, truncation to top_k / top_p; the shared prefix). critic (with mb's old_values
+    and returns): adds value_coef * the clipped value loss, token-mean over the minibatch. pack: the
+    micro-batch's rlvr.models.packed.PackPlan: one padding-free forward (logprobs and entropy on the
+    response tokens only, 0 elsewhere). Returns (loss scalar, detached stats).
 
     With a rollout correction (parts.correction) and the batch's sampler logprobs, the policy term of
     each token is multiplied by its detached weight (rlvr.algo.correction: old vs sampler logprobs); a
@@ -212,10 +269,11 @@ def micro_batch_loss(
     split-invariance of rlvr.algo.aggregation holds and masking scales the step down by the masked share
     (as TRL's masks) instead of re-weighting the tokens that stay.
     """
-    parts = LossParts.from_algo(algo)
     device = next(model.parameters()).device
-    batch = batch.to(device)
-    advantages = advantages.to(device)
+    batch = mb.batch.to(device)
+    advantages = mb.advantages.to(device)
+    old_logp, ref_logp, old_values, returns = mb.old_logp, mb.ref_logp, mb.old_values, mb.returns
+    temperature, truncation = fwd.temperature, fwd.truncation
     shared_values = critic is not None and critic.shared
     if pack is not None:
         out = score_packed(model, batch.input_ids, batch.labels, pack, with_entropy=True, temperature=temperature,
@@ -225,7 +283,7 @@ def micro_batch_loss(
                            temperature=temperature, with_hidden=True, truncation=truncation)
     else:
         out = score_rows(model, batch.input_ids, batch.labels, batch.attention_mask, batch.response_mask,
-                         shared_prefix=parts.shared_prefix, with_entropy=True, temperature=temperature,
+                         shared_prefix=fwd.shared_prefix, with_entropy=True, temperature=temperature,
                          truncation=truncation)
     logp, entropy = out.logprobs.float(), out.entropy.float()  # (b, T) each; fp32 loss math under bf16
     mask = batch.response_mask
@@ -286,45 +344,35 @@ def micro_batch_loss(
 
 def accumulate_gradients(
     model,
-    batch: TrainingBatch,
-    advantages: torch.Tensor,
-    old_logp: torch.Tensor | None,
-    ref_logp: torch.Tensor | None,
-    algo,
+    mb: Minibatch,
+    parts: LossParts,
+    fwd: ForwardSpec,
     *,
-    micro_batch_size: int,
-    norm_length: int,
-    temperature: float = 1.0,
-    truncation: Truncation | None = None,
-    micro_batch_tokens: int = 0,
+    norm_length: int = 0,
+    normalizers=None,
+    critic=None,
     stats: StepStats | None = None,
     row_entropy: dict[int, float] | None = None,
-    row_ids: Sequence[int] | None = None,
-    critic=None,
-    old_values: torch.Tensor | None = None,
-    returns: torch.Tensor | None = None,
-    normalizers=None,
 ) -> float:
-    """Backward over one minibatch (b rows) in micro-batches; returns the minibatch loss.
+    """Backward over one minibatch (mb: b rows) in micro-batches; returns the minibatch loss.
 
-    Micro-batches hold at most micro_batch_size rows and, when micro_batch_tokens > 0, at most that
-    many tokens (padded; real tokens when packed: algo.packing, rlvr.models.packed). The aggregation normalizers come from the whole minibatch's mask, so the
-    accumulated gradient does not depend on how it is split. Gradients are added to .grad (the
-    caller zeroes them). row_entropy, if given, receives the mean token entropy of each row, keyed
-    by row_ids[row] (default: the row's index in `batch`). algo: LossParts or an AlgoConfig.
-    temperature, truncation: the sampling distribution scored (micro_batch_loss).
-    critic, old_values, returns (b, T): PPO's value term (see micro_batch_loss). normalizers: the
-    LossNormalizers of the whole minibatch when `batch` is one worker's share of it (data-parallel
-    learners, rlvr.distributed.dp); None = computed from `batch`. Packed, the micro-batches' plans and
-    the minibatch's tensors go to the device before the loop, and the losses and statistics are read back
-    after it, so the loop itself never waits on the device.
+    Micro-batches hold at most fwd.micro_batch rows and, when fwd.micro_batch_tokens > 0, at most that
+    many tokens (padded; real tokens when packed: fwd.packing, rlvr.models.packed). The aggregation
+    normalizers come from the whole minibatch's mask (norm_length: the constant of
+    seq_mean_token_sum_norm, 0 = none), so the accumulated gradient does not depend on how it is split.
+    Gradients are added to .grad (the caller zeroes them). row_entropy, if given, receives the mean token
+    entropy of each row, keyed by mb.row_ids[row] (default: the row's index). critic: PPO's value term
+    (see micro_batch_loss). normalizers: the LossNormalizers of the whole minibatch when `mb` is one
+    worker's share of it (data-parallel learners, rlvr.distributed.dp); None = computed from `mb`. Packed,
+    the micro-batches' plans and the minibatch's tensors go to the device before the loop, and the losses
+    and statistics are read back after it, so the loop itself never waits on the device.
     """
-    parts = LossParts.from_algo(algo)
+    batch = mb.batch
     norm = normalizers or loss_normalizers(batch.response_mask, constant=float(norm_length) if norm_length else None)
     seq_lens = batch.attention_mask.sum(-1).tolist()
-    packed = critic is None and use_packing(model, parts.packing)  # a critic reads the plain forward's states
-    prompts = row_prompts(batch.input_ids, batch.response_mask) if packed and parts.shared_prefix else None
-    chunks = micro_batches(seq_lens, max_rows=micro_batch_size, max_tokens=micro_batch_tokens, packed=packed,
+    packed = critic is None and use_packing(model, fwd.packing)  # a critic reads the plain forward's states
+    prompts = row_prompts(batch.input_ids, batch.response_mask) if packed and fwd.shared_prefix else None
+    chunks = micro_batches(seq_lens, max_rows=fwd.micro_batch, max_tokens=fwd.micro_batch_tokens, packed=packed,
                            prompts=prompts)
     # a micro-batch is only as wide as its longest row (rows were right-padded to the batch's)
     widths = [max(seq_lens[c.start:c.stop]) for c in chunks]
@@ -332,27 +380,18 @@ def accumulate_gradients(
     if packed:  # everything on the device before the loop: no host round trip inside it
         device = next(model.parameters()).device
         plans = [PackPlan.build(batch.attention_mask[c.start:c.stop, :w], batch.response_mask[c.start:c.stop, :w],
-                                device, input_ids=batch.input_ids[c.start:c.stop, :w], share=parts.shared_prefix)
+                                device, input_ids=batch.input_ids[c.start:c.stop, :w], share=fwd.shared_prefix)
                  for c, w in zip(chunks, widths, strict=True)]
-        batch, advantages = batch.to(device), advantages.to(device)
-        old_logp, ref_logp, old_values, returns = (None if t is None else t.to(device)
-                                                   for t in (old_logp, ref_logp, old_values, returns))
-
-    def cut(t: torch.Tensor | None, c: range, width):
-        return None if t is None else t[c.start:c.stop, :width]
+        mb = mb.to(device)
 
     done = []  # (chunk, loss, stats, response tokens): read back after the loop
     for chunk, width, plan in zip(chunks, widths, plans, strict=True):
-        mb = _narrow(_slice(batch, chunk), width)
-        w = mb.response_mask.sum()
-        adv = advantages[chunk.start:chunk.stop] if advantages.dim() == 1 else cut(advantages, chunk, width)
-        loss, meta = micro_batch_loss(
-            model, mb, adv, cut(old_logp, chunk, width), cut(ref_logp, chunk, width), norm, parts,
-            temperature=temperature, truncation=truncation, critic=critic, old_values=cut(old_values, chunk, width),
-            returns=cut(returns, chunk, width), pack=plan,
-        )
+        part = mb.part(chunk.start, chunk.stop, width)
+        w = part.batch.response_mask.sum()
+        loss, meta = micro_batch_loss(model, part, norm, parts, fwd, critic=critic, pack=plan)
         loss.backward()
         done.append((chunk, loss.detach(), meta, w))
+    row_ids = mb.row_ids
     total = 0.0
     for chunk, loss, meta, w in done:
         total += float(loss)
@@ -376,8 +415,6 @@ def accumulate_gradients(
 
 def _slice(batch: TrainingBatch, rows: range) -> TrainingBatch:
     """Rows rows.start .. rows.stop - 1 of every tensor, as views (no copy, no index tensor)."""
-    import dataclasses
-
     return dataclasses.replace(batch, **{f.name: v[rows.start:rows.stop] for f in dataclasses.fields(batch)
                                          if isinstance(v := getattr(batch, f.name), torch.Tensor)})
 
@@ -388,8 +425,6 @@ _EXTREMES = ("ratio_min", "ratio_max", "logprob_diff_max", "correction_ratio_min
 
 def _narrow(batch: TrainingBatch, width: int) -> TrainingBatch:
     """The first `width` positions of every (b, T) tensor of a right-padded batch."""
-    import dataclasses
-
     kw = {}
     for f in dataclasses.fields(batch):
         v = getattr(batch, f.name)
@@ -435,6 +470,12 @@ def batch_logprobs(model, batch: TrainingBatch, micro_batch_size: int, temperatu
         out[chunk.start:chunk.stop, :width] = lp.float().cpu()
     model.train(was_training)
     return out
+
+
+def forward_logprobs(model, batch: TrainingBatch, fwd: ForwardSpec) -> torch.Tensor:
+    """batch_logprobs with the run's ForwardSpec (micro-batches, temperature, truncation, prefix, packing)."""
+    return batch_logprobs(model, batch, fwd.micro_batch, fwd.temperature, fwd.micro_batch_tokens,
+                          shared_prefix=fwd.shared_prefix, truncation=fwd.truncation, packing=fwd.packing)
 
 
 @dataclass
@@ -506,24 +547,30 @@ class Objective:
         rows = kept.tolist()
         return step_marks([rollouts[i] for i in rows], [rewards[i] for i in rows], tokenizer)
 
+    @functools.cached_property
+    def shaping(self) -> Shaping:
+        return Shaping.of(self.algo, self.group_size, self.max_tokens)
+
+    @functools.cached_property
+    def settings(self) -> TargetSettings:
+        """The algo keys the target functions read, as plain values."""
+        return TargetSettings.of(self.algo)
+
     def advantages(self, rewards: list[Reward], lengths: torch.Tensor, step: int | None = None):
         """(shaped rewards (N,), advantages (N,), keep (N,) bool, share of zero-variance groups)."""
-        return shape_and_advantage(rewards, lengths, self.algo, self.group_size, self.max_tokens, step)
+        return self.shaping(rewards, lengths, step)
 
     def targets(self, adv, mask, old_logp=None, ref_logp=None, old_values=None, steps=None) -> Targets:
         """Per-row advantages (B,) -> the loss's targets: GAE with the critic's values when
         algo.advantage=gae, per-step rewards (steps: StepMarks) when algo.advantage=process
         (rlvr.train.process.process_targets), else token_advantages (KL in the reward, whitening)."""
         if self.needs_steps:
-            return process_targets(adv, mask, steps, self.algo, self.group_size, old_logp, ref_logp)
+            return process_targets(adv, mask, steps, self.settings, self.group_size, old_logp, ref_logp)
         if self.needs_critic:
             if old_values is None:
                 raise ValueError("algo.advantage='gae' needs the critic's values of the batch")
-            return gae_targets(adv, mask, old_values, self.algo, old_logp, ref_logp)
+            return gae_targets(adv, mask, old_values, self.settings, old_logp, ref_logp)
         return Targets(advantages=self.token_advantages(adv, mask, old_logp, ref_logp))
 
     def token_advantages(self, adv, mask, old_logp=None, ref_logp=None) -> torch.Tensor:
-        # looked up on the module at call time, so tests can spy on it
-        import rlvr.train.objective as mod
-
-        return mod.token_advantages(adv, mask, self.algo, old_logp, ref_logp)
+        return token_advantages(adv, mask, self.settings, old_logp, ref_logp)

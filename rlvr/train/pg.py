@@ -1,59 +1,71 @@
 """Policy-gradient training, the GRPO family: `rlvr train`.
 
-Everything variable is resolved before the loop: the task (prompt contract, reward), the generator
-(hf or vllm, rlvr.rollout.build_generator), the objective (rlvr.train.objective.Objective) and the
-reference policy (rlvr.train.reference.ReferencePolicy). One step then reads as the documents'
-pseudocode:
+Everything variable is resolved before the loop: the task (prompt contract, reward), the objective
+(rlvr.train.objective.Objective), the learner (optimizer and schedule, reference policy, critic, the
+forward spec, the gradient function: one process or data-parallel workers), the generator (hf or
+vllm, in-process or Ray actors: rlvr.distributed) and the rollout source (synchronous, environment
+episodes, sampling ahead or partial rollouts: rlvr.train.rollout_source). One step then reads as the
+documents' pseudocode:
 
-    rollouts = sampler.generate(prompts, SamplingSpec.for_task(task, cfg.sampling, seed=step_seed(seed, step)))
-    rewards  = score_batch(reward_fn, rollouts)                   # never raises, counts timeouts
-    advantages = objective.advantages(rewards, lengths)           # length shaping + estimator
-    learn(...)       # old/ref logprobs once, then epochs x minibatches (optimizer steps) x micro-batches
-    generator.update_weights(model.named_parameters(), version=step)   # rollouts carry their version
+    sampled = source.collect(step, data_pos, timer)     # rollouts, rewards (never raise), advantages
+    batch   = rollouts_to_batch(kept rollouts)          # the rows that enter the loss
+    learned = learn(learner, batch, ...)     # old/ref logprobs once, then epochs x minibatches x micro-batches
+    source.after_update(step, model)         # weights to the engine (rollouts carry their version), push check
+    loop.log(step, metrics); loop.checkpoint(step, ...)
 
 Metrics, samples, checkpoints and plots go to the run directory (rlvr.runs).
 """
 
 from __future__ import annotations
 
-import math
+import dataclasses
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from rlvr.algo import Truncation
-from rlvr.config import ConfigError
-from rlvr.rewards.batch import score_rollouts
-from rlvr.rewards.types import Reward, Status, format_rate
-from rlvr.rollout.types import SamplingSpec, answer_length
-from rlvr.train.batching import BatchPlan, split_indices
-from rlvr.train.common import (
+from rlvr.distributed import build_placement
+from rlvr.rewards.batch import score_rollouts  # noqa: F401 - re-exported
+from rlvr.rewards.types import Status
+from rlvr.rollout import rollouts_to_batch
+from rlvr.runtime import memory_stats, peak_tflops, reset_peak_memory
+from rlvr.train import session
+from rlvr.train.batching import BatchPlan, ForwardSpec, split_indices
+from rlvr.train.common import (  # noqa: F401 - policy_from_config re-exported
     clip_and_step,
     eval_prefixed,
-    finish_run,
     optimizer_from_config,
     policy_from_config,
-    quiet_transformers,
     step_seed,
-    take,
 )
 from rlvr.train.config import TrainConfig
+from rlvr.train.critic import Critic
+from rlvr.train.curriculum import ProblemSource
 from rlvr.train.objective import (  # noqa: F401 - re-exported: tests and users import them from here
     LENGTH_REWARDS,
+    Minibatch,
     Objective,
     StepStats,
     accumulate_gradients,
     batch_logprobs,
+    forward_logprobs,
     kl_reward_to_go,
     micro_batch_loss,
     shape_and_advantage,
     token_advantages,
 )
+from rlvr.train.reference import ReferencePolicy
+from rlvr.train.rollout_source import Sampled, build_rollout_source, sample_groups  # noqa: F401 - re-exported
+from rlvr.train.session import (  # noqa: F401 - re-exported
+    Timer,
+    TrainResult,
+    reward_error_log,
+    sample_metrics,
+)
+from rlvr.train.tasks import eval_policy
 
 # --------------------------------------------------------------------------------- validation
 
@@ -75,16 +87,6 @@ def objective_length_cap(cfg: TrainConfig) -> int:
 
 
 @dataclass
-class TrainResult:
-    """What `train` returns: where the run is and its last metrics."""
-
-    run_dir: Path
-    steps: int
-    last_metrics: dict[str, Any]
-    eval: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass
 class Learned:
     """What one learner update over a rollout batch produced."""
 
@@ -97,23 +99,41 @@ class Learned:
     extra: dict[str, float] = field(default_factory=dict)  # more step metrics (critic/explained_var, ...)
 
 
-class Timer:
-    """Wall seconds per phase of a step: `with timer("generate"): ...` -> metrics time/generate."""
+@dataclass
+class Learner:
+    """The learner's side of a run, resolved before the loop (build_learner)."""
 
-    def __init__(self):
-        self.t0 = time.perf_counter()
-        self.spent: dict[str, float] = {}
+    model: Any
+    optimizer: Any
+    scheduler: Any
+    objective: Objective
+    reference: ReferencePolicy
+    critic: Critic | None  # PPO's value model (algo.critic), None without one
+    forward: ForwardSpec  # how every forward of a rollout batch runs
+    grad_fn: Callable  # accumulate_gradients, or the data-parallel workers' (rlvr.distributed.dp)
+    grad_clip: float
+    seed: int  # run.seed: each step's minibatch order is drawn from step_seed(seed, step) + epoch
 
-    @contextmanager
-    def __call__(self, phase: str):
-        t = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.spent[phase] = self.spent.get(phase, 0.0) + time.perf_counter() - t
+    def extras(self) -> dict:
+        """Checkpoint extras of the learner: the critic's head, trunk and optimizer."""
+        return {"critic": self.critic} if self.critic is not None else {}
 
-    def metrics(self) -> dict[str, float]:
-        return {f"time/{k}": v for k, v in self.spent.items()} | {"time/step": time.perf_counter() - self.t0}
+
+def build_learner(cfg: TrainConfig, model, objective: Objective, plan: BatchPlan, placement) -> Learner:
+    """Reference policy, critic, optimizer and schedule (over run.steps x optimizer steps per rollout batch),
+    the forward spec and the gradient function (distributed.num_learners > 1: data-parallel workers)."""
+    a, s = cfg.algo, cfg.sampling
+    reference = ReferencePolicy(model, enabled=objective.needs_reference, refresh_every=a.ref_refresh_every)
+    critic = (Critic(model, mode=a.critic, lr=a.critic_lr or cfg.optim.lr, grad_clip=cfg.optim.grad_clip)
+              if objective.needs_critic else None)
+    optimizer, scheduler = optimizer_from_config(
+        model, cfg.optim, total_steps=cfg.run.steps * plan.optimizer_steps_per_rollout_batch,
+        master_weights=cfg.model.master_weights)
+    # every forward scores the distribution the sampler drew from (temperature, and top_k / top_p when on)
+    forward = ForwardSpec.of(a, plan.micro_batch, temperature=s.temperature, truncation=objective.truncation)
+    return Learner(model, optimizer, scheduler, objective, reference, critic, forward,
+                   grad_fn=placement.learners(model, accumulate_gradients) or accumulate_gradients,
+                   grad_clip=cfg.optim.grad_clip, seed=cfg.run.seed)
 
 
 # ----------------------------------------------------------------------------------- the loop
@@ -132,200 +152,99 @@ def train(
 
     Config problems raise ValueError (BatchConfigError, TaskDataError) and an existing run
     FileExistsError, all before the run directory is touched."""
-    from rlvr.rollout import rollouts_to_batch, with_thinking_budget
-    from rlvr.runs import checkpoint as ckpt_mod
-    from rlvr.runs.progress import Progress
-    from rlvr.runtime import memory_stats, peak_tflops, reset_peak_memory, seed_everything, set_num_threads
-    from rlvr.train import session
-    from rlvr.train.critic import Critic
-    from rlvr.train.curriculum import ProblemSource
-    from rlvr.train.reference import ReferencePolicy
-    from rlvr.train.tasks import TaskDataError, check_data_files, eval_policy, load_task_data, task_scorer
-
-    a, s, r = cfg.algo, cfg.sampling, cfg.run
     plan = validate_train_config(cfg)
-    if (done := _already_done(cfg, resume)) is not None:
+    if (done := session.already_done(cfg, resume)) is not None:
         return done
-    set_num_threads(r.num_threads or None)
-    seed_everything(r.seed)
-    quiet_transformers()
-    if data is None:  # every bad line of the data files, before the model loads
-        check_data_files(cfg.data, train=True)
-    session.say(f"loading model {cfg.model.init_from or cfg.model.name} ...", r.progress)
-    model, tokenizer = policy_from_config(cfg.model, seed=r.seed)
-    cfg = session.record_model_shape(cfg, model)  # config.yaml records the shape that was trained
-    task = data if data is not None else load_task_data(cfg.data, tokenizer, episodes=True)
-    if not task.train:
-        raise TaskDataError(f"data: task {task.name!r} has no training examples")
-    session.check_positions(model, tokenizer, task, cfg)  # prompt + max_tokens within the model's positions
-    session.warn_repeated_problems(task, cfg)
-    # auto resolved here, once (rlvr.train.objective.resolve_rollout_correction); every forward scores the
-    # distribution the sampler drew from (temperature, and top_k / top_p when on)
-    objective = Objective(a, s.group_size, s.max_tokens, plan, rollout_backend=cfg.rollout.backend,
+    cfg, model, tokenizer, task = session.start(cfg, data=data, episodes=True)
+    s, r = cfg.sampling, cfg.run
+    # auto resolved here, once (rlvr.train.objective.resolve_rollout_correction)
+    objective = Objective(cfg.algo, s.group_size, s.max_tokens, plan, rollout_backend=cfg.rollout.backend,
                           truncation=Truncation.of(s.top_k, s.top_p), loss_tokens=objective_length_cap(cfg))
-    reference = ReferencePolicy(model, enabled=objective.needs_reference, refresh_every=a.ref_refresh_every)
-    critic = (Critic(model, mode=a.critic, lr=a.critic_lr or cfg.optim.lr, grad_clip=cfg.optim.grad_clip)
-              if objective.needs_critic else None)
-    extras = {"critic": critic} if critic is not None else None
-    optimizer, scheduler = optimizer_from_config(
-        model, cfg.optim, total_steps=r.steps * plan.optimizer_steps_per_rollout_batch,
-        master_weights=cfg.model.master_weights)
     # where generators and reward scoring run: in-process (default) or Ray actors (rlvr.distributed)
-    placement, wrap, behaviour = _placement(cfg, model, tokenizer, task, plan)
-    generator = placement.generator(cfg.rollout, model, tokenizer, model_source=session.model_source(cfg.model),
-                                    seed=r.seed, default_batch_size=plan.rollout_batch)
-    engine = generator  # the engine itself, before any sampling wrapper
-    push_check = _push_check(cfg, task)
-    sampler = with_thinking_budget(generator, s.thinking_budget, s.stop_thinking_text, template=task.template)
-    if wrap is not None:  # distributed.max_staleness / segment_tokens: sampling ahead, partial rollouts
-        sampler = generator = wrap(generator)
-        if hasattr(sampler, "checkpoint_state"):  # partial rollouts: the responses in flight are trainer state
-            extras = (extras or {}) | {"partial_rollouts": sampler.checkpoint_state(behaviour, task.train)}
-    grad_fn = placement.learners(model)  # distributed.num_learners > 1: data-parallel (rlvr.distributed.dp)
-    run, start_step, state = session.open_run(cfg, resume=resume, model=model, optimizer=optimizer,
-                                              scheduler=scheduler, verbose=r.progress, extras=extras)
-    if start_step:  # the checkpoint's weights replaced those the generator was built with
-        generator.update_weights(model.named_parameters(), version=start_step)
-    if push_check is not None:
-        push_check(engine, model, tokenizer, start_step)
-    if behaviour is not None:
-        behaviour.record(start_step, model)
-    reference.start(run.path, start_step)
-    reward_errors = reward_error_log(cfg.data, task, run.path)  # a raising reward is printed, logged, and stops
-    source = ProblemSource(task.train, cfg.data, r.seed)  # the stream, or an online band / curriculum
-    source.load_state_dict(state.get("pass_rates"))
-    if (what := session.evaluation_plan(task, cfg)) is not None:
-        session.say(what, r.progress)
-    elif not task.eval:
-        session.say("note: no held-out problems (set data.eval_path): the run is not evaluated", r.progress)
-    data_pos, last_ckpt, last, filtered_note = int(state.get("data_pos", 0)), start_step, {}, False
-    noted: set[str] = set()  # the loss notes said so far (_loss_note)
-    progress = Progress(r.steps, "rl", start=start_step, mode=None if r.progress else "off")
-    n_params, peak = count_params(model), peak_tflops(cfg.model.device, r.peak_tflops)  # perf/mfu's terms
-    stop = session.StopOnSignal("train", r.progress).install(run.path, start_step)  # Ctrl-C: save, then stop
-    try:
-        for step in range(start_step + 1, r.steps + 1):
+    placement = build_placement(cfg.distributed, num_threads=r.num_threads)
+    learner = build_learner(cfg, model, objective, plan, placement)
+    engine = placement.generator(cfg.rollout, model, tokenizer, model_source=session.model_source(cfg.model),
+                                 seed=r.seed, default_batch_size=plan.rollout_batch)
+    problems = ProblemSource(task.train, cfg.data, r.seed)  # the stream, or an online band / curriculum
+    source = build_rollout_source(cfg, engine, model, tokenizer, task, objective, problems, placement.score,
+                                  forward_logprobs)
+    with session.RunLoop(cfg, "train", resume=resume, model=model, tokenizer=tokenizer, optimizer=learner.optimizer,
+                         scheduler=learner.scheduler, task=task, extras=learner.extras() | source.extras()) as loop:
+        loop.on_close(placement.shutdown)
+        start = loop.start_step
+        source.start(start, model)
+        learner.reference.start(loop.path, start)
+        reward_errors = reward_error_log(cfg.data, task, loop.path)  # a raising reward is printed, logged, stops
+        problems.load_state_dict(loop.state.get("pass_rates"))
+        data_pos = int(loop.state.get("data_pos", 0))
+        notes = _Notes(cfg, plan.on_policy)  # what the progress line cannot say itself, once each
+        n_params, peak = count_params(model), peak_tflops(cfg.model.device, r.peak_tflops)  # perf/mfu's terms
+        for step in range(start + 1, r.steps + 1):
             timer = Timer()
             reset_peak_memory(cfg.model.device)
-            refreshed = {}
-            if source.due(step):
-                with timer("filter"):
-                    refreshed = source.refresh(sampler, task, s, task_scorer(task, cfg.data), data_pos, step)
-                    model.train()
-            if hasattr(sampler, "begin_step"):
-                sampler.begin_step(step, data_pos)
-            sampled = sample_groups(sampler, task, cfg, objective, step, data_pos, timer, source,
-                                    score=placement.score)
+            sampled = source.collect(step, data_pos, timer)
             reward_errors.observe(step, sampled.rewards, sampled.examples)  # > half errors: RewardErrorsStop
-            source.observe(sampled.examples, sampled.rewards, s.group_size, step)
-            generator.sleep()  # colocated vLLM hands its memory to the learner
+            problems.observe(sampled.examples, sampled.rewards, s.group_size, step)
+            source.sleep()  # colocated vLLM hands its memory to the learner
             data_pos = sampled.data_pos
-            rollouts, ro_examples, rewards = sampled.rollouts, sampled.examples, sampled.rewards
-            shaped, adv, keep, zero_var = sampled.shaped, sampled.adv, sampled.keep, sampled.zero_var
             with timer("train"):
-                # the schedule follows the RL step: step t's updates start at position (t - 1) * K whatever
-                # earlier steps did (a step without an update still advances it; docs/training.md)
-                schedule_at(scheduler, (step - 1) * plan.optimizer_steps_per_rollout_batch)
-                kept = torch.nonzero(keep).squeeze(1)
-                rows, masked_truncated = _loss_rows([rollouts[i] for i in kept.tolist()], s.mask_truncated)
-                batch = rollouts_to_batch(rows, tokenizer.pad_token_id) if len(kept) else None
-                if (note := objective.correction_note(batch)) is not None:
-                    session.say(note, r.progress)
-                old_fn = None if behaviour is None else behaviour.old_logprobs_fn(
-                    [rollouts[i] for i in kept.tolist()], current=step - 1)
-                learned = learn(model, optimizer, scheduler, batch, adv[kept], kept, objective, reference,
-                                cfg, step, critic=critic,
-                                steps=objective.step_marks(rollouts, rewards, kept, tokenizer), old_logp_fn=old_fn,
-                                grad_fn=grad_fn)
-                schedule_at(scheduler, step * plan.optimizer_steps_per_rollout_batch)
-            session.check_finite(step, loss=_mean(learned.losses), grad_norm=_mean(learned.grad_norms))
-            if not learned.losses and not filtered_note:
-                filtered_note = True
-                session.say(f"step {step}: every group had equal rewards and algo.filter_zero_variance dropped "
-                            "them all: no update (loss is empty until a group has a reward spread)", r.progress)
+                kept = torch.nonzero(sampled.keep).squeeze(1)
+                rows = [sampled.rollouts[i] for i in kept.tolist()]
+                batch, masked = _loss_batch(rows, s.mask_truncated, tokenizer.pad_token_id)
+                notes.correction(objective.correction_note(batch))
+                learned = learn(learner, batch, sampled.adv[kept], kept, step,
+                                steps=objective.step_marks(sampled.rollouts, sampled.rewards, kept, tokenizer),
+                                old_logp_fn=source.old_logprobs_fn(rows, step))
+            session.check_finite(step, loss=session.mean(learned.losses), grad_norm=session.mean(learned.grad_norms))
+            notes.no_update(step, learned)
             with timer("sync"):
-                generator.update_weights(model.named_parameters(), version=step)
-                if push_check is not None:  # the engine samples from what was just pushed, or the run stops
-                    push_check(engine, model, tokenizer, step)
-                reference.after_step(step, model, run.path, last_ckpt)
-                if behaviour is not None:
-                    behaviour.record(step, model)
-
-            metrics = step_metrics(rewards, rollouts, shaped, zero_var, keep, learned, step)
-            metrics.update(sampled.metrics(s.group_size) if a.filter_zero_variance else {})
-            if s.mask_truncated:  # share of the rows that entered the loss whose tokens were masked (cut at max_tokens)
-                metrics["masked_truncated_frac"] = masked_truncated / max(1, len(kept))
-            metrics.update(source.last | refreshed)
-            metrics.update(task.env.metrics() if task.env is not None else {})  # env/*: turns, tool calls, flags
-            metrics["lr"] = scheduler.get_last_lr()[0]
-            metrics["tokens_per_s"] = sum(len(ro.response_ids) for ro in rollouts) / max(time.perf_counter() - timer.t0, 1e-9)
-            if (r.eval_every and step % r.eval_every == 0) or step == r.steps:
-                if step == r.steps:
-                    session.say_final_evaluation(task, cfg)
-                with timer("eval"):
-                    metrics.update(eval_prefixed(eval_policy(sampler, task, cfg, greedy=r.eval_greedy, step=step)))
+                source.after_update(step, model)
+                learner.reference.after_step(step, model, loop.path, loop.stop.last_ckpt)
+            metrics = step_metrics(sampled.rewards, sampled.rollouts, sampled.shaped, sampled.zero_var, sampled.keep,
+                                   learned, step)
+            metrics.update(_loop_metrics(cfg, sampled, masked, len(kept), problems, learner.scheduler, timer))
+            if loop.due(step, r.eval_every):
+                metrics.update(_evaluate(source.sampler, task, cfg, step, timer))
             metrics.update(timer.metrics() | memory_stats(cfg.model.device) | placement.metrics())
-            metrics.update(perf_metrics(metrics, n_params, peak))
-            if push_check is not None:
-                metrics.update(push_check.last)
-            if wrap is not None:
-                metrics.update(sampler.metrics())
+            metrics.update(perf_metrics(metrics, n_params, peak) | source.metrics())
             if r.log_samples_every and (step % r.log_samples_every == 0 or step == 1):
-                run.log_samples(step, _samples(rollouts, ro_examples, rewards, r.num_log_samples, s.group_size,
-                                               learned.row_entropy))
-            last = run.log_metrics(step, metrics)
-            loss_note = _loss_note(step, metrics, a, noted, on_policy=plan.on_policy)
-            if loss_note is not None:
-                session.say(loss_note, r.progress)
-            shown = metrics.get("loss")
-            progress.update(1, reward=metrics["reward/mean"], acc=metrics["accuracy"],
-                            loss="skipped" if shown is None else shown)
-            if on_step is not None:
-                on_step(step, metrics)
-            if step == r.steps or (r.checkpoint_every and step % r.checkpoint_every == 0) or stop.requested:
-                ckpt_mod.save_checkpoint(run, step, model=model, tokenizer=tokenizer, optimizer=optimizer,
-                                         scheduler=scheduler, trainer_state={"data_pos": data_pos}
-                                         | ({"pass_rates": source.state_dict()} if source.active else {}),
-                                         keep=r.keep_checkpoints, extras=extras)
-                last_ckpt = step
-                stop.saved(step)
-                session.maybe_die_after_checkpoint(step, run)
-            stop.check(step)
-    finally:
-        stop.restore()
-        progress.close()
-        run.close()
-        placement.shutdown()
-    return TrainResult(run_dir=run.path, steps=r.steps, last_metrics=last, eval=finish_run(run.path, last))
+                loop.run.log_samples(step, _samples(sampled.rollouts, sampled.examples, sampled.rewards,
+                                                    r.num_log_samples, s.group_size, learned.row_entropy))
+            notes.loss(step, metrics)
+            loop.log(step, metrics, on_step, **_shown(metrics))
+            loop.checkpoint(step, {"data_pos": data_pos} | problems.checkpoint_state())
+            loop.stop.check(step)
+    return loop.result(r.steps)
 
 
-def learn(model, optimizer, scheduler, batch, adv: torch.Tensor, kept: torch.Tensor, objective: Objective,
-          reference, cfg: TrainConfig, step: int, critic=None, steps=None, old_logp_fn=None,
-          grad_fn=None) -> Learned:
-    """The learner's update on the kept rollouts (batch: their TrainingBatch, adv (B,)): old and
-    reference logprobs (and with a critic the values) once, no grad; the loss's targets; then
-    epochs x minibatches (one optimizer step each, and one critic step) x micro-batches (one
-    backward each). steps: with algo.advantage=process the kept rows' rlvr.train.process.StepMarks.
-    old_logp_fn: computes the old logprobs instead of the model (rollouts of older policy versions,
-    rlvr.distributed.staleness.BehaviourPolicy); grad_fn: replaces accumulate_gradients (data-parallel
-    learners, rlvr.distributed.dp.DataParallelGradients). Nothing happens when every row was filtered out."""
+def learn(learner: Learner, batch, adv: torch.Tensor, kept: torch.Tensor, step: int, *, steps=None,
+          old_logp_fn=None) -> Learned:
+    """The learner's update on the kept rollouts (batch: their TrainingBatch, adv (B,), kept: their
+    indices in the step's rollouts): old and reference logprobs (and with a critic the values) once, no
+    grad; the loss's targets; then epochs x minibatches (one optimizer step each, and one critic step) x
+    micro-batches (one backward each). steps: with algo.advantage=process the kept rows' StepMarks
+    (rlvr.train.process). old_logp_fn: the behaviour policy's old logprobs (rollouts of older policy
+    versions, rlvr.distributed.staleness.BehaviourPolicy), None = the model's. Nothing happens when every
+    row was filtered out. The schedule is put at the step's position before and after (schedule_at)."""
     out = Learned()
-    n = kept.numel()
+    model, objective, critic, fwd = learner.model, learner.objective, learner.critic, learner.forward
+    plan, n = objective.plan, kept.numel()
+    # the schedule follows the RL step: step t's updates start at position (t - 1) * K whatever earlier steps
+    # did (a step without an update still advances it; docs/training.md)
+    schedule_at(learner.scheduler, (step - 1) * plan.optimizer_steps_per_rollout_batch)
     if n == 0:
+        schedule_at(learner.scheduler, step * plan.optimizer_steps_per_rollout_batch)
         return out
-    a, s, plan = cfg.algo, cfg.sampling, objective.plan
-    tr = objective.truncation  # sampling.top_k / top_p: every forward scores the truncated distribution
     model.train()
     if old_logp_fn is not None:  # off-policy rows (sampling ahead, partial rollouts): always recomputed
-        old_logp = old_logp_fn(model, batch, plan.micro_batch, s.temperature, a.micro_batch_tokens, truncation=tr)
+        # the behaviour policy forwards each row with its own prompt, packing on auto
+        old_logp = old_logp_fn(model, batch, dataclasses.replace(fwd, shared_prefix=False, packing="auto"))
     elif objective.needs_old_logprobs:
-        old_logp = batch_logprobs(model, batch, plan.micro_batch, s.temperature, a.micro_batch_tokens,
-                                  shared_prefix=a.shared_prefix, truncation=tr, packing=a.packing)
+        old_logp = forward_logprobs(model, batch, fwd)
     else:
         old_logp = None
-    ref_logp = reference.logprobs(batch, plan.micro_batch, s.temperature, a.micro_batch_tokens, truncation=tr,
-                                  packing=a.packing)
-    old_values = critic.values(model, batch, plan.micro_batch, a.micro_batch_tokens) if critic is not None else None
+    ref_logp = learner.reference.logprobs(batch, fwd)
+    old_values = critic.values(model, batch, fwd.micro_batch, fwd.micro_batch_tokens) if critic is not None else None
     targets = objective.targets(adv, batch.response_mask, old_logp, ref_logp, old_values, steps=steps)
     token_adv = targets.advantages  # (B,) or (B, T)
     if targets.returns is not None:
@@ -333,37 +252,61 @@ def learn(model, optimizer, scheduler, batch, adv: torch.Tensor, kept: torch.Ten
     out.trained_tokens = plan.epochs * int(batch.attention_mask.sum())
     for epoch in range(plan.epochs):
         shuffle = plan.epochs > 1 or plan.train_batch < n
-        g = torch.Generator().manual_seed(step_seed(cfg.run.seed, step) + epoch)
+        g = torch.Generator().manual_seed(step_seed(learner.seed, step) + epoch)
         order = torch.randperm(n, generator=g) if shuffle else torch.arange(n)
         for chunk in split_indices(n, plan.train_batch):
             idx = order[chunk.start : chunk.stop]
-            out.losses.append((grad_fn or accumulate_gradients)(
-                model, batch.rows(idx), token_adv[idx],
-                None if old_logp is None else old_logp[idx], None if ref_logp is None else ref_logp[idx],
-                objective.parts, micro_batch_size=plan.micro_batch, micro_batch_tokens=a.micro_batch_tokens,
-                norm_length=objective.norm_length, temperature=s.temperature, truncation=tr, stats=out.stats,
-                row_entropy=out.row_entropy, row_ids=kept[idx].tolist(), critic=critic,
-                old_values=_rows(targets.old_values, idx), returns=_rows(targets.returns, idx)))
+            mb = Minibatch(batch.rows(idx), token_adv[idx], _rows(old_logp, idx), _rows(ref_logp, idx),
+                           _rows(targets.old_values, idx), _rows(targets.returns, idx), row_ids=kept[idx].tolist())
+            out.losses.append(learner.grad_fn(model, mb, objective.parts, fwd, norm_length=objective.norm_length,
+                                              critic=critic, stats=out.stats, row_entropy=out.row_entropy))
             if not all(map(_finite, out.losses)):
                 break  # the caller stops the run; do not step an optimizer on NaN gradients
-            out.grad_norms.append(clip_and_step(model, optimizer, scheduler, cfg.optim.grad_clip))
+            out.grad_norms.append(clip_and_step(model, learner.optimizer, learner.scheduler, learner.grad_clip))
             if critic is not None:
                 out.critic_grad_norms.append(critic.step())
+    schedule_at(learner.scheduler, step * plan.optimizer_steps_per_rollout_batch)
     return out
 
 
-def _loss_rows(rollouts: list, mask_truncated: bool) -> tuple[list, int]:
-    """The kept rollouts as they enter the loss, and how many were masked. sampling.mask_truncated: a
-    response cut at max_tokens (finish_reason "length") gets loss_mask all False, so none of its tokens
-    carries a gradient (policy term, KL, entropy) while its reward still entered its group's advantages
-    (TRL's mask_truncated_completions); the row still counts in a per-sequence mean's number of rows."""
-    if not mask_truncated:
-        return rollouts, 0
-    from dataclasses import replace
+def _loss_batch(rows: list, mask_truncated: bool, pad_id: int):
+    """(TrainingBatch of the kept rollouts as they enter the loss, or None when none is kept; how many were
+    masked). sampling.mask_truncated: a response cut at max_tokens (finish_reason "length") gets loss_mask
+    all False, so none of its tokens carries a gradient (policy term, KL, entropy) while its reward still
+    entered its group's advantages (TRL's mask_truncated_completions); the row still counts in a
+    per-sequence mean's number of rows."""
+    masked = sum(ro.finish_reason == "length" for ro in rows) if mask_truncated else 0
+    if mask_truncated:
+        rows = [dataclasses.replace(ro, loss_mask=[False] * len(ro.response_ids)) if ro.finish_reason == "length"
+                else ro for ro in rows]
+    return (rollouts_to_batch(rows, pad_id) if rows else None), masked
 
-    out = [replace(ro, loss_mask=[False] * len(ro.response_ids)) if ro.finish_reason == "length" else ro
-           for ro in rollouts]
-    return out, sum(ro.finish_reason == "length" for ro in rollouts)
+
+def _loop_metrics(cfg: TrainConfig, sampled: Sampled, masked: int, n_kept: int, problems, scheduler,
+                  timer: Timer) -> dict[str, Any]:
+    """The step's metrics from outside the learner: DAPO's dynamic sampling (with algo.filter_zero_variance),
+    the share of masked truncated rows (sampling.mask_truncated), the problem source's, lr, tokens/s."""
+    m: dict[str, Any] = sampled.metrics(cfg.sampling.group_size) if cfg.algo.filter_zero_variance else {}
+    if cfg.sampling.mask_truncated:  # share of the rows that entered the loss whose tokens were masked
+        m["masked_truncated_frac"] = masked / max(1, n_kept)
+    m.update(problems.metrics())
+    m["lr"] = scheduler.get_last_lr()[0]
+    m["tokens_per_s"] = sum(len(ro.response_ids) for ro in sampled.rollouts) / max(time.perf_counter() - timer.t0, 1e-9)
+    return m
+
+
+def _evaluate(sampler, task, cfg: TrainConfig, step: int, timer: Timer) -> dict[str, float]:
+    """The periodic held-out evaluation (run.eval_every, and after the last step), as eval/* metrics."""
+    if step == cfg.run.steps:
+        session.say_final_evaluation(task, cfg)
+    with timer("eval"):
+        return eval_prefixed(eval_policy(sampler, task, cfg, greedy=cfg.run.eval_greedy, step=step))
+
+
+def _shown(metrics: dict) -> dict[str, Any]:
+    """The progress line's fields: reward, accuracy, loss ('skipped' for a step without an update)."""
+    loss = metrics.get("loss")
+    return {"reward": metrics["reward/mean"], "acc": metrics["accuracy"], "loss": "skipped" if loss is None else loss}
 
 
 def schedule_at(scheduler, position: int) -> None:
@@ -399,220 +342,31 @@ def _value_stats(returns: torch.Tensor, values: torch.Tensor, mask: torch.Tensor
     return out
 
 
-@dataclass
-class Sampled:
-    """One step's rollouts, possibly from several sampling rounds (DAPO refill)."""
-
-    rollouts: list
-    examples: list  # one per rollout
-    rewards: list[Reward]
-    lengths: torch.Tensor  # (N,) answer tokens (rlvr.rollout.types.answer_length): what the length terms count
-    shaped: torch.Tensor  # (N,)
-    adv: torch.Tensor  # (N,)
-    keep: torch.Tensor  # (N,) bool
-    zero_var: float  # share of sampled groups with equal rewards
-    data_pos: int  # position in the training stream after this step
-    rounds: int = 1
-
-    def metrics(self, group_size: int) -> dict[str, float]:
-        groups = len(self.rollouts) // group_size
-        return {
-            "dynamic/rounds": self.rounds,
-            "dynamic/groups_sampled": groups,
-            "dynamic/groups_dropped": int(round(self.zero_var * groups)),
-            "dynamic/groups_kept": int(self.keep.sum()) // group_size,
-            "dynamic/extra_samples": len(self.rollouts) - len(self.rollouts) // self.rounds,
-        }
-
-
-def sample_groups(sampler, task, cfg: TrainConfig, objective: Objective, step: int, data_pos: int,
-                  timer: Timer, source=None, score=None) -> Sampled:
-    """Sample sampling.n_prompts problems x group_size, score them, compute advantages. With
-    algo.filter_zero_variance and algo.refill_rounds = k, groups whose rewards are all equal are
-    dropped and up to k more rounds of n_prompts new problems are sampled until n_prompts groups
-    with a reward spread are in hand (DAPO's dynamic sampling); the batch then holds exactly
-    n_prompts groups, or fewer when the budget ran out. Advantages are group-local, so groups of
-    different rounds are computed together. source: a rlvr.train.curriculum.ProblemSource (the
-    online band / curriculum); None = the shuffled stream. score: the placement's scorer
-    (signature of score_rollouts; None = score_rollouts in this process)."""
-    s, r, a = cfg.sampling, cfg.run, cfg.algo
-    rollouts, examples, rewards = [], [], []
-    rounds = 0
-    for rnd in range(1 + (a.refill_rounds if a.filter_zero_variance else 0)):
-        if source is not None:
-            batch, data_pos = source.draw(s.n_prompts, data_pos, step, rnd)
-        else:
-            batch = take(task.train, data_pos, s.n_prompts, cfg.data.seed)
-            data_pos += s.n_prompts
-        rounds += 1
-        with timer("generate"):
-            # round 0 keeps the seed of a run without refill; later rounds get seeds of their own
-            seed = step_seed(r.seed, step) if rnd == 0 else step_seed(r.seed + 7_777_777 * rnd, step)
-            if task.env is not None:  # data.env: multi-turn episodes, rewarded by the environment (rlvr.envs)
-                ros, env_rws = task.env.rollouts(sampler, batch, SamplingSpec.for_task(task, s, seed=seed))
-                ro_examples = [batch[ro.group] for ro in ros]
-            elif hasattr(sampler, "sample"):  # partial rollouts: finished groups, maybe of earlier steps' problems
-                ros, ro_examples = sampler.sample(batch, [task.prompt(ex) for ex in batch],
-                                                  SamplingSpec.for_task(task, s, seed=seed))
-            else:
-                ros = sampler.generate([task.prompt(ex) for ex in batch], SamplingSpec.for_task(task, s, seed=seed))
-                ro_examples = [batch[ro.group] for ro in ros]
-        with timer("score"):
-            rws = env_rws if task.env is not None else (score or score_rollouts)(
-                ros, ro_examples, task.reward_fn, workers=cfg.data.reward_workers,
-                timeout_s=cfg.data.reward_timeout_s, isolate=cfg.data.reward_isolate)
-        rollouts += ros
-        examples += ro_examples
-        rewards += rws
-        if _spread_groups(rewards, s.group_size) >= s.n_prompts:
-            break
-    with timer("score"):
-        # what the length terms count: the tokens the policy wrote in its answer turn(s), those max_tokens bounds
-        # (a thinking budget's answer phase, an episode's model turns; not forced text or tool output)
-        lengths = torch.tensor([answer_length(ro) for ro in rollouts], dtype=torch.float32)
-        shaped, adv, keep, zero_var = objective.advantages(rewards, lengths, step)
-        if rounds > 1 or a.refill_rounds:
-            # at most n_prompts groups with a spread: the first ones sampled
-            keep_groups = keep.view(-1, s.group_size)[:, 0]
-            over = torch.nonzero(keep_groups).squeeze(1)[s.n_prompts:]
-            keep_groups[over] = False
-            keep = keep_groups.repeat_interleave(s.group_size)
-    return Sampled(rollouts=rollouts, examples=examples, rewards=rewards, lengths=lengths, shaped=shaped,
-                   adv=adv, keep=keep, zero_var=zero_var, data_pos=data_pos, rounds=rounds)
-
-
-def _push_check(cfg: TrainConfig, task):
-    """The health check after each weight push (rlvr.rollout.push_check), or None: only engines that
-    hold their own copy of the weights (vllm) can drift from the learner; hf shares its module."""
-    rc = cfg.rollout
-    if rc.backend != "vllm" or not rc.push_check:
-        return None
-    from rlvr.rollout.push_check import PushCheck
-    from rlvr.train import session
-
-    prompts = [task.prompt(ex) for ex in task.train[:2]]
-    return PushCheck(prompts, tol=rc.push_check_tol, max_tokens=min(16, cfg.sampling.max_tokens), seed=cfg.run.seed,
-                     say=session.say)  # a warning is printed even with run.progress=false
-
-
-def _placement(cfg: TrainConfig, model, tokenizer, task, plan: BatchPlan):
-    """(placement, wrap, behaviour) from cfg.distributed: the rlvr.distributed placement; with
-    distributed.max_staleness (sampling ahead, rlvr.distributed.staleness) or segment_tokens (partial
-    rollouts, rlvr.distributed.partial) a function wrapping the generator, and the BehaviourPolicy
-    that recomputes old logprobs of rollouts sampled by older versions; else None, None."""
-    from rlvr.distributed import build_placement
-
-    d = getattr(cfg, "distributed", None)
-    placement = build_placement(d, num_threads=cfg.run.num_threads)
-    segment = getattr(d, "segment_tokens", 0) if d is not None else 0
-    if d is None or not (d.max_staleness or d.queue_size or segment):
-        return placement, None, None
-    from rlvr.distributed.staleness import AheadSampler, BehaviourPolicy
-
-    s, a = cfg.sampling, cfg.algo
-    what = "distributed.segment_tokens" if segment else "distributed.max_staleness"
-    if s.thinking_budget >= 0:
-        raise ConfigError(f"{what} does not combine with sampling.thinking_budget; leave one of them unset")
-    if segment:
-        if d.max_staleness or d.queue_size:
-            raise ConfigError("distributed.segment_tokens (partial rollouts) and distributed.max_staleness "
-                              "(sampling ahead) are two ways to go asynchronous; set only one")
-        if a.filter_zero_variance and a.refill_rounds:
-            raise ConfigError("distributed.segment_tokens does not combine with algo.refill_rounds")
-        from rlvr.distributed.partial import PartialRollouts
-
-        keep = -(-s.max_tokens // segment) + 4  # a response spans at most this many versions (+ backlog)
-        return (placement, lambda gen: PartialRollouts(gen, tokenizer, segment),
-                BehaviourPolicy(model, keep=keep))
-
-    def planned(step: int, pos: int):
-        batch = take(task.train, pos, s.n_prompts, cfg.data.seed)
-        return [task.prompt(ex) for ex in batch], SamplingSpec.for_task(task, s, seed=step_seed(cfg.run.seed, step))
-
-    def ahead(generator):
-        return AheadSampler(generator, planned, max_staleness=d.max_staleness, queue_size=d.queue_size,
-                            prompts_per_step=s.n_prompts)
-
-    return placement, ahead, BehaviourPolicy(model, keep=max(d.max_staleness, d.queue_size))
-
-
-def _spread_groups(rewards: list[Reward], group_size: int) -> int:
-    """Groups (consecutive runs of group_size rewards) whose task rewards are not all equal."""
-    totals = [r.total for r in rewards]
-    return sum(len(set(totals[i:i + group_size])) > 1 for i in range(0, len(totals), group_size))
-
-
 def _finite(x: float) -> bool:
     return x == x and abs(x) != float("inf")
 
 
-def _mean(xs: list[float]) -> float | None:
-    return sum(xs) / len(xs) if xs else None
+class _Notes:
+    """Status lines said once per run, for what the progress line cannot say itself."""
 
+    def __init__(self, cfg: TrainConfig, on_policy: bool):
+        self.cfg, self.on_policy = cfg, on_policy
+        self.noted: set[str] = set()
+        self.verbose = cfg.run.progress
 
-def _already_done(cfg: TrainConfig, resume: bool) -> TrainResult | None:
-    """Checks of the run directory before any work: a finished run resumed returns at once
-    ("nothing to do"); a run to resume must have a checkpoint; a new run must not overwrite one."""
-    from rlvr.train import session
+    def correction(self, note: str | None) -> None:
+        if note is not None:
+            session.say(note, self.verbose)
 
-    out = Path(cfg.run.out_dir)
-    if not resume:
-        session.refuse_existing_run(cfg)
-        return None
-    step = session.checkpoint_step(out)
-    if step is None:
-        raise FileNotFoundError(f"--resume {out}: no checkpoint to resume from (the run stopped before its "
-                                "first checkpoint); start it over with run.overwrite=true")
-    if step >= cfg.run.steps:
-        session.say(f"nothing to do: {out} is at step {step} and run.steps={cfg.run.steps} "
-                    "(raise run.steps to train further)")
-        last = session.last_metrics(out)
-        return TrainResult(run_dir=out, steps=step, last_metrics=last,
-                           eval={k[5:]: v for k, v in last.items() if k.startswith("eval/")})
-    return None
+    def no_update(self, step: int, learned: Learned) -> None:
+        if not learned.losses and "filtered" not in self.noted:
+            self.noted.add("filtered")
+            session.say(f"step {step}: every group had equal rewards and algo.filter_zero_variance dropped "
+                        "them all: no update (loss is empty until a group has a reward spread)", self.verbose)
 
-
-def reward_error_log(data_cfg, task, run_dir):
-    """The run's rlvr.rewards.errors.RewardErrorLog: each distinct message of an ERROR reward is printed
-    once and every step's are appended to <run>/reward_errors.jsonl; a step where most rewards are errors
-    stops the run (RewardErrorsStop) naming the reward (shared by `rlvr train` and `rlvr ei`)."""
-    from pathlib import Path
-
-    from rlvr.rewards.errors import RewardErrorLog
-
-    spec = data_cfg.reward or (task.reward_fn if isinstance(task.reward_fn, str) else "")
-    if not spec:
-        try:
-            from rlvr.data import get_task
-
-            spec = get_task(data_cfg.task).reward_name(getattr(task, "template", None) or None)
-        except (KeyError, ValueError, AttributeError):
-            spec = getattr(task.reward_fn, "__name__", None) or f"of task {task.name}"
-    return RewardErrorLog(str(spec), Path(run_dir) / "reward_errors.jsonl", key="data.reward" if data_cfg.reward else "")
-
-
-def sample_metrics(rewards, rollouts) -> dict[str, Any]:
-    """Reward parts, accuracy, format rate and lengths of a step's samples (shared by `rlvr train` and
-    `rlvr ei`): reward/<part>, accuracy, format_rate (only when the reward has a format part: the
-    definition of rlvr.rewards.types.format_rate), len/mean, len/correct, len/incorrect (None when
-    no such sample), len/truncated_frac."""
-    n = len(rewards)
-    m: dict[str, Any] = {}
-    for p in sorted({k for r in rewards for k in r.parts}):
-        m[f"reward/{p}"] = sum(float(r.parts.get(p, 0.0)) for r in rewards) / n
-    correct = [r.status is Status.CORRECT for r in rewards]
-    m["accuracy"] = sum(correct) / n
-    fmt = format_rate([r.parts for r in rewards])
-    if not math.isnan(fmt):  # a reward without a format part: no format rate (eval prints "n/a")
-        m["format_rate"] = fmt
-    lens = [len(ro.response_ids) for ro in rollouts]
-    m["len/mean"] = sum(lens) / n
-    lc = [x for x, c in zip(lens, correct, strict=True) if c]
-    li = [x for x, c in zip(lens, correct, strict=True) if not c]
-    m["len/correct"] = sum(lc) / len(lc) if lc else None
-    m["len/incorrect"] = sum(li) / len(li) if li else None
-    m["len/truncated_frac"] = sum(ro.finish_reason == "length" for ro in rollouts) / n
-    return m
+    def loss(self, step: int, metrics: dict) -> None:
+        if (note := _loss_note(step, metrics, self.cfg.algo, self.noted, on_policy=self.on_policy)) is not None:
+            session.say(note, self.verbose)
 
 
 def count_params(model) -> int:
@@ -685,7 +439,7 @@ def step_metrics(rewards, rollouts, shaped, zero_var, keep, learned: Learned, st
     m["critic/value_loss"] = means.get("value_loss")
     m["critic/value_clip_frac"] = means.get("value_clip_frac")
     m["critic/values"] = means.get("values")
-    m["critic/grad_norm"] = _mean(learned.critic_grad_norms)
+    m["critic/grad_norm"] = session.mean(learned.critic_grad_norms)
     m.update(learned.extra)
     # sampler vs trainer logprobs of the sampled tokens (before any update of this step): ~0 when the
     # generator holds the learner's weights; large after a failed weight push or a dtype mismatch

@@ -36,7 +36,7 @@ import torch
 
 from rlvr.algo import kl_estimate, whiten
 from rlvr.algo.advantages import process_supervision_advantages
-from rlvr.train.targets import Targets, kl_reward_to_go
+from rlvr.train.targets import Targets, TargetSettings, kl_reward_to_go
 
 
 @dataclass
@@ -154,13 +154,15 @@ def center_by_step(rewards: Sequence[Sequence[float]], group_size: int) -> list[
     return out
 
 
-def process_targets(outcome_adv: torch.Tensor, mask: torch.Tensor, marks: StepMarks, algo, group_size: int,
+def process_targets(outcome_adv: torch.Tensor, mask: torch.Tensor, marks: StepMarks, settings: TargetSettings,
+                    group_size: int,
                     old_logp: torch.Tensor | None = None, ref_logp: torch.Tensor | None = None):
-    """Per-token advantages (B, T) of the trained rows (module doc); returns rlvr.train.objective.Targets.
+    """Per-token advantages (B, T) of the trained rows (module doc); returns rlvr.train.targets.Targets.
 
     outcome_adv (B,): GRPO's advantage of the outcome; mask (B, T): response tokens (label positions);
-    marks: their StepMarks (rows in groups of group_size, as sampled); old_logp, ref_logp (B, T):
-    only with algo.kl_in=reward. 0 on every position outside the mask."""
+    marks: their StepMarks (rows in groups of group_size, as sampled); settings: the algo keys read
+    (rlvr.train.targets.TargetSettings); old_logp, ref_logp (B, T): only with kl_in=reward. 0 on every
+    position outside the mask."""
     b, t = mask.shape
     if marks is None or len(marks.rewards) != b:
         raise ValueError(f"algo.advantage='process' needs the step marks of all {b} trained rows "
@@ -176,17 +178,17 @@ def process_targets(outcome_adv: torch.Tensor, mask: torch.Tensor, marks: StepMa
         if sum(len(rewards[i]) for i in range(g0, min(g0 + group_size, b))) < 2:
             for i in range(g0, min(g0 + group_size, b)):
                 rewards[i], ends[i] = [], []
-    if algo.process_baseline == "step":
+    if settings.process_baseline == "step":
         rewards = center_by_step(rewards, group_size)
-    per_token = process_supervision_advantages(rewards, ends, group_size, t, eps=algo.adv_eps, std=algo.adv_std)
-    out = per_token.to(mask.device) + algo.process_outcome_coef * outcome_adv.float().to(mask.device).unsqueeze(1)
+    per_token = process_supervision_advantages(rewards, ends, group_size, t, eps=settings.adv_eps, std=settings.adv_std)
+    out = per_token.to(mask.device) + settings.process_outcome_coef * outcome_adv.float().to(mask.device).unsqueeze(1)
     out = torch.where(mask != 0, out, torch.zeros((), device=out.device))
-    if algo.kl_in == "reward" and algo.kl_coef > 0:
+    if settings.kl_in == "reward" and settings.kl_coef > 0:
         if old_logp is None or ref_logp is None:
             raise ValueError("algo.kl_in='reward' needs old and reference logprobs")
-        kl = kl_estimate(algo.kl_estimator, old_logp.detach().to(mask.device), ref_logp.detach().to(mask.device))
-        out = out + kl_reward_to_go(kl, algo.kl_coef, mask)
-    if algo.whiten_advantages:
+        kl = kl_estimate(settings.kl_estimator, old_logp.detach().to(mask.device), ref_logp.detach().to(mask.device))
+        out = out + kl_reward_to_go(kl, settings.kl_coef, mask)
+    if settings.whiten_advantages:
         out = whiten(out, mask)
     return Targets(advantages=out)
 

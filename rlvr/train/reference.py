@@ -10,10 +10,14 @@ the reference the uninterrupted run had then.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 from pathlib import Path
 
 import torch
+
+from rlvr.train.batching import ForwardSpec
+from rlvr.train.objective import forward_logprobs
 
 
 class ReferencePolicy:
@@ -26,17 +30,13 @@ class ReferencePolicy:
             self.model = copy.deepcopy(model).eval()
             self.model.requires_grad_(False)
 
-    def logprobs(self, batch, micro_batch_size: int, temperature: float,
-                 micro_batch_tokens: int = 0, truncation=None, packing="auto") -> torch.Tensor | None:
+    def logprobs(self, batch, fwd: ForwardSpec) -> torch.Tensor | None:
         """(N, T) reference logprobs of `batch`, or None without a reference; under the sampling
-        distribution (temperature, truncation: rlvr.algo.logprobs.Truncation or None), as the policy's.
-        packing: algo.packing (padding-free forwards, rlvr.models.packed)."""
+        distribution and micro-batches of the policy's forwards (fwd), each row's prompt forwarded with it
+        (the policy's shared prefix is its own forward's saving)."""
         if self.model is None:
             return None
-        from rlvr.train.objective import batch_logprobs
-
-        return batch_logprobs(self.model, batch, micro_batch_size, temperature, micro_batch_tokens,
-                              truncation=truncation, packing=packing)
+        return forward_logprobs(self.model, batch, dataclasses.replace(fwd, shared_prefix=False))
 
     # -- refresh and snapshots -------------------------------------------------------------------
     @property

@@ -1,20 +1,82 @@
-"""What every trainer does around its loop: say what is loading, open the run directory when the
-run really starts (new, replaced, or resumed at its checkpoint), stop on a non-finite loss, and
-the resume test's kill hook. Shared by `train` (pg.py) and `train_sft` (sft.py).
+"""What every trainer does around its loop, shared by `train` (pg.py), `train_sft` (sft.py) and
+`train_ei` (ei.py):
+
+    if (done := already_done(cfg, resume)) is not None:   # a finished run resumed: nothing to do
+        return done
+    cfg, model, tokenizer, task = start(cfg, data=data)    # threads, seeds, data files, model, task
+    ...                                                    # the trainer's own objects
+    with RunLoop(cfg, "train", resume=resume, ...) as loop:   # run dir, progress, Ctrl-C handler
+        for step in range(loop.start_step + 1, cfg.run.steps + 1):
+            ...
+            loop.log(step, metrics, ...)
+            loop.checkpoint(step, ...)                      # when due, then stop on a signal
+    return loop.result(steps)
+
+plus what they share between: status lines, a stop on a non-finite loss, the run's records
+(TrainResult, Timer) and the metrics of a step's samples.
+
+RLVR_DEBUG_KILL_AT_STEP (`KILL_ENV`) is the one test hook in the trainers: SIGKILL the process right
+after the checkpoint of that step is written, as a preempted job dies (tests/test_train_resume.py
+runs a trainer in a subprocess, so a monkeypatch cannot reach it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import signal
 import sys
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Test hook, outside the user's config: SIGKILL the process right after the checkpoint of this
-# step is written, as a preempted job dies (tests/test_train_resume.py).
+from rlvr.data import get_task
+from rlvr.data.task_data import TaskDataError
+from rlvr.models.positions import check_positions as check_model_positions
+from rlvr.rewards.errors import RewardErrorLog
+from rlvr.rewards.types import Status, format_rate
+from rlvr.runs import checkpoint as ckpt_mod
+from rlvr.runs.checkpoint import latest_checkpoint
+from rlvr.runs.progress import Progress
+from rlvr.runs.rundir import RunDir, read_jsonl
+from rlvr.runtime import seed_everything, set_num_threads
+from rlvr.train.common import finish_run, policy_from_config, quiet_transformers, resolve_model_dir
+from rlvr.train.tasks import check_data_files, eval_examples, load_task_data
+
 KILL_ENV = "RLVR_DEBUG_KILL_AT_STEP"
+
+
+@dataclass
+class TrainResult:
+    """What a trainer returns: where the run is and its last metrics."""
+
+    run_dir: Path
+    steps: int
+    last_metrics: dict[str, Any]
+    eval: dict[str, float] = field(default_factory=dict)
+
+
+class Timer:
+    """Wall seconds per phase of a step: `with timer("generate"): ...` -> metrics time/generate."""
+
+    def __init__(self):
+        self.t0 = time.perf_counter()
+        self.spent: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, phase: str):
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.spent[phase] = self.spent.get(phase, 0.0) + time.perf_counter() - t
+
+    def metrics(self) -> dict[str, float]:
+        return {f"time/{k}": v for k, v in self.spent.items()} | {"time/step": time.perf_counter() - self.t0}
 
 
 class TrainingDiverged(RuntimeError):
@@ -29,8 +91,6 @@ def say(message: str, enabled: bool = True) -> None:
 
 def checkpoint_step(run_dir: str | Path) -> int | None:
     """Step of the newest complete checkpoint of a run directory, None if it has none."""
-    from rlvr.runs.checkpoint import latest_checkpoint
-
     ckpt = latest_checkpoint(run_dir) if Path(run_dir).is_dir() else None
     return None if ckpt is None else int(ckpt.name.split("_")[-1])
 
@@ -41,9 +101,6 @@ def open_run(cfg, *, resume: bool, model, optimizer, scheduler, verbose: bool = 
     resolved (e.g. a raised run.steps) in config.yaml. New run: create the directory; one that
     holds a run is refused unless run.overwrite, except a run that never reached its first
     checkpoint (a failed or interrupted start), which is replaced with a note."""
-    from rlvr.runs import checkpoint as ckpt_mod
-    from rlvr.runs.rundir import RunDir
-
     r = cfg.run
     if resume:
         state = ckpt_mod.load_checkpoint(r.out_dir, model=model, optimizer=optimizer, scheduler=scheduler,
@@ -142,7 +199,7 @@ def check_finite(step: int, **values: float | None) -> None:
 
 
 def maybe_die_after_checkpoint(step: int, run) -> None:
-    """The resume test's hook (RLVR_DEBUG_KILL_AT_STEP): die like a preempted job."""
+    """The resume test's hook (KILL_ENV, the module docstring): die like a preempted job."""
     kill_at = int(os.environ.get(KILL_ENV, "0") or 0)
     if kill_at and step == kill_at:
         run.close()
@@ -153,8 +210,6 @@ def model_source(mcfg) -> str | None:
     """Folder or hub id the policy's weights came from (vLLM loads it first), None for a policy
     built in memory (the tiny model)."""
     if mcfg.init_from:
-        from rlvr.train.common import resolve_model_dir
-
         return str(resolve_model_dir(mcfg.init_from))
     return None if mcfg.name == "tiny" else mcfg.name
 
@@ -164,9 +219,6 @@ def check_positions(model, tokenizer, task, cfg, *, train: bool = True) -> None:
     plus the response budget (sampling.max_tokens, and sampling.thinking_budget when on) fits the model's
     positions, else ConfigError naming the keys (rlvr.models.positions). Multi-turn environments (whose
     episodes have their own budget, data.env_max_tokens) are not checked here."""
-    from rlvr.models.positions import check_positions as check
-    from rlvr.train.tasks import eval_examples
-
     if getattr(task, "env", None) is not None:
         return
     s = cfg.sampling
@@ -176,17 +228,15 @@ def check_positions(model, tokenizer, task, cfg, *, train: bool = True) -> None:
     examples = [*(task.train if train else ()), *eval_examples(task, cfg.data.num_eval)]
     prompts = [(str(getattr(ex, "id", i)), task.prompt(ex)) for i, ex in enumerate(examples)]
     m = cfg.model
-    check(model, tokenizer, prompts, tokens, response_keys=keys,
+    check_model_positions(model, tokenizer, prompts, tokens, response_keys=keys,
           model_desc=f"model.init_from={m.init_from}" if m.init_from else f"model.name={m.name}")
 
 
 def record_model_shape(cfg, model):
     """The config a run records (config.yaml) with the model's real shape: with model.init_from or a model
     folder / hub id the tiny-model keys (hidden_size, num_layers, num_heads, intermediate_size,
-    tie_embeddings) shape nothing, and config.yaml used to record what the command line said instead of
-    what was trained. A key the model's config does not state keeps its default."""
-    import dataclasses
-
+    tie_embeddings) shape nothing, so config.yaml takes them from the model that was trained rather than
+    from the command line. A key the model's config does not state keeps its default."""
     m = cfg.model
     if not (m.init_from or m.name != "tiny"):
         return cfg
@@ -215,8 +265,6 @@ def evaluation_plan(task, cfg) -> str | None:
     """What a trainer evaluates on, in the words of `rlvr eval`'s header: the task, template, reward, how many
     held-out problems, the decoding and when; None when the task has no held-out problems (the trainers say
     that in a note of their own)."""
-    from rlvr.train.tasks import eval_examples
-
     examples = eval_examples(task, cfg.data.num_eval)
     if not examples:
         return None
@@ -224,8 +272,6 @@ def evaluation_plan(task, cfg) -> str | None:
         reward = f"the {cfg.data.env} environment's"
     else:
         try:
-            from rlvr.data import get_task
-
             reward = cfg.data.reward or get_task(cfg.data.task).reward_name(task.template)
         except KeyError:
             reward = cfg.data.reward or "the task's"
@@ -243,15 +289,181 @@ def evaluation_plan(task, cfg) -> str | None:
 
 def say_final_evaluation(task, cfg) -> None:
     """The line before a trainer's last evaluation, which can take longer than a training step."""
-    from rlvr.train.tasks import eval_examples
-
     if n := len(eval_examples(task, cfg.data.num_eval)):
         say(f"evaluating {n} held-out problems ...", cfg.run.progress)
 
 
 def last_metrics(run_dir: str | Path) -> dict[str, Any]:
     """The last row of a run's metrics.jsonl ({} if none)."""
-    from rlvr.runs.rundir import read_jsonl
-
     rows = read_jsonl(Path(run_dir) / "metrics.jsonl")
     return rows[-1] if rows else {}
+
+
+# ------------------------------------------------------------------------------ start and end
+
+
+def already_done(cfg, resume: bool) -> TrainResult | None:
+    """Checks of the run directory before any work: a finished run resumed returns its TrainResult at once
+    ("nothing to do"); a run to resume must have a checkpoint; a new run must not overwrite one."""
+    out = Path(cfg.run.out_dir)
+    if not resume:
+        refuse_existing_run(cfg)
+        return None
+    step = checkpoint_step(out)
+    if step is None:
+        raise FileNotFoundError(f"--resume {out}: no checkpoint to resume from (the run stopped before its "
+                                "first checkpoint); start it over with run.overwrite=true")
+    if step >= cfg.run.steps:
+        say(f"nothing to do: {out} is at step {step} and run.steps={cfg.run.steps} "
+            "(raise run.steps to train further)")
+        last = last_metrics(out)
+        return TrainResult(run_dir=out, steps=step, last_metrics=last,
+                           eval={k[5:]: v for k, v in last.items() if k.startswith("eval/")})
+    return None
+
+
+def start(cfg, *, data=None, train: bool = True, rl: bool = True, episodes: bool = False):
+    """(cfg, model, tokenizer, task) of a run about to start: threads and seeds set, every bad line of the
+    data files reported before the model loads (unless `data`, a TaskData, replaces cfg.data), the policy
+    loaded and its shape recorded in cfg, the task loaded (train: with its training split; episodes: data.env
+    allowed). rl: the task must have training problems, whose prompts plus the response budget must fit the
+    model's positions (else only the held-out ones are checked), and a step larger than the problems is
+    warned about."""
+    r = cfg.run
+    set_num_threads(r.num_threads or None)
+    seed_everything(r.seed)
+    quiet_transformers()
+    if data is None:
+        check_data_files(cfg.data, train=train)
+    say(f"loading model {cfg.model.init_from or cfg.model.name} ...", r.progress)
+    model, tokenizer = policy_from_config(cfg.model, seed=r.seed)
+    cfg = record_model_shape(cfg, model)  # config.yaml records the shape that was trained
+    kw = {"episodes": True} if episodes else {}
+    task = data if data is not None else load_task_data(cfg.data, tokenizer, train=train, **kw)
+    if rl and not task.train:
+        raise TaskDataError(f"data: task {task.name!r} has no training examples")
+    check_positions(model, tokenizer, task, cfg, train=rl)  # prompt + max_tokens within the model's positions
+    if rl:
+        warn_repeated_problems(task, cfg)
+    return cfg, model, tokenizer, task
+
+
+class RunLoop:
+    """The run directory, progress line and Ctrl-C handler around a trainer's loop (a context manager).
+
+    On entry the run directory is opened (open_run: new, replaced, or resumed at its checkpoint into model,
+    optimizer, scheduler and `extras`), what the run evaluates on is said, the progress line and the signal
+    handler start; on exit they are restored and closed, and so is every function given to `on_close`."""
+
+    def __init__(self, cfg, command: str, *, resume: bool, model, tokenizer, optimizer, scheduler, task,
+                 extras: dict | None = None):
+        self.cfg, self.command, self.resume, self.task = cfg, command, resume, task
+        self.model, self.tokenizer, self.optimizer, self.scheduler = model, tokenizer, optimizer, scheduler
+        self.extras = extras or None
+        self.last: dict[str, Any] = {}
+        self._closers: list[Callable[[], None]] = []
+
+    def __enter__(self) -> RunLoop:
+        r = self.cfg.run
+        self.run, self.start_step, self.state = open_run(self.cfg, resume=self.resume, model=self.model,
+                                                         optimizer=self.optimizer, scheduler=self.scheduler,
+                                                         verbose=r.progress, extras=self.extras)
+        if (what := evaluation_plan(self.task, self.cfg)) is not None:
+            say(what, r.progress)
+        elif not self.task.eval:
+            say("note: no held-out problems (set data.eval_path): the run is not evaluated", r.progress)
+        name = {"train": "rl"}.get(self.command, self.command)
+        self.progress = Progress(r.steps, name, start=self.start_step, mode=None if r.progress else "off")
+        self.stop = StopOnSignal(self.command, r.progress).install(self.run.path, self.start_step)
+        return self
+
+    def on_close(self, fn: Callable[[], None]) -> None:
+        self._closers.append(fn)
+
+    def __exit__(self, *exc) -> None:
+        self.stop.restore()
+        self.progress.close()
+        self.run.close()
+        for fn in self._closers:
+            fn()
+
+    @property
+    def path(self) -> Path:
+        return self.run.path
+
+    def due(self, step: int, every: int) -> bool:
+        """A periodic action (run.eval_every, run.log_samples_every) at `step`: every `every` steps
+        (0 = never) and at the last step."""
+        return bool(every and step % every == 0) or step == self.cfg.run.steps
+
+    def log(self, step: int, metrics: dict, on_step: Callable[[int, dict], None] | None = None, **shown) -> dict:
+        """Append the step's metrics to metrics.jsonl, move the progress line (with `shown` fields), call
+        on_step; returns the logged row."""
+        self.last = self.run.log_metrics(step, metrics)
+        self.progress.update(1, **shown)
+        if on_step is not None:
+            on_step(step, metrics)
+        return self.last
+
+    def checkpoint(self, step: int, trainer_state: dict, *, force: bool = False) -> bool:
+        """Save a checkpoint when due (the last step, every run.checkpoint_every, a signal received, or
+        `force`); returns whether one was saved. Then the resume test's kill hook."""
+        r = self.cfg.run
+        if not (force or step == r.steps or (r.checkpoint_every and step % r.checkpoint_every == 0)
+                or self.stop.requested):
+            return False
+        ckpt_mod.save_checkpoint(self.run, step, model=self.model, tokenizer=self.tokenizer,
+                                 optimizer=self.optimizer, scheduler=self.scheduler, trainer_state=trainer_state,
+                                 keep=r.keep_checkpoints, extras=self.extras)
+        self.stop.saved(step)
+        maybe_die_after_checkpoint(step, self.run)
+        return True
+
+    def result(self, steps: int) -> TrainResult:
+        """The run's TrainResult after the loop: the final held-out evaluation, plots (finish_run)."""
+        return TrainResult(run_dir=self.run.path, steps=steps, last_metrics=self.last,
+                           eval=finish_run(self.run.path, self.last))
+
+
+# --------------------------------------------------------------------------- shared by train and ei
+
+
+def reward_error_log(data_cfg, task, run_dir) -> RewardErrorLog:
+    """The run's rlvr.rewards.errors.RewardErrorLog: each distinct message of an ERROR reward is printed
+    once and every step's are appended to <run>/reward_errors.jsonl; a step where most rewards are errors
+    stops the run (RewardErrorsStop) naming the reward (shared by `rlvr train` and `rlvr ei`)."""
+    spec = data_cfg.reward or (task.reward_fn if isinstance(task.reward_fn, str) else "")
+    if not spec:
+        try:
+            spec = get_task(data_cfg.task).reward_name(getattr(task, "template", None) or None)
+        except (KeyError, ValueError, AttributeError):
+            spec = getattr(task.reward_fn, "__name__", None) or f"of task {task.name}"
+    return RewardErrorLog(str(spec), Path(run_dir) / "reward_errors.jsonl", key="data.reward" if data_cfg.reward else "")
+
+
+def sample_metrics(rewards, rollouts) -> dict[str, Any]:
+    """Reward parts, accuracy, format rate and lengths of a step's samples (shared by `rlvr train` and
+    `rlvr ei`): reward/<part>, accuracy, format_rate (only when the reward has a format part: the
+    definition of rlvr.rewards.types.format_rate), len/mean, len/correct, len/incorrect (None when
+    no such sample), len/truncated_frac."""
+    n = len(rewards)
+    m: dict[str, Any] = {}
+    for p in sorted({k for r in rewards for k in r.parts}):
+        m[f"reward/{p}"] = sum(float(r.parts.get(p, 0.0)) for r in rewards) / n
+    correct = [r.status is Status.CORRECT for r in rewards]
+    m["accuracy"] = sum(correct) / n
+    fmt = format_rate([r.parts for r in rewards])
+    if not math.isnan(fmt):  # a reward without a format part: no format rate (eval prints "n/a")
+        m["format_rate"] = fmt
+    lens = [len(ro.response_ids) for ro in rollouts]
+    m["len/mean"] = sum(lens) / n
+    lc = [x for x, c in zip(lens, correct, strict=True) if c]
+    li = [x for x, c in zip(lens, correct, strict=True) if not c]
+    m["len/correct"] = sum(lc) / len(lc) if lc else None
+    m["len/incorrect"] = sum(li) / len(li) if li else None
+    m["len/truncated_frac"] = sum(ro.finish_reason == "length" for ro in rollouts) / n
+    return m
+
+
+def mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None

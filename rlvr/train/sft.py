@@ -13,20 +13,24 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from rlvr import rollout
 from rlvr.config import ConfigError
+from rlvr.data import load_sft
 from rlvr.models import TrainingBatch, build_training_batch
+from rlvr.models.positions import max_positions, prompt_lengths
 from rlvr.models.scoring import sft_loss  # noqa: F401 - re-exported (rlvr sft's loss)
+from rlvr.rollout import with_thinking_budget
+from rlvr.runtime import memory_stats
+from rlvr.train import session
 from rlvr.train.common import (
     clip_and_step,
     eval_prefixed,
-    finish_run,
     optimizer_from_config,
-    policy_from_config,
-    quiet_transformers,
     take,
 )
 from rlvr.train.config import SFTConfig
-from rlvr.train.pg import TrainResult
+from rlvr.train.session import TrainResult
+from rlvr.train.tasks import TaskDataError, eval_policy
 
 
 def validate_sft_config(cfg: SFTConfig) -> tuple[int, int]:
@@ -53,8 +57,6 @@ def _check_sft_positions(model, tokenizer, pairs, prompt_fn, target_fn, cfg) -> 
     """A training sequence (prompt + target, cut at algo.max_length) longer than the model's positions is
     refused before any work, naming algo.max_length and the longest pair (an absolute-position model
     raised an IndexError from inside the forward)."""
-    from rlvr.models.positions import max_positions, prompt_lengths
-
     limit = max_positions(model)
     if limit is None or cfg.algo.max_length <= limit:
         return  # every sequence is cut at max_length
@@ -84,60 +86,32 @@ def train_sft(
     run after that step with a checkpoint, as a preempted job would (the schedule still spans run.steps).
     eval_name: the prefix of the periodic evaluation's metrics; "val" when data's eval split is a validation
     slice of the training problems rather than held-out ones (the demo), logged as val/accuracy, ...)."""
-    from rlvr.rollout import build_generator, with_thinking_budget
-    from rlvr.runs import checkpoint as ckpt_mod
-    from rlvr.runs.progress import Progress
-    from rlvr.runtime import memory_stats, seed_everything, set_num_threads
-    from rlvr.train import session
-    from rlvr.train.pg import _already_done
-    from rlvr.train.tasks import TaskDataError, check_data_files, eval_policy, load_task_data
-
     batch_size, micro = validate_sft_config(cfg)
-    r = cfg.run
-    if (done := _already_done(cfg, resume)) is not None:
+    if (done := session.already_done(cfg, resume)) is not None:
         return done
-    set_num_threads(cfg.run.num_threads or None)
-    seed_everything(cfg.run.seed)
-    quiet_transformers()
-    if data is None:  # every bad line of the data files, before the model loads
-        check_data_files(cfg.data, train=not cfg.data.sft_path)
-    session.say(f"loading model {cfg.model.init_from or cfg.model.name} ...", r.progress)
-    model, tokenizer = policy_from_config(cfg.model, seed=cfg.run.seed)
-    cfg = session.record_model_shape(cfg, model)  # config.yaml records the shape that was trained
-    task = data if data is not None else load_task_data(cfg.data, tokenizer, train=not cfg.data.sft_path)
-    # Training pairs: a prompt/response JSONL when data.sft_path is set, else the task's own targets.
-    # Either way the task's held-out problems and checker drive the periodic evaluation.
+    # the task's held-out problems and checker drive the periodic evaluation; its training split is read only
+    # when the training pairs are the task's own targets (no data.sft_path)
+    cfg, model, tokenizer, task = session.start(cfg, data=data, train=not cfg.data.sft_path, rl=False)
+    r = cfg.run
     if cfg.data.sft_path:
-        from rlvr.data import load_sft
-
         pairs, prompt_fn, target_fn = load_sft(cfg.data.sft_path), (lambda e: e.prompt), (lambda e: e.response)
     else:
         pairs, prompt_fn, target_fn = task.train, task.prompt, task.target
     if not pairs:
         raise TaskDataError(f"data.sft_path={cfg.data.sft_path}: no training examples" if cfg.data.sft_path
                             else f"data: task {task.name!r} has no training examples")
-    # the periodic evaluation's prompt + max_tokens, and the training sequences, within the model's positions
-    session.check_positions(model, tokenizer, task, cfg, train=False)
-    _check_sft_positions(model, tokenizer, pairs, prompt_fn, target_fn, cfg)
+    _check_sft_positions(model, tokenizer, pairs, prompt_fn, target_fn, cfg)  # the training sequences too
     o = cfg.optim
     optimizer, scheduler = optimizer_from_config(model, o, total_steps=r.steps, master_weights=cfg.model.master_weights)
     # evaluation samples through the configured engine; the learner's weights are pushed before each one
-    generator = build_generator(cfg.rollout, model, tokenizer, model_source=session.model_source(cfg.model),
+    generator = rollout.build_generator(cfg.rollout, model, tokenizer, model_source=session.model_source(cfg.model),
                                 seed=r.seed, default_batch_size=r.eval_batch_size)
     sampler = with_thinking_budget(generator, cfg.sampling.thinking_budget, cfg.sampling.stop_thinking_text,
                                    template=getattr(task, "template", ""))
-    run, start_step, _ = session.open_run(cfg, resume=resume, model=model, optimizer=optimizer,
-                                          scheduler=scheduler, verbose=r.progress)
-    if (what := session.evaluation_plan(task, cfg)) is not None:
-        session.say(what, r.progress)
-    elif not task.eval:
-        session.say("note: no held-out problems (set data.eval_path): the run is not evaluated", r.progress)
-    last: dict[str, Any] = {}
-    progress = Progress(r.steps, "sft", start=start_step, mode=None if r.progress else "off")
-    step = start_step
-    stop = session.StopOnSignal("sft", r.progress).install(run.path, start_step)  # Ctrl-C: save, then stop
-    try:
-        for step in range(start_step + 1, r.steps + 1):
+    with session.RunLoop(cfg, "sft", resume=resume, model=model, tokenizer=tokenizer, optimizer=optimizer,
+                         scheduler=scheduler, task=task) as loop:
+        step = loop.start_step
+        for step in range(loop.start_step + 1, r.steps + 1):
             t0 = time.perf_counter()
             model.train()
             examples = take(pairs, (step - 1) * batch_size, batch_size, cfg.data.seed)
@@ -160,7 +134,7 @@ def train_sft(
                 "time/train": dt,
             }
             done = step == r.steps or step == stop_after
-            if (r.eval_every and step % r.eval_every == 0) or step == r.steps:
+            if loop.due(step, r.eval_every):
                 if step == r.steps:
                     session.say_final_evaluation(task, cfg)
                 generator.update_weights(model.named_parameters(), version=step)
@@ -168,30 +142,16 @@ def train_sft(
                                  samples=r.num_log_samples if r.log_samples_every else 0)
                 samples = ev.pop("samples", [])
                 if samples:
-                    run.log_samples(step, samples)
+                    loop.run.log_samples(step, samples)
                 metrics.update(eval_prefixed(ev, eval_name))
                 generator.sleep()
                 if stop_at_accuracy and ev.get("accuracy", 0.0) >= stop_at_accuracy:
                     done = True
             metrics.update(memory_stats(cfg.model.device))
-            last = run.log_metrics(step, metrics)
             acc = metrics.get(f"{eval_name}/accuracy")
-            progress.update(1, loss=loss, **({"acc": acc} if acc is not None else {}))
-            if on_step is not None:
-                on_step(step, metrics)
-            if done or (r.checkpoint_every and step % r.checkpoint_every == 0) or stop.requested:
-                ckpt_mod.save_checkpoint(
-                    run, step, model=model, tokenizer=tokenizer, optimizer=optimizer, scheduler=scheduler,
-                    trainer_state={"data_pos": step * batch_size}, keep=r.keep_checkpoints,
-                )
-                stop.saved(step)
-                session.maybe_die_after_checkpoint(step, run)
+            loop.log(step, metrics, on_step, loss=loss, **({"acc": acc} if acc is not None else {}))
+            loop.checkpoint(step, {"data_pos": step * batch_size}, force=done)
             if done:
                 break
-            stop.check(step)
-    finally:
-        stop.restore()
-        progress.close()
-        run.close()
-    return TrainResult(run_dir=run.path, steps=step, last_metrics=last, eval=finish_run(run.path, last))
-
+            loop.stop.check(step)
+    return loop.result(step)
