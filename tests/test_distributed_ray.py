@@ -174,16 +174,27 @@ def test_generator_actor_killed_mid_step_is_restarted_and_nothing_is_lost(local_
     monkeypatch.setattr(RayPlacement, "generator", capture)
     killed = []
 
+    def slow_down(worker) -> None:
+        # runs inside the actor (Ray's __ray_call__): its next generate sleeps 2 s first, so the kill lands
+        # mid-call; the restarted actor is a fresh one, without the delay
+        import time
+
+        inner = worker.gen.generate
+
+        def slow(*args, **kwargs):
+            time.sleep(2.0)
+            return inner(*args, **kwargs)
+
+        worker.gen.generate = slow
+
     def on_step(step: int, m: dict) -> None:
         rows.append(dict(m))
-        if step == 1:  # kill the actor inside step 2's generate call (it sleeps 2 s first)
+        if step == 1:  # kill the actor inside step 2's generate call
             gen = made[0]
             pid = ray.get(gen.actors[0].pid.remote())
-            gen.delay_s = 2.0
+            ray.get(gen.actors[0].__ray_call__.remote(slow_down))
             killed.append(pid)
             threading.Timer(0.8, lambda: os.kill(pid, signal.SIGKILL)).start()
-        if step == 2:
-            made[0].delay_s = 0.0
 
     rows: list[dict] = []
     cfg = load_config(TrainConfig, None, [*TINY, *RAY, f"run.out_dir={tmp_path / 'kill'}"], base=get_recipe("grpo"))

@@ -59,11 +59,8 @@ class GeneratorWorker:
         self.busy += time.perf_counter() - t
         return self.gen.weight_version
 
-    def generate(self, prompts: list[str], spec, prompt_ids=None, delay_s: float = 0.0) -> list:
-        """Rollouts of these prompts (see Generator.generate), stamped with the loaded version.
-        delay_s: test hook, sleep first (so a test can kill the actor mid-call)."""
-        if delay_s:
-            time.sleep(delay_s)
+    def generate(self, prompts: list[str], spec, prompt_ids=None) -> list:
+        """Rollouts of these prompts (see Generator.generate), stamped with the loaded version."""
         t = time.perf_counter()
         try:
             return self.gen.generate(prompts, spec, prompt_ids=prompt_ids)

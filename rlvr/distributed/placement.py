@@ -235,7 +235,6 @@ class RayGenerator:
         self.max_restarts = max_restarts
         self.restarts = 0
         self.init_ref = None  # the ObjectRef of the initial (model, tokenizer): RayPlacement.generator sets it
-        self.delay_s = 0.0  # test hook: each actor sleeps this long before generating
 
     @property
     def weight_version(self) -> int:
@@ -258,7 +257,7 @@ class RayGenerator:
             sub = spec if len(shards) == 1 or spec.seed is None else _with_seed(spec, sequence_seed(spec.seed, k, 0))
             ids = None if prompt_ids is None else [list(p) for p in prompt_ids[lo:hi]]
             args = (prompts[lo:hi], sub, ids)
-            calls.append((k, lo, args, self.actors[k].generate.remote(*args, delay_s=self.delay_s)))
+            calls.append((k, lo, args, self.actors[k].generate.remote(*args)))
         return Pending(calls)
 
     def result(self, pending: Pending) -> list[Rollout]:

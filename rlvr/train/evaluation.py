@@ -25,11 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlvr import rollout
 from rlvr.config import ConfigError
 from rlvr.data import get_task
 from rlvr.eval import CPU_EVAL_TOKENS, EvalResult, cpu_chunks, evaluate
 from rlvr.models.positions import check_positions
-from rlvr.rollout import build_generator, with_thinking_budget
+from rlvr.rollout import with_thinking_budget
 from rlvr.rollout.types import SamplingSpec
 from rlvr.runtime import set_num_threads
 from rlvr.train.common import policy_from_config, quiet_transformers, resolve_model_dir
@@ -125,7 +126,7 @@ def evaluate_policy(cfg: EvalConfig, *, budgets: Sequence[int] | None = None,
     if cfg.rollout.backend != "hf":
         say(f"starting the {cfg.rollout.backend} engine ...")
     try:
-        base_gen = build_generator(cfg.rollout, model, tok, model_source=model_source, seed=cfg.run.seed,
+        base_gen = rollout.build_generator(cfg.rollout, model, tok, model_source=model_source, seed=cfg.run.seed,
                                    default_batch_size=cfg.sampling.batch_size)
     except (KeyError, ImportError, ValueError) as exc:
         raise ConfigError(_error_text(exc)) from None

@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from rlvr import rollout
 from rlvr.config import ConfigError, to_dict
 from rlvr.data import DataError, get_task, iter_jsonl, write_jsonl
 from rlvr.data.filters import (
@@ -40,7 +41,7 @@ from rlvr.data.filters import (
 from rlvr.data.templates import think_style
 from rlvr.eval import CPU_EVAL_TOKENS, cpu_chunks
 from rlvr.models.positions import check_positions
-from rlvr.rollout import build_generator, with_thinking_budget
+from rlvr.rollout import with_thinking_budget
 from rlvr.rollout.types import SamplingSpec
 from rlvr.runs.progress import Progress
 from rlvr.runtime import set_num_threads
@@ -360,7 +361,7 @@ def filter_problems(cfg: FilterConfig, *, resume: bool = False) -> FilterResult:
                     tokens, response_keys=keys, model_desc=f"model.init_from={cfg.model.init_from}"
                     if cfg.model.init_from else f"model.name={cfg.model.name}")
     try:
-        base_gen = build_generator(cfg.rollout, model, tok, model_source=model_source, seed=cfg.run.seed,
+        base_gen = rollout.build_generator(cfg.rollout, model, tok, model_source=model_source, seed=cfg.run.seed,
                                    default_batch_size=cfg.sampling.batch_size * max(k, sel.no_reasoning_k))
     except (KeyError, ImportError, ValueError) as exc:
         raise ConfigError(_error_text(exc)) from None
