@@ -1,4 +1,5 @@
-"""Trainers: SFT and the policy-gradient (GRPO family) loop, their configs, named recipes, the demo.
+"""The stages (SFT, the policy-gradient loop, expert iteration, evaluation, difficulty filtering), their
+configs, named recipes, the demo.
 
     from rlvr.train import TrainConfig, train, get_recipe
     from rlvr.config import load_config
@@ -35,7 +36,10 @@ _EXPORTS = {
     "train_ei": "rlvr.train.ei",
     "Critic": "rlvr.train.critic",
     "ProblemSource": "rlvr.train.curriculum",
-    "DemoConfig": "rlvr.train.demo",
+    "DemoConfig": "rlvr.train.config",
+    "FilterConfig": "rlvr.train.config",
+    "evaluate_policy": "rlvr.train.evaluation",
+    "filter_problems": "rlvr.train.filtering",
     "DemoResult": "rlvr.train.demo",
     "run_demo": "rlvr.train.demo",
     "TrainResult": "rlvr.train.pg",
@@ -54,6 +58,9 @@ _EXPORTS = {
 __all__ = [
     "AlgoConfig",
     "Critic",
+    "FilterConfig",
+    "evaluate_policy",
+    "filter_problems",
     "EIConfig",
     "ProblemSource",
     "train_ei",
@@ -93,6 +100,7 @@ if TYPE_CHECKING:
         DataConfig,
         EIConfig,
         EvalConfig,
+        FilterConfig,
         ModelConfig,
         OptimConfig,
         RunConfig,
@@ -105,6 +113,8 @@ if TYPE_CHECKING:
     from rlvr.train.curriculum import ProblemSource
     from rlvr.train.demo import DemoConfig, DemoResult, run_demo
     from rlvr.train.ei import train_ei
+    from rlvr.train.evaluation import evaluate_policy
+    from rlvr.train.filtering import filter_problems
     from rlvr.train.pg import TrainResult, accumulate_gradients, train, validate_train_config
     from rlvr.train.recipes import RECIPES, get_recipe
     from rlvr.train.sft import train_sft, validate_sft_config
