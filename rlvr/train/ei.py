@@ -33,6 +33,7 @@ import torch
 from rlvr import rollout
 from rlvr.algo import Truncation
 from rlvr.models import score_tokens
+from rlvr.models.export import push_tensors
 from rlvr.models.scoring import sft_loss
 from rlvr.rewards.batch import score_rollouts
 from rlvr.rewards.types import Reward, Status
@@ -223,7 +224,7 @@ def train_ei(
     with session.RunLoop(cfg, "ei", resume=resume, model=model, tokenizer=tokenizer, optimizer=optimizer,
                          scheduler=scheduler, task=task) as loop:
         if loop.start_step:  # the checkpoint's weights replaced those the generator was built with
-            generator.update_weights(model.named_parameters(), version=loop.start_step)
+            generator.update_weights(push_tensors(model), version=loop.start_step)
         data_pos, noted_empty = int(loop.state.get("data_pos", 0)), False
         reward_errors = reward_error_log(cfg.data, task, loop.path)  # a raising reward is printed, logged, stops
         micro = a.micro_batch_size or a.batch_size
@@ -261,7 +262,7 @@ def train_ei(
                 scheduler.step()  # the schedule counts rounds (see _PerRound)
             if fitted.grad_norms:
                 with timer("sync"):
-                    generator.update_weights(model.named_parameters(), version=rnd)
+                    generator.update_weights(push_tensors(model), version=rnd)
             elif not noted_empty:
                 noted_empty = True
                 session.say(

@@ -31,6 +31,7 @@ import torch
 
 from rlvr.distributed.partial import PartialRollouts
 from rlvr.distributed.staleness import AheadSampler, BehaviourPolicy
+from rlvr.models.export import push_tensors
 from rlvr.rewards.types import Reward
 from rlvr.rollout import with_thinking_budget
 from rlvr.rollout.push_check import PushCheck
@@ -125,14 +126,14 @@ class RolloutSource:
 
     def start(self, step: int, model) -> None:
         if step:  # the checkpoint's weights replaced those the generator was built with
-            self.engine.update_weights(model.named_parameters(), version=step)
+            self.engine.update_weights(push_tensors(model), version=step)
         self.push_check(self.engine, model, self.tokenizer, step)
 
     def sleep(self) -> None:
         self.engine.sleep()
 
     def after_update(self, step: int, model) -> None:
-        self.engine.update_weights(model.named_parameters(), version=step)
+        self.engine.update_weights(push_tensors(model), version=step)
         self.push_check(self.engine, model, self.tokenizer, step)  # the engine samples what was pushed, or stops
 
     def metrics(self) -> dict[str, float]:

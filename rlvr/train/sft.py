@@ -17,6 +17,7 @@ from rlvr import rollout
 from rlvr.config import ConfigError
 from rlvr.data import load_sft
 from rlvr.models import TrainingBatch, build_training_batch
+from rlvr.models.export import push_tensors
 from rlvr.models.positions import max_positions, prompt_lengths
 from rlvr.models.scoring import sft_loss  # noqa: F401 - re-exported (rlvr sft's loss)
 from rlvr.rollout import with_thinking_budget
@@ -137,7 +138,7 @@ def train_sft(
             if loop.due(step, r.eval_every):
                 if step == r.steps:
                     session.say_final_evaluation(task, cfg)
-                generator.update_weights(model.named_parameters(), version=step)
+                generator.update_weights(push_tensors(model), version=step)
                 ev = eval_policy(sampler, task, cfg, greedy=r.eval_greedy, step=step,
                                  samples=r.num_log_samples if r.log_samples_every else 0)
                 samples = ev.pop("samples", [])
