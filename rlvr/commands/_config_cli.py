@@ -270,8 +270,13 @@ def run_stage(fn, cfg, **kwargs):
 
 
 def report(result) -> None:
-    """The last lines of a training command: held-out numbers (when there were any) and the run."""
+    """The last lines of a training command: held-out numbers (when there were any) and the run. A sharded
+    run's ranks > 0 (torchrun's RANK) say nothing: rank 0 speaks for the run."""
     import math
+    import os
+
+    if int(os.environ.get("RANK", "0") or 0) > 0:
+        return
 
     ev = result.eval or {}
     parts = []

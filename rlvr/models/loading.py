@@ -353,15 +353,16 @@ def load_policy(
     return model, tokenizer
 
 
-def save_policy(model, tokenizer, path: str | Path) -> Path:
+def save_policy(model, tokenizer, path: str | Path, *, state_dict=None) -> Path:
     """Save model + tokenizer so that `load_policy(path)` round-trips exactly (same ids, decode
-    and logits). A plain fast tokenizer is recorded as "PreTrainedTokenizerFast" so that any
+    and logits). state_dict: the weights to write instead of the model's own (a sharded learner's
+    gathered full state). A plain fast tokenizer is recorded as "PreTrainedTokenizerFast" so that any
     loader (ours or AutoTokenizer-based tools that honour tokenizer_class) keeps tokenizer.json."""
     from transformers import PreTrainedTokenizerFast
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(path))
+    model.save_pretrained(str(path), **({"state_dict": state_dict} if state_dict is not None else {}))
     tokenizer.save_pretrained(str(path))
     if type(tokenizer) is PreTrainedTokenizerFast or type(tokenizer).__name__ in _PLAIN_TOKENIZER_CLASSES:
         cfg_file = path / "tokenizer_config.json"

@@ -197,6 +197,9 @@ def save_checkpoint(
     rng: bool = True,
     keep: int | None = 2,
     extras: Mapping[str, Any] | None = None,
+    state_dict: Mapping[str, torch.Tensor] | None = None,
+    move_in: Mapping[str, Path] | None = None,
+    meta: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write checkpoint `step` of `run_dir` (a RunDir or a path) atomically; see the module doc.
 
@@ -204,6 +207,9 @@ def save_checkpoint(
     trainer_state: JSON-able dict (data position, counters, ...); checked before anything is written.
     keep: keep this many newest checkpoints (None or 0 = keep all); the new one is never removed.
     extras: more stateful objects (state_dict/load_state_dict), saved as <name>.pt (a PPO critic).
+    state_dict: the model weights to write instead of model.state_dict() (a sharded learner's gathered
+    full state). move_in: folders already written (a sharded learner's torch.distributed.checkpoint
+    state) moved into the checkpoint under the given names. meta: more fields for meta.json.
     Returns the checkpoint folder.
     """
     state = dict(trainer_state or {})
@@ -224,14 +230,15 @@ def save_checkpoint(
         real = _unwrap(model)
         model_dir = tmp / "model"
         model_dir.mkdir()
+        sd = {} if state_dict is None else {"state_dict": state_dict}
         if hasattr(real, "save_pretrained"):
             with _no_hf_progress_bars():
                 if tokenizer is not None:
-                    save_policy(real, tokenizer, model_dir)  # load_policy(<ckpt>/model) round-trips exactly
+                    save_policy(real, tokenizer, model_dir, **sd)  # load_policy(<ckpt>/model) round-trips exactly
                 else:
-                    real.save_pretrained(model_dir)
+                    real.save_pretrained(model_dir, **sd)
         else:
-            torch.save(real.state_dict(), model_dir / "model.pt")
+            torch.save(dict(state_dict) if state_dict is not None else real.state_dict(), model_dir / "model.pt")
             if tokenizer is not None:
                 tokenizer.save_pretrained(model_dir)
         files.append("model")
@@ -251,8 +258,11 @@ def save_checkpoint(
             files += ["rng.json", "rng.pt"]
         (tmp / "trainer_state.json").write_text(state_text, encoding="utf-8")
         files.append("trainer_state.json")
-        meta = {"step": int(step), "format": FORMAT_VERSION, "files": files}
-        (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")  # completeness marker, last
+        for folder, src in (move_in or {}).items():
+            os.rename(src, tmp / folder)
+            files.append(folder)
+        info = {"step": int(step), "format": FORMAT_VERSION, "files": files} | dict(meta or {})
+        (tmp / "meta.json").write_text(json.dumps(info), encoding="utf-8")  # completeness marker, last
         _fsync_tree(tmp)
         if final.exists():  # re-saving a step (e.g. after a resume): swap, then delete the old one
             old = ckpt_dir / f".tmp-old-{name}-{os.getpid()}"
@@ -309,6 +319,49 @@ def _load_model_weights(model: Any, model_dir: Path) -> None:
         )
 
 
+SHARDED_DIR = "sharded"  # a sharded learner's torch.distributed.checkpoint folder (rlvr.train.sharded)
+
+
+def _is_sharded(model: Any) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
+def sharded_state(model: Any, optimizer: Any) -> dict[str, Any]:
+    """{"model", "optim"}: the state torch.distributed.checkpoint saves and loads, keyed by parameter
+    names (the same for a sharded module, any number of shards, and the plain one-process module)."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    msd, osd = get_state_dict(model, optimizer if optimizer is not None else [])
+    return {"model": msd, "optim": osd} if optimizer is not None else {"model": msd}
+
+
+def save_sharded_state(folder: Path, model: Any, optimizer: Any) -> None:
+    """Write sharded_state(model, optimizer) to `folder` (every rank of the group calls it)."""
+    import torch.distributed.checkpoint as dcp
+
+    dcp.save(sharded_state(model, optimizer), checkpoint_id=str(folder))
+
+
+def load_sharded_state(ckpt: Path, model: Any, optimizer: Any) -> None:
+    """Model (and optimizer) state from a checkpoint's sharded folder into this process's module, sharded
+    over any number of ranks or not at all (torch.distributed.checkpoint reshards on load)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    folder = Path(ckpt) / SHARDED_DIR
+    if not folder.is_dir():
+        raise FileNotFoundError(
+            f"{ckpt}: no {SHARDED_DIR}/ folder: this checkpoint was written by the one-process learner, and "
+            "distributed.learner=fsdp2 resumes only sharded checkpoints; resume it without distributed.learner=fsdp2, "
+            "or start a new sharded run from its weights with model.init_from")
+    state = sharded_state(model, optimizer)
+    dcp.load(state, checkpoint_id=str(folder))
+    set_state_dict(model, optimizer if optimizer is not None else [], model_state_dict=state["model"],
+                   optim_state_dict=state.get("optim", {}))
+
+
 def load_checkpoint(
     path_or_run_dir: Any,
     *,
@@ -326,6 +379,10 @@ def load_checkpoint(
     """
     ckpt = _resolve(path_or_run_dir)
     meta = json.loads((ckpt / "meta.json").read_text(encoding="utf-8"))
+    if model is not None and (_is_sharded(model) or (optimizer is not None and (ckpt / SHARDED_DIR).is_dir()
+                                                     and not (ckpt / "optimizer.pt").exists())):
+        load_sharded_state(ckpt, model, optimizer)  # a sharded learner's, or a sharded run resumed by one process
+        model, optimizer = None, None
     if model is not None:
         _load_model_weights(model, ckpt / "model")
     if optimizer is not None:

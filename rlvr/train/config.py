@@ -685,6 +685,8 @@ class DistributedConfig:
     """Data-parallel learners: > 1 splits each minibatch's backward over that many Ray actors, gradients all-reduced (gloo)."""
     learner_cpus: float = 1.0
     """ray: CPUs reserved per data-parallel learner actor (num_learners > 1)."""
+    learner: str = "local"
+    """local: the learner holds the whole model (one process, or num_learners Ray copies); fsdp2: PyTorch FSDP2 shards parameters, gradients and optimizer state over the processes torchrun starts (docs/multi_gpu.md)."""
     max_staleness: int = 0
     """Policy versions a rollout may lag the learner; 0 = synchronous. > 0 needs placement=ray."""
     queue_size: int = 0
@@ -714,6 +716,14 @@ class DistributedConfig:
         if (self.max_staleness or self.queue_size) and self.placement != "ray":
             c.error("distributed.max_staleness / queue_size sample ahead on generator actors: "
                     "set distributed.placement=ray")
+        if c.one_of("learner", self.learner, ("local", "fsdp2")) and self.learner == "fsdp2":
+            if self.num_learners > 1:
+                c.error(f"distributed.learner='fsdp2' shards one learner over the processes torchrun starts; "
+                        f"distributed.num_learners={self.num_learners} (Ray data-parallel copies) is the other way: "
+                        "keep num_learners=1")
+            if self.max_staleness or self.queue_size or self.segment_tokens:
+                c.error("distributed.learner='fsdp2' samples synchronously on rank 0: distributed.max_staleness, "
+                        "queue_size and segment_tokens must be 0")
         if self.num_learners > 1 and self.placement != "ray":
             c.error(f"distributed.num_learners={self.num_learners} runs learner actors: set distributed.placement=ray")
         c.done()
@@ -753,6 +763,7 @@ class TrainConfig:
         _check_policy_gradient(self)
         self.batch_plan()
         _check_asynchronous(self)
+        _check_sharded(self)
 
     def loss_length_cap(self) -> int:
         """The most sampled tokens one response can have when sampling.max_tokens does not bound them, else 0:
@@ -1149,6 +1160,19 @@ def _check_asynchronous(cfg: TrainConfig) -> None:
                               "(sampling ahead) are two ways to go asynchronous; set only one")
         if a.filter_zero_variance and a.refill_rounds:
             raise ConfigError("distributed.segment_tokens does not combine with algo.refill_rounds")
+
+
+def _check_sharded(cfg: TrainConfig) -> None:
+    """What distributed.learner=fsdp2 (rlvr.train.sharded) does not combine with."""
+    if cfg.distributed.learner != "fsdp2":
+        return
+    a = cfg.algo
+    if a.critic == "separate":
+        raise ConfigError("distributed.learner='fsdp2' shards the policy, whose trunk a shared critic uses: "
+                          "set algo.critic=shared (algo.critic=separate is not sharded yet)")
+    if a.ref_refresh_every:
+        raise ConfigError("distributed.learner='fsdp2' keeps the reference frozen at the start policy: "
+                          "algo.ref_refresh_every must be 0")
 
 
 # ------------------------------------------------------------------------------- expert iteration

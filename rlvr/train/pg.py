@@ -32,7 +32,7 @@ from rlvr.rewards.batch import score_rollouts  # noqa: F401 - re-exported
 from rlvr.rewards.types import Status
 from rlvr.rollout import rollouts_to_batch
 from rlvr.runtime import memory_stats, peak_tflops, reset_peak_memory
-from rlvr.train import session
+from rlvr.train import session, sharded
 from rlvr.train.batching import BatchPlan, ForwardSpec, split_indices
 from rlvr.train.common import (  # noqa: F401 - policy_from_config re-exported
     clip_and_step,
@@ -110,30 +110,37 @@ class Learner:
     reference: ReferencePolicy
     critic: Critic | None  # PPO's value model (algo.critic), None without one
     forward: ForwardSpec  # how every forward of a rollout batch runs
-    grad_fn: Callable  # accumulate_gradients, or the data-parallel workers' (rlvr.distributed.dp)
+    grad_fn: Callable  # accumulate_gradients, or the data-parallel workers' (rlvr.distributed.dp), or the shards'
     grad_clip: float
     seed: int  # run.seed: each step's minibatch order is drawn from step_seed(seed, step) + epoch
+    step_fn: Callable = clip_and_step  # clip and step (the sharded learner's: rlvr.train.sharded.clip_and_step)
 
     def extras(self) -> dict:
         """Checkpoint extras of the learner: the critic's head, trunk and optimizer."""
         return {"critic": self.critic} if self.critic is not None else {}
 
 
-def build_learner(cfg: TrainConfig, model, objective: Objective, plan: BatchPlan, placement) -> Learner:
+def build_learner(cfg: TrainConfig, model, objective: Objective, plan: BatchPlan, placement, shards=None) -> Learner:
     """Reference policy, critic, optimizer and schedule (over run.steps x optimizer steps per rollout batch),
-    the forward spec and the gradient function (distributed.num_learners > 1: data-parallel workers)."""
+    the forward spec and the gradient function (distributed.num_learners > 1: data-parallel workers;
+    shards, distributed.learner=fsdp2: the policy and reference sharded in place, rlvr.train.sharded)."""
     a, s = cfg.algo, cfg.sampling
     reference = ReferencePolicy(model, enabled=objective.needs_reference, refresh_every=a.ref_refresh_every)
     critic = (Critic(model, mode=a.critic, lr=a.critic_lr or cfg.optim.lr, grad_clip=cfg.optim.grad_clip)
               if objective.needs_critic else None)
+    grad_fn, step_fn = placement.learners(model, accumulate_gradients) or accumulate_gradients, clip_and_step
+    if shards is not None:
+        sharded.shard(model, cfg.model)
+        if reference.model is not None:
+            sharded.shard(reference.model, cfg.model)
+        grad_fn, step_fn = sharded.ShardedGradients(shards), sharded.clip_and_step
     optimizer, scheduler = optimizer_from_config(
         model, cfg.optim, total_steps=cfg.run.steps * plan.optimizer_steps_per_rollout_batch,
         master_weights=cfg.model.master_weights)
     # every forward scores the distribution the sampler drew from (temperature, and top_k / top_p when on)
     forward = ForwardSpec.of(a, plan.micro_batch, temperature=s.temperature, truncation=objective.truncation)
-    return Learner(model, optimizer, scheduler, objective, reference, critic, forward,
-                   grad_fn=placement.learners(model, accumulate_gradients) or accumulate_gradients,
-                   grad_clip=cfg.optim.grad_clip, seed=cfg.run.seed)
+    return Learner(model, optimizer, scheduler, objective, reference, critic, forward, grad_fn=grad_fn,
+                   grad_clip=cfg.optim.grad_clip, seed=cfg.run.seed, step_fn=step_fn)
 
 
 # ----------------------------------------------------------------------------------- the loop
@@ -155,26 +162,39 @@ def train(
     plan = validate_train_config(cfg)
     if (done := session.already_done(cfg, resume)) is not None:
         return done
-    cfg, model, tokenizer, task = session.start(cfg, data=data, episodes=True)
+    shards = sharded.start(cfg)  # distributed.learner=fsdp2: this process's rank (None: the one-process learner)
+    cfg, model, tokenizer, task = session.start(sharded.rank_config(cfg, shards), data=data, episodes=True)
     s, r = cfg.sampling, cfg.run
     # auto resolved here, once (rlvr.train.objective.resolve_rollout_correction)
     objective = Objective(cfg.algo, s.group_size, s.max_tokens, plan, rollout_backend=cfg.rollout.backend,
                           truncation=Truncation.of(s.top_k, s.top_p), loss_tokens=objective_length_cap(cfg))
     # where generators and reward scoring run: in-process (default) or Ray actors (rlvr.distributed)
     placement = build_placement(cfg.distributed, num_threads=r.num_threads)
-    learner = build_learner(cfg, model, objective, plan, placement)
-    engine = placement.generator(cfg.rollout, model, tokenizer, model_source=session.model_source(cfg.model),
-                                 seed=r.seed, default_batch_size=plan.rollout_batch)
+    sampling_model = sharded.generator_model(model, shards)  # sharded: rank 0's full copy, None on the others
+    learner = build_learner(cfg, model, objective, plan, placement, shards)
     problems = ProblemSource(task.train, cfg.data, r.seed)  # the stream, or an online band / curriculum
-    source = build_rollout_source(cfg, engine, model, tokenizer, task, objective, problems, placement.score,
-                                  forward_logprobs)
-    with session.RunLoop(cfg, "train", resume=resume, model=model, tokenizer=tokenizer, optimizer=learner.optimizer,
-                         scheduler=learner.scheduler, task=task, extras=learner.extras() | source.extras()) as loop:
+    source = None
+    if sampling_model is not None:
+        engine = placement.generator(cfg.rollout, sampling_model, tokenizer, seed=r.seed,
+                                     model_source=session.model_source(cfg.model), default_batch_size=plan.rollout_batch)
+        source = build_rollout_source(cfg, engine, sampling_model, tokenizer, task, objective, problems,
+                                      placement.score, forward_logprobs)
+    loop_args = dict(resume=resume, model=model, tokenizer=tokenizer, optimizer=learner.optimizer,
+                     scheduler=learner.scheduler, task=task, extras=learner.extras())
+    if shards is not None:  # rank 0 samples and broadcasts; every rank joins the pushes and checkpoints
+        source = sharded.ShardedSource(source, shards)
+        loop_ctx = sharded.run_loop(shards, cfg, "train", **loop_args)
+    else:
+        loop_ctx = session.RunLoop(cfg, "train", **(loop_args | {"extras": loop_args["extras"] | source.extras()}))
+    with loop_ctx as loop:
         loop.on_close(placement.shutdown)
+        if shards is not None:
+            loop.on_close(shards.close)
         start = loop.start_step
         source.start(start, model)
         learner.reference.start(loop.path, start)
-        reward_errors = reward_error_log(cfg.data, task, loop.path)  # a raising reward is printed, logged, stops
+        # a raising reward is printed, logged, stops (ranks > 0 of a sharded run only stop)
+        reward_errors = reward_error_log(cfg.data, task, loop.path if getattr(loop, "writes", True) else None)
         problems.load_state_dict(loop.state.get("pass_rates"))
         data_pos = int(loop.state.get("data_pos", 0))
         notes = _Notes(cfg, plan.on_policy)  # what the progress line cannot say itself, once each
@@ -203,7 +223,7 @@ def train(
             metrics = step_metrics(sampled.rewards, sampled.rollouts, sampled.shaped, sampled.zero_var, sampled.keep,
                                    learned, step)
             metrics.update(_loop_metrics(cfg, sampled, masked, len(kept), problems, learner.scheduler, timer))
-            if loop.due(step, r.eval_every):
+            if loop.due(step, r.eval_every) and source.sampler is not None:  # (sharded: rank 0)
                 metrics.update(_evaluate(source.sampler, task, cfg, step, timer))
             metrics.update(timer.metrics() | memory_stats(cfg.model.device) | placement.metrics())
             metrics.update(perf_metrics(metrics, n_params, peak) | source.metrics())
@@ -262,7 +282,7 @@ def learn(learner: Learner, batch, adv: torch.Tensor, kept: torch.Tensor, step: 
                                               critic=critic, stats=out.stats, row_entropy=out.row_entropy))
             if not all(map(_finite, out.losses)):
                 break  # the caller stops the run; do not step an optimizer on NaN gradients
-            out.grad_norms.append(clip_and_step(model, learner.optimizer, learner.scheduler, learner.grad_clip))
+            out.grad_norms.append(learner.step_fn(model, learner.optimizer, learner.scheduler, learner.grad_clip))
             if critic is not None:
                 out.critic_grad_norms.append(critic.step())
     schedule_at(learner.scheduler, step * plan.optimizer_steps_per_rollout_batch)

@@ -408,16 +408,22 @@ class RunLoop:
     def checkpoint(self, step: int, trainer_state: dict, *, force: bool = False) -> bool:
         """Save a checkpoint when due (the last step, every run.checkpoint_every, a signal received, or
         `force`); returns whether one was saved. Then the resume test's kill hook."""
-        r = self.cfg.run
-        if not (force or step == r.steps or (r.checkpoint_every and step % r.checkpoint_every == 0)
-                or self.stop.requested):
+        if not self.checkpoint_due(step, force):
             return False
-        ckpt_mod.save_checkpoint(self.run, step, model=self.model, tokenizer=self.tokenizer,
-                                 optimizer=self.optimizer, scheduler=self.scheduler, trainer_state=trainer_state,
-                                 keep=r.keep_checkpoints, extras=self.extras)
+        self.save(step, trainer_state)
         self.stop.saved(step)
         maybe_die_after_checkpoint(step, self.run)
         return True
+
+    def checkpoint_due(self, step: int, force: bool = False) -> bool:
+        r = self.cfg.run
+        return bool(force or step == r.steps or (r.checkpoint_every and step % r.checkpoint_every == 0)
+                    or self.stop.requested)
+
+    def save(self, step: int, trainer_state: dict) -> None:
+        ckpt_mod.save_checkpoint(self.run, step, model=self.model, tokenizer=self.tokenizer,
+                                 optimizer=self.optimizer, scheduler=self.scheduler, trainer_state=trainer_state,
+                                 keep=self.cfg.run.keep_checkpoints, extras=self.extras)
 
     def result(self, steps: int) -> TrainResult:
         """The run's TrainResult after the loop: the final held-out evaluation, plots (finish_run)."""
@@ -438,7 +444,10 @@ def reward_error_log(data_cfg, task, run_dir) -> RewardErrorLog:
             spec = get_task(data_cfg.task).reward_name(getattr(task, "template", None) or None)
         except (KeyError, ValueError, AttributeError):
             spec = getattr(task.reward_fn, "__name__", None) or f"of task {task.name}"
-    return RewardErrorLog(str(spec), Path(run_dir) / "reward_errors.jsonl", key="data.reward" if data_cfg.reward else "")
+    key = "data.reward" if data_cfg.reward else ""
+    if run_dir is None:  # a sharded run's ranks > 0: rank 0 prints and logs; these only stop with it
+        return RewardErrorLog(str(spec), None, key=key, say=lambda _msg: None)
+    return RewardErrorLog(str(spec), Path(run_dir) / "reward_errors.jsonl", key=key)
 
 
 def sample_metrics(rewards, rollouts) -> dict[str, Any]:

@@ -1,0 +1,402 @@
+"""The sharded learner: distributed.learner=fsdp2 (PyTorch FSDP2, docs/multi_gpu.md).
+
+Launched as N processes (`torchrun --nproc_per_node N -m rlvr train CONFIG distributed.learner=fsdp2`, or one
+process without torchrun: a group of one). Every rank builds the same policy from the same seed, then:
+
+- the policy (and the KL reference, a copy made before sharding) is sharded with `fully_shard`, one FSDP
+  unit per decoder layer plus the root: each rank holds 1/N of the parameters, their gradients and the
+  AdamW state. model.dtype=bfloat16 with model.master_weights=float32 keeps float32 parameters (the
+  masters) and computes in bfloat16 (MixedPrecisionPolicy, gradients reduced in float32);
+- rank 0 alone samples, scores and evaluates, on the generator the placement builds from a full copy of
+  the policy (hf: that copy; vllm: its engine); the step's Sampled batch is broadcast to every rank;
+- each minibatch's loss normalizers come from the whole minibatch (rlvr.algo.aggregation), each rank
+  runs the backward of its contiguous share of the rows, and FSDP reduces the shares' gradients (the
+  mean back to the sum): the gradient is the one-process gradient up to float summation order. Every rank runs the
+  same number of micro-batches (FSDP's collectives pair up): a rank with fewer rows runs zero-loss ones;
+- the old-logprob, reference and value forwards run on the whole batch on every rank (no-grad);
+- weight push: every parameter is gathered one at a time (DTensor.full_tensor) and handed to rank 0's
+  engine as it arrives: no rank holds a second full copy beyond the engine's;
+- checkpoints: the sharded model and optimizer state with torch.distributed.checkpoint (resumable on
+  any number of shards, or by the one-process learner), plus the consolidated HF folder `model/` that
+  `rlvr eval` and `model.init_from` load.
+
+Not supported with fsdp2 (refused by TrainConfig.validate): distributed.placement=ray's data-parallel actors
+(num_learners > 1), sampling ahead / partial rollouts (their behaviour policy runs on rank 0 alone),
+algo.critic=separate, algo.ref_refresh_every.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import shutil
+import socket
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from rlvr.algo import loss_normalizers
+from rlvr.distributed.dp import shard_bounds
+from rlvr.runs import checkpoint as ckpt_mod
+from rlvr.train.batching import micro_batches
+from rlvr.train.objective import StepStats, accumulate_gradients
+from rlvr.train.session import RunLoop, TrainResult, maybe_die_after_checkpoint
+
+
+@dataclasses.dataclass
+class Shards:
+    """This process's place in the learner's process group, and the few collectives the loop needs."""
+
+    rank: int
+    world: int
+    device: torch.device
+    owns_group: bool  # this module initialised the process group (and destroys it)
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def broadcast(self, obj=None):
+        """rank 0's `obj` on every rank (pickled)."""
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def gather(self, obj) -> list:
+        """Every rank's `obj`, in rank order, on every rank."""
+        out = [None] * self.world
+        dist.all_gather_object(out, obj)
+        return out
+
+    def max(self, n: int) -> int:
+        t = torch.tensor([n], dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return int(t)
+
+    def barrier(self) -> None:
+        dist.barrier()
+
+    def close(self) -> None:
+        if self.owns_group and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(cfg) -> Shards | None:
+    """The process group of distributed.learner=fsdp2 (None for the one-process learner): torchrun's
+    environment (RANK, WORLD_SIZE, MASTER_ADDR, LOCAL_RANK), or a group of one without it. NCCL when the
+    policy is on CUDA (each rank on cuda:LOCAL_RANK), gloo on CPU."""
+    if getattr(cfg.distributed, "learner", "local") != "fsdp2":
+        return None
+    cuda = str(cfg.model.device).startswith("cuda")
+    owns = not dist.is_initialized()
+    if owns:
+        if "RANK" not in os.environ:  # one process, no launcher: a group of one
+            os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                              MASTER_PORT=str(_free_port()))
+        if cuda:
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group("nccl" if cuda else "gloo")
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    return Shards(dist.get_rank(), dist.get_world_size(), device, owns)
+
+
+def rank_config(cfg, shards: Shards | None):
+    """The config a rank runs: ranks > 0 print nothing (rank 0 speaks for the run) and put the policy on
+    their own device."""
+    if shards is None:
+        return cfg
+    run = cfg.run if shards.main else dataclasses.replace(cfg.run, progress=False)
+    model = dataclasses.replace(cfg.model, device=str(shards.device))
+    return dataclasses.replace(cfg, run=run, model=model)
+
+
+def layers_of(model) -> list:
+    """The decoder layers FSDP shards one unit each: model.model.layers (Qwen2, Llama, ... and the tiny
+    model), else every submodule whose class name ends in DecoderLayer / Block."""
+    inner = getattr(getattr(model, "model", None), "layers", None)
+    if inner is not None:
+        return list(inner)
+    return [m for m in model.modules() if type(m).__name__.endswith(("DecoderLayer", "Block"))]
+
+
+def shard(model, mcfg) -> None:
+    """fully_shard `model` in place (each decoder layer, then the root). model.dtype=bfloat16 with
+    master_weights=float32: float32 sharded parameters (the masters), bfloat16 compute, float32 gradient
+    reduction. FSDP averages the ranks' gradients; ShardedGradients multiplies the mean back to the sum
+    (gloo has no pre-scaled sum, so the divide factor cannot be set to 1 on CPU)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mp = MixedPrecisionPolicy()
+    if mcfg.dtype == "bfloat16" and mcfg.master_weights == "float32":
+        model.float()
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for layer in layers_of(model):
+        fully_shard(layer, mp_policy=mp)
+    fully_shard(model, mp_policy=mp)
+
+
+def is_sharded(model) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
+def full_tensors(model):
+    """(name, full tensor) of every parameter, gathered one at a time (a collective: every rank iterates)."""
+    for name, p in model.named_parameters():
+        yield name, (p.full_tensor() if hasattr(p, "full_tensor") else p).detach()
+
+
+# ------------------------------------------------------------------------------------- the update
+
+
+class ShardedGradients:
+    """accumulate_gradients' signature over the ranks (see the module docstring): this rank's share of the
+    minibatch's rows, under the whole minibatch's normalizers; the loss and statistics summed over ranks."""
+
+    def __init__(self, shards: Shards):
+        self.shards = shards
+
+    def __call__(self, model, mb, parts, fwd, *, norm_length: int = 0, critic=None, stats=None,
+                 row_entropy=None) -> float:
+        sh = self.shards
+        n = mb.batch.input_ids.shape[0]
+        norm = loss_normalizers(mb.batch.response_mask, constant=float(norm_length) if norm_length else None)
+        bounds = shard_bounds(n, sh.world) + [(n, n)] * max(0, sh.world - n)
+        lo, hi = bounds[sh.rank]
+        if mb.row_ids is None:
+            mb = dataclasses.replace(mb, row_ids=list(range(n)))
+        share = dataclasses.replace(mb.part(lo, hi), batch=mb.batch.rows(torch.arange(lo, hi)))
+        # one accumulate_gradients call per micro-batch, so that every rank runs the same number
+        seq_lens = share.batch.attention_mask.sum(-1).tolist()
+        pieces = micro_batches(seq_lens, max_rows=fwd.micro_batch, max_tokens=fwd.micro_batch_tokens) if seq_lens else []
+        count = sh.max(len(pieces))
+        one = dataclasses.replace(fwd, micro_batch=0, micro_batch_tokens=0)
+        local_stats = StepStats() if stats is not None else None
+        ent: dict[int, float] = {}
+        loss = 0.0
+        for k in range(count):
+            if k < len(pieces):
+                c = pieces[k]
+                part = dataclasses.replace(share.part(c.start, c.stop),
+                                           batch=share.batch.rows(torch.arange(c.start, c.stop)))
+                loss += accumulate_gradients(model, part, parts, one, norm_length=norm_length, normalizers=norm,
+                                             critic=critic, stats=local_stats, row_entropy=ent)
+            else:
+                _zero_backward(model, mb.batch, critic)
+        if sh.world > 1:  # FSDP reduced the mean over ranks; each rank's loss had the whole minibatch's
+            # normalizers, so the minibatch's gradient is the sum (exact for a power-of-two world size)
+            with torch.no_grad():
+                for p in model.parameters():
+                    if p.grad is not None:
+                        p.grad.mul_(sh.world)
+        if critic is not None:  # the value head is replicated: sum its gradients over ranks
+            for p in critic.head.parameters():
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
+        total = torch.tensor([loss], dtype=torch.float64)
+        dist.all_reduce(total, op=dist.ReduceOp.SUM)
+        if stats is not None or row_entropy is not None:
+            for st, e in sh.gather((local_stats, ent)):
+                if stats is not None:
+                    stats.merge(st)
+                if row_entropy is not None:
+                    row_entropy.update(e)
+        return float(total)
+
+
+def _zero_backward(model, batch, critic) -> None:
+    """A forward and backward that contributes nothing: a rank with no rows left still takes part in
+    every micro-batch's all-gathers and reduce-scatters."""
+    ids = batch.input_ids[:1, :2].to(next(iter(model.parameters())).device)
+    out = model(input_ids=ids, output_hidden_states=critic is not None)
+    zero = out.logits.float().sum() * 0.0
+    if critic is not None:
+        zero = zero + critic.values_from_hidden(out.hidden_states[-1]).sum() * 0.0
+    zero.backward()
+
+
+def clip_and_step(model, optimizer, scheduler, grad_clip: float) -> float:
+    """rlvr.train.common.clip_and_step over sharded parameters: the global gradient norm (all shards),
+    clipped with torch's clip_grad_norm_ (DTensor-aware), then the optimizer and scheduler step."""
+    params = [p for p in model.parameters() if p.grad is not None]
+    norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else float("inf"))
+    norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return float(norm)
+
+
+# ----------------------------------------------------------------------------------- the samples
+
+
+class ShardedSource:
+    """The rollout source on every rank: rank 0 runs the real one (sampling, scoring, evaluation) and
+    broadcasts each step's Sampled; every rank takes part in the weight push's gathers."""
+
+    def __init__(self, inner, shards: Shards):
+        self.inner, self.shards = inner, shards
+        self.sampler = inner.sampler if inner is not None else None
+
+    def start(self, step: int, model) -> None:
+        if step:  # the checkpoint's weights replaced those the engine was built with
+            self._push(step, model)
+
+    def collect(self, step: int, data_pos: int, timer):
+        return self.shards.broadcast(self.inner.collect(step, data_pos, timer) if self.shards.main else None)
+
+    def old_logprobs_fn(self, rollouts, step):
+        return None
+
+    def sleep(self) -> None:
+        if self.shards.main:
+            self.inner.sleep()
+
+    def after_update(self, step: int, model) -> None:
+        self._push(step, model)
+
+    def _push(self, step: int, model) -> None:
+        tensors = full_tensors(model)
+        if self.shards.main:
+            self.inner.engine.update_weights(tensors, version=step)
+        for _ in tensors:  # ranks > 0 (and whatever the engine left): the gathers pair up
+            pass
+
+    def metrics(self) -> dict:
+        return self.inner.metrics() if self.shards.main else {}
+
+    def extras(self) -> dict:
+        return {}
+
+
+# ------------------------------------------------------------------------------- run loop, checkpoints
+
+
+def save(shards: Shards, ckpt_dir: Path, step: int, model, optimizer, write) -> None:
+    """One checkpoint of a sharded run (collective): the sharded state (torch.distributed.checkpoint) into a
+    staging folder every rank writes, the consolidated model gathered to rank 0 (cpu), then on rank 0
+    write(full_state_dict, staging) writes the rest atomically with the staging folder moved in."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    staging = Path(ckpt_dir) / f".sharded-{ckpt_mod.checkpoint_name(step)}"
+    if shards.main:
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+    shards.barrier()
+    ckpt_mod.save_sharded_state(staging, model, optimizer)
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if shards.main:
+        write(full, staging)
+    shards.barrier()
+
+
+class ShardedRunLoop(RunLoop):
+    """Rank 0's RunLoop (rlvr.train.session): the run directory, logs and progress as one process has them;
+    each checkpoint decision is broadcast and the save is collective (save)."""
+
+    def __init__(self, shards: Shards, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.shards = shards
+        self.writes = True
+
+    def checkpoint(self, step: int, trainer_state: dict, *, force: bool = False) -> bool:
+        if not self.shards.broadcast(self.checkpoint_due(step, force)):
+            return False
+        self.save(step, trainer_state)
+        self.stop.saved(step)
+        maybe_die_after_checkpoint(step, self.run)
+        return True
+
+    def save(self, step: int, trainer_state: dict) -> None:
+        def write(full, staging):
+            ckpt_mod.save_checkpoint(self.run, step, model=self.model, tokenizer=self.tokenizer, optimizer=None,
+                                     scheduler=self.scheduler, trainer_state=trainer_state,
+                                     keep=self.cfg.run.keep_checkpoints, extras=self.extras, state_dict=full,
+                                     move_in={ckpt_mod.SHARDED_DIR: staging}, meta={"shards": self.shards.world})
+
+        save(self.shards, self.run.checkpoints_dir, step, self.model, self.optimizer, write)
+
+
+class _Quiet:
+    """What ranks > 0 have instead of a run directory's writers and the signal handler."""
+
+    requested = None
+    last_ckpt = 0
+
+    def __getattr__(self, name):
+        return lambda *a, **k: None
+
+
+class FollowerLoop:
+    """Ranks > 0: RunLoop's interface without files (rank 0 writes the run directory); a resume loads the
+    same checkpoint (collectively with rank 0), and each checkpoint's sharded save is joined."""
+
+    writes = False
+
+    def __init__(self, shards: Shards, cfg, *, resume: bool, model, optimizer, scheduler, extras=None):
+        self.shards, self.cfg, self.resume = shards, cfg, resume
+        self.model, self.optimizer, self.scheduler, self.extras = model, optimizer, scheduler, extras or None
+        self.path = Path(cfg.run.out_dir)
+        self.run = self.stop = _Quiet()
+        self._closers: list = []
+
+    def __enter__(self) -> FollowerLoop:
+        self.state = {}
+        if self.resume:
+            self.state = ckpt_mod.load_checkpoint(self.path, model=self.model, optimizer=self.optimizer,
+                                                  scheduler=self.scheduler, extras=self.extras)
+        self.start_step = int(self.state.get("step", 0))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for fn in self._closers:
+            fn()
+
+    def on_close(self, fn) -> None:
+        self._closers.append(fn)
+
+    def due(self, step: int, every: int) -> bool:
+        return bool(every and step % every == 0) or step == self.cfg.run.steps
+
+    def log(self, step: int, metrics: dict, on_step=None, **shown) -> dict:
+        return {}
+
+    def checkpoint(self, step: int, trainer_state: dict, *, force: bool = False) -> bool:
+        if not self.shards.broadcast(None):
+            return False
+        save(self.shards, self.path / "checkpoints", step, self.model, self.optimizer, None)
+        return True
+
+    def result(self, steps: int) -> TrainResult:
+        return TrainResult(run_dir=self.path, steps=steps, last_metrics={})
+
+
+def run_loop(shards: Shards, cfg, command: str, *, resume: bool, model, tokenizer, optimizer, scheduler, task,
+             extras=None):
+    """This rank's run loop: ShardedRunLoop on rank 0, FollowerLoop on the others."""
+    if shards.main:
+        return ShardedRunLoop(shards, cfg, command, resume=resume, model=model, tokenizer=tokenizer,
+                              optimizer=optimizer, scheduler=scheduler, task=task, extras=extras)
+    return FollowerLoop(shards, cfg, resume=resume, model=model, optimizer=optimizer, scheduler=scheduler,
+                        extras=extras)
+
+
+def generator_model(model, shards: Shards | None):
+    """The module rank 0's engine is built on: a full copy made before the learner is sharded (hf samples
+    with it and receives each push; vllm builds its engine from it), None on ranks > 0; without shards,
+    the learner's own module (the hf engine shares it)."""
+    if shards is None:
+        return model
+    if not shards.main:
+        return None
+    return copy.deepcopy(model)
