@@ -28,6 +28,7 @@ import os
 import random
 import re
 import shutil
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -357,7 +358,9 @@ def load_sharded_state(ckpt: Path, model: Any, optimizer: Any) -> None:
             "distributed.learner=fsdp2 resumes only sharded checkpoints; resume it without distributed.learner=fsdp2, "
             "or start a new sharded run from its weights with model.init_from")
     state = sharded_state(model, optimizer)
-    dcp.load(state, checkpoint_id=str(folder))
+    with warnings.catch_warnings():  # one process without a group: DCP says it loads in a single process
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load(state, checkpoint_id=str(folder))
     set_state_dict(model, optimizer if optimizer is not None else [], model_state_dict=state["model"],
                    optim_state_dict=state.get("optim", {}))
 

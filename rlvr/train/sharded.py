@@ -32,6 +32,7 @@ import dataclasses
 import os
 import shutil
 import socket
+import warnings
 from pathlib import Path
 
 import torch
@@ -134,6 +135,9 @@ def shard(model, mcfg) -> None:
     (gloo has no pre-scaled sum, so the divide factor cannot be set to 1 on CPU)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+    # FSDP2 warns on every forward that HF's output holds a view (an in-place op on it would skip the
+    # all-gather); the loss functions never write into the logits (tests/test_sharded.py compares gradients)
+    warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
     mp = MixedPrecisionPolicy()
     if mcfg.dtype == "bfloat16" and mcfg.master_weights == "float32":
         model.float()
