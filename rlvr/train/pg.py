@@ -173,28 +173,15 @@ def train(
     sampling_model = sharded.generator_model(model, shards)  # sharded: rank 0's full copy, None on the others
     learner = build_learner(cfg, model, objective, plan, placement, shards)
     problems = ProblemSource(task.train, cfg.data, r.seed)  # the stream, or an online band / curriculum
-    source = None
-    if sampling_model is not None:
-        engine = placement.generator(cfg.rollout, sampling_model, tokenizer, seed=r.seed,
-                                     model_source=session.model_source(cfg.model), default_batch_size=plan.rollout_batch)
-        source = build_rollout_source(cfg, engine, sampling_model, tokenizer, task, objective, problems,
-                                      placement.score, forward_logprobs)
-    loop_args = dict(resume=resume, model=model, tokenizer=tokenizer, optimizer=learner.optimizer,
-                     scheduler=learner.scheduler, task=task, extras=learner.extras())
-    if shards is not None:  # rank 0 samples and broadcasts; every rank joins the pushes and checkpoints
-        source = sharded.ShardedSource(source, shards)
-        loop_ctx = sharded.run_loop(shards, cfg, "train", **loop_args)
-    else:
-        loop_ctx = session.RunLoop(cfg, "train", **(loop_args | {"extras": loop_args["extras"] | source.extras()}))
+    source, loop_ctx = _source_and_loop(cfg, shards, placement, sampling_model, learner, tokenizer, task, problems,
+                                        plan, resume=resume)
     with loop_ctx as loop:
         loop.on_close(placement.shutdown)
-        if shards is not None:
-            loop.on_close(shards.close)
         start = loop.start_step
         source.start(start, model)
         learner.reference.start(loop.path, start)
         # a raising reward is printed, logged, stops (ranks > 0 of a sharded run only stop)
-        reward_errors = reward_error_log(cfg.data, task, loop.path if getattr(loop, "writes", True) else None)
+        reward_errors = reward_error_log(cfg.data, task, loop.path if loop.writes else None)
         problems.load_state_dict(loop.state.get("pass_rates"))
         data_pos = int(loop.state.get("data_pos", 0))
         notes = _Notes(cfg, plan.on_policy)  # what the progress line cannot say itself, once each
@@ -223,7 +210,7 @@ def train(
             metrics = step_metrics(sampled.rewards, sampled.rollouts, sampled.shaped, sampled.zero_var, sampled.keep,
                                    learned, step)
             metrics.update(_loop_metrics(cfg, sampled, masked, len(kept), problems, learner.scheduler, timer))
-            if loop.due(step, r.eval_every) and source.sampler is not None:  # (sharded: rank 0)
+            if loop.due(step, r.eval_every):  # (sharded: rank 0's engine; never due on the other ranks)
                 metrics.update(_evaluate(source.sampler, task, cfg, step, timer))
             metrics.update(timer.metrics() | memory_stats(cfg.model.device) | placement.metrics())
             metrics.update(perf_metrics(metrics, n_params, peak) | source.metrics())
@@ -235,6 +222,24 @@ def train(
             loop.checkpoint(step, {"data_pos": data_pos} | problems.checkpoint_state())
             loop.stop.check(step)
     return loop.result(r.steps)
+
+
+def _source_and_loop(cfg: TrainConfig, shards, placement, sampling_model, learner: Learner, tokenizer, task, problems,
+                     plan: BatchPlan, *, resume: bool):
+    """Where the step's rollouts come from and the run loop. Sharded (distributed.learner=fsdp2): rank 0
+    builds the engine on its full copy, samples and broadcasts (ShardedSource); every rank joins the pushes
+    and checkpoints (rlvr.train.sharded.run_loop); the other ranks have no engine and write no files."""
+    r, source = cfg.run, None
+    if sampling_model is not None:
+        engine = placement.generator(cfg.rollout, sampling_model, tokenizer, seed=r.seed,
+                                     model_source=session.model_source(cfg.model), default_batch_size=plan.rollout_batch)
+        source = build_rollout_source(cfg, engine, sampling_model, tokenizer, task, learner.objective, problems,
+                                      placement.score, forward_logprobs)
+    loop_args = dict(resume=resume, model=learner.model, tokenizer=tokenizer, optimizer=learner.optimizer,
+                     scheduler=learner.scheduler, task=task, extras=learner.extras())
+    if shards is not None:
+        return sharded.ShardedSource(source, shards), sharded.run_loop(shards, cfg, "train", **loop_args)
+    return source, session.RunLoop(cfg, "train", **(loop_args | {"extras": loop_args["extras"] | source.extras()}))
 
 
 def learn(learner: Learner, batch, adv: torch.Tensor, kept: torch.Tensor, step: int, *, steps=None,

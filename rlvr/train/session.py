@@ -355,6 +355,8 @@ class RunLoop:
     optimizer, scheduler and `extras`), what the run evaluates on is said, the progress line and the signal
     handler start; on exit they are restored and closed, and so is every function given to `on_close`."""
 
+    writes = True  # this process writes the run directory (a sharded run's ranks > 0 do not: FollowerLoop)
+
     def __init__(self, cfg, command: str, *, resume: bool, model, tokenizer, optimizer, scheduler, task,
                  extras: dict | None = None):
         self.cfg, self.command, self.resume, self.task = cfg, command, resume, task

@@ -322,7 +322,10 @@ class ShardedRunLoop(RunLoop):
         return True
 
     def save(self, step: int, trainer_state: dict) -> None:
+        dtype = getattr(torch, self.cfg.model.dtype)  # the export in the model's dtype (bf16 masters are fp32)
+
         def write(full, staging):
+            full = {k: v.to(dtype) if v.is_floating_point() else v for k, v in full.items()}
             ckpt_mod.save_checkpoint(self.run, step, model=self.model, tokenizer=self.tokenizer, optimizer=None,
                                      scheduler=self.scheduler, trainer_state=trainer_state,
                                      keep=self.cfg.run.keep_checkpoints, extras=self.extras, state_dict=full,
@@ -370,7 +373,7 @@ class FollowerLoop:
         self._closers.append(fn)
 
     def due(self, step: int, every: int) -> bool:
-        return bool(every and step % every == 0) or step == self.cfg.run.steps
+        return False  # evaluation runs on rank 0's engine only (it holds no collective)
 
     def log(self, step: int, metrics: dict, on_step=None, **shown) -> dict:
         return {}
@@ -389,10 +392,13 @@ def run_loop(shards: Shards, cfg, command: str, *, resume: bool, model, tokenize
              extras=None):
     """This rank's run loop: ShardedRunLoop on rank 0, FollowerLoop on the others."""
     if shards.main:
-        return ShardedRunLoop(shards, cfg, command, resume=resume, model=model, tokenizer=tokenizer,
+        loop = ShardedRunLoop(shards, cfg, command, resume=resume, model=model, tokenizer=tokenizer,
                               optimizer=optimizer, scheduler=scheduler, task=task, extras=extras)
-    return FollowerLoop(shards, cfg, resume=resume, model=model, optimizer=optimizer, scheduler=scheduler,
-                        extras=extras)
+    else:
+        loop = FollowerLoop(shards, cfg, resume=resume, model=model, optimizer=optimizer, scheduler=scheduler,
+                            extras=extras)
+    loop.on_close(shards.close)  # the process group ends with the run
+    return loop
 
 
 def generator_model(model, shards: Shards | None):
