@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.rlvr-installed
 
-.PHONY: demo test test-slow test-cli test-docs-learn test-ray test-vllm vllm-venv lint bench bench-vs-trl studies clean-venv
+.PHONY: demo test test-slow test-scale test-cli test-docs-learn test-ray test-vllm vllm-venv lint bench bench-vs-trl studies clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,11 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
+
+# Scale and memory (issue 28, about 3 min on 2 cores): the sharded learner under torchrun with 2 gloo
+# processes against one process (tests/test_sharded.py), LoRA's learning test.
+test-scale: $(STAMP)
+	$(BIN)/python -m pytest -q -m scale
 
 # The first-hour subprocess CLI tests (marker cli, about 5 min on 2 cores): each runs `rlvr` as a user would.
 test-cli: $(STAMP)

@@ -20,7 +20,7 @@ LAYERS: dict[str, int] = {
     "eval": 2, "rollout": 2, "runs": 2,
     "envs": 3, "distributed": 3,
     "train": 4,
-    "commands": 5, "cli": 5, "compat": 5,
+    "commands": 5, "cli": 5, "compat": 5, "__main__": 5,
 }
 
 
