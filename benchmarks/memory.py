@@ -33,9 +33,10 @@ Not sharded by FSDP2, so NOT divided by N (columns "gathered" and the activation
     forward + backward, and about two decoder layers at a time (the running one and the prefetched one),
     in bf16. An estimate of the working set, not a bound;
   - activations (each rank runs its micro-batches of algo.micro_batch_tokens tokens);
-  - on rank 0 only, the sampler: rollout.backend=hf keeps a full copy of the policy in the model dtype
-    (2 bytes / parameter, rlvr.train.sharded.generator_model); vLLM colocated takes
-    rollout.gpu_memory_utilization x the GPU's memory.
+  - on rank 0 only, the sampler: a full copy of the policy in the model dtype (2 bytes / parameter,
+    rlvr.train.sharded.generator_model: the hf sampler's module; with vLLM the rollout source still holds
+    it), counted in the "fits" table; vLLM colocated also takes rollout.gpu_memory_utilization x the
+    GPU's memory.
 
 Activations per token (an ESTIMATE, the formula of docs/real_model.md "Memory"; b = 2 for bf16):
   without gradient checkpointing   layers x (6 h + 4 i) x b + 4 x vocab      (the logits and their gradient)
@@ -244,14 +245,19 @@ def compute(shapes: dict[str, dict] | None = None, ranks=LORA_RANKS, gpu_counts=
 
 def fits(result: dict, budget: int) -> list[dict]:
     """Per row: the learner's peak estimate with gradient checkpointing and a `budget`-token micro-batch
-    (static without KL + gathered + activations; vLLM elsewhere or asleep), and the cards it fits."""
+    (static + gathered + activations; vLLM elsewhere or asleep), without and with the KL reference; rank 0
+    of an FSDP2 run adds the sampler's full copy of the policy in bf16 (rlvr.train.sharded.generator_model).
+    A row fits a card when rank 0's peak is at most HEADROOM of it."""
     act = {a["model"]: a["budgets"][str(budget)] for a in result["activations"] if a["checkpointing"]}
+    params = {m["model"]: m["params"] for m in result["models"]}
     out = []
     for r in result["rows"]:
         peak = r["static"] + r["gathered"] + act[r["model"]]
         peak_kl = r["static_kl"] + r["gathered"] + act[r["model"]]
+        sampler = DTYPE_BYTES["bfloat16"] * params[r["model"]] if r["gpus"] > 1 else 0
         out.append(dict(model=r["model"], method=r["method"], gpus=r["gpus"], peak=peak, peak_kl=peak_kl,
-                        fits={str(s): [peak <= HEADROOM * s * GIB, peak_kl <= HEADROOM * s * GIB]
+                        rank0=peak + sampler, rank0_kl=peak_kl + sampler,
+                        fits={str(s): [peak + sampler <= HEADROOM * s * GIB, peak_kl + sampler <= HEADROOM * s * GIB]
                               for s in GPU_SIZES_GIB}))
     return out
 
@@ -326,20 +332,21 @@ def render(result: dict, measured: list[dict]) -> str:
     sizes = result["gpu_sizes_gib"]
     lines += ["", f"## What fits (estimate): static + gathered + activations of a {budget:,}-token micro-batch "
               "with checkpointing", "",
-              f"A row fits a card when that sum is at most {result['headroom']:.0%} of its memory (the rest for the "
-              "CUDA context, NCCL buffers and fragmentation). The learner alone: vLLM on another GPU or asleep "
+              f"A row fits a card when rank 0's sum is at most {result['headroom']:.0%} of its memory (the rest for "
+              "the CUDA context, NCCL buffers and fragmentation). The learner alone: vLLM on another GPU or asleep "
               "(rollout.sleep_mode); colocated and awake it takes rollout.gpu_memory_utilization of the card on "
-              "top. With FSDP2 and rollout.backend=hf, rank 0 also holds the sampler's full bf16 copy (2 B per "
-              "parameter).", "",
-              "| model | method | GPUs | peak GiB | peak with KL GiB | " + " | ".join(f"{s} GiB" for s in sizes) + " |",
+              "top. Rank 0 of an FSDP2 run also holds the sampler's full bf16 copy of the policy (2 B per "
+              "parameter); the other ranks are the first column. Verdicts: yes (KL on too), without KL, no.", "",
+              "| model | method | GPUs | peak GiB, KL off / on | rank 0 GiB, KL off / on | "
+              + " | ".join(f"{s} GiB card" for s in sizes) + " |",
               "|---|---|---:|---:|---:|" + "---|" * len(sizes)]
     for f in fits(result, budget):
         verdict = []
         for s in sizes:
             plain, kl = f["fits"][str(s)]
             verdict.append("yes" if kl else ("without KL" if plain else "no"))
-        lines.append(f"| {f['model']} | {f['method']} | {f['gpus']} | {_g(f['peak'])} | {_g(f['peak_kl'])} | "
-                     + " | ".join(verdict) + " |")
+        lines.append(f"| {f['model']} | {f['method']} | {f['gpus']} | {_g(f['peak'])} / {_g(f['peak_kl'])} | "
+                     f"{_g(f['rank0'])} / {_g(f['rank0_kl'])} | " + " | ".join(verdict) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -168,3 +168,15 @@ def test_main_writes_the_tables(tmp_path, capsys):
     full7 = {r["gpus"]: r["static"] for r in data["rows"] if r["model"] == "Qwen2.5-7B" and r["method"] == "full"}
     assert full7[1] == 16 * 7_615_616_512 and full7[8] < full7[1] / 7.9
     assert "Qwen2.5-7B" in capsys.readouterr().out
+
+
+def test_fits_adds_the_sampler_copy_on_rank0_of_fsdp2_only():
+    result = memory.compute(shapes={"tiny": dict(TINY, tie_word_embeddings=False)}, ranks=(4,), budgets=(64,))
+    params = result["models"][0]["params"]
+    act = next(a["budgets"]["64"] for a in result["activations"] if a["checkpointing"])
+    rows = {(r["method"], r["gpus"]): r for r in result["rows"]}
+    for f in memory.fits(result, 64):
+        r = rows[(f["method"], f["gpus"])]
+        assert f["peak"] == r["static"] + r["gathered"] + act
+        assert f["rank0"] - f["peak"] == (2 * params if f["gpus"] > 1 else 0)
+        assert f["rank0_kl"] - f["rank0"] == r["reference"]
