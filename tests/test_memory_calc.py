@@ -168,6 +168,8 @@ def test_main_writes_the_tables(tmp_path, capsys):
     full7 = {r["gpus"]: r["static"] for r in data["rows"] if r["model"] == "Qwen2.5-7B" and r["method"] == "full"}
     assert full7[1] == 16 * 7_615_616_512 and full7[8] < full7[1] / 7.9
     assert "Qwen2.5-7B" in capsys.readouterr().out
+    # the committed results are what the calculator computes now
+    assert text == (ROOT / "benchmarks" / "results" / "memory.md").read_text(encoding="utf-8")
 
 
 def test_fits_adds_the_sampler_copy_on_rank0_of_fsdp2_only():
@@ -180,3 +182,26 @@ def test_fits_adds_the_sampler_copy_on_rank0_of_fsdp2_only():
         assert f["peak"] == r["static"] + r["gathered"] + act
         assert f["rank0"] - f["peak"] == (2 * params if f["gpus"] > 1 else 0)
         assert f["rank0_kl"] - f["rank0"] == r["reference"]
+
+
+def doc_table_rows(page: Path) -> list[str]:
+    """Table lines between `<!-- memory.md rows: begin -->` and `<!-- memory.md rows: end -->` markers."""
+    rows, inside = [], False
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if line.strip() == "<!-- memory.md rows: begin -->":
+            inside = True
+        elif line.strip() == "<!-- memory.md rows: end -->":
+            inside = False
+        elif inside and line.startswith("|"):
+            rows.append(line)
+    return rows
+
+
+def test_docs_tables_are_copies_of_the_results_file():
+    results = set((ROOT / "benchmarks" / "results" / "memory.md").read_text(encoding="utf-8").splitlines())
+    for page in ("docs/multi_gpu.md", "docs/benchmarks.md"):
+        rows = doc_table_rows(ROOT / page)
+        assert len(rows) > 10, page
+        stale = [r for r in rows if r not in results]
+        assert not stale, f"{page}: rows not in benchmarks/results/memory.md (rerun benchmarks/memory.py):\n" + \
+            "\n".join(stale)
