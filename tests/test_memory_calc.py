@@ -169,7 +169,8 @@ def test_main_writes_the_tables(tmp_path, capsys):
     assert full7[1] == 16 * 7_615_616_512 and full7[8] < full7[1] / 7.9
     assert "Qwen2.5-7B" in capsys.readouterr().out
     # the committed results are what the calculator computes now
-    assert text == (ROOT / "benchmarks" / "results" / "memory.md").read_text(encoding="utf-8")
+    assert text == (ROOT / "benchmarks" / "results" / "memory.md").read_text(encoding="utf-8"), \
+        "benchmarks/results/memory.md is stale: rerun python benchmarks/memory.py (and copy changed rows into the docs)"
 
 
 def test_fits_adds_the_sampler_copy_on_rank0_of_fsdp2_only():
