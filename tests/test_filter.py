@@ -362,7 +362,7 @@ def test_filter_command_keeps_the_medium_band_and_writes_dataset_histogram_and_r
     assert "kept 4 of 12 (band (0, 1): 4 below, 4 above)" in r.output
     assert (out / "histogram.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = json.loads((out / "report.json").read_text())
-    assert report["counts"] == {"problems": 12, "contaminated": 0, "solved_without_reasoning": 0, "sampled": 12,
+    assert report["counts"] == {"problems": 12, "multiple_choice": 0, "contaminated": 0, "solved_without_reasoning": 0, "sampled": 12,
                                 "below_band": 4, "above_band": 4, "kept": 4}
     assert report["pass_rates"]["never_solved"] == report["pass_rates"]["medium"] == 4
     assert [(b["correct"], b["count"], b["kept"]) for b in report["bins"]] == [
@@ -392,7 +392,7 @@ def test_filter_command_never_solved_band_decontamination_and_no_reasoning(scrip
     never = [ex for i, ex in enumerate(examples) if i % 3 == 2 and i != 5]
     assert _same(_load_back(out / "train.jsonl"), never)
     report = json.loads((out / "report.json").read_text())
-    assert report["counts"] == {"problems": 12, "contaminated": 2, "solved_without_reasoning": 1, "sampled": 9,
+    assert report["counts"] == {"problems": 12, "multiple_choice": 0, "contaminated": 2, "solved_without_reasoning": 1, "sampled": 9,
                                 "below_band": 0, "above_band": 6, "kept": 3}
     matches = report["decontamination"]["matches"]
     assert [(m["id"], m["eval_id"], m["eval_source"]) for m in matches] == [
@@ -489,3 +489,43 @@ def test_filter_problems_is_the_command_as_a_library_function_of_its_config(scri
         load_config(FilterConfig, None, ["filter.overlap=2"])
     with pytest.raises(ConfigError, match=r"filter\.no_reasoning_k / --no-reasoning-k -1"):
         load_config(FilterConfig, None, ["filter.no_reasoning_k=-1"])
+
+
+def test_drop_multiple_choice_drops_only_option_questions_before_sampling_and_decontaminates_the_rest(
+        scripted, tmp_path):
+    # GSM8K-format rows: 1 and 3 are multiple choice, 4 reappears in an evaluation file (its index must survive
+    # the multiple-choice rows dropped before it), the others are kept; every question is "always" solved
+    qs = ["Sam has 3 pens and buys 4. How many pens does Sam have now?",
+          "Which of the following is 3 + 4?\n(A) 6\n(B) 7\n(C) 8",
+          "A farmer has 5 cows and buys 2 more cows at the market. How many cows now?",
+          "How many legs do 2 dogs have?\nA. 4\nB. 8\nC. 6",
+          "Mia reads 12 pages on Monday and 15 pages on Tuesday of her long book. How many pages in all?",
+          "Tom had 9 apples and ate 2 (a) at lunch and (b) at dinner. How many are left?"]
+    answers = ["7", "B", "7", "B", "27", "7"]
+    src = tmp_path / "gsm.jsonl"
+    src.write_text("".join(json.dumps({"question": q, "answer": f"#### {a}"}) + "\n" for q, a in zip(qs, answers, strict=True)))
+    eval_file = tmp_path / "eval.jsonl"
+    eval_file.write_text(json.dumps({"id": "held/4", "question": qs[4]}) + "\n")
+    original = _load_back(src, "gsm8k")
+    scripted.script.update({ex.question: ("always", f"#### {ex.reference}") for ex in original})
+    out = tmp_path / "mc"
+    r = _invoke(*TINY, "data.task=gsm8k", "data.template=question_only", f"data.train_path={src}", "--k", "2",
+                "--band", "all", "--drop-multiple-choice", "--decontaminate-against", str(eval_file),
+                f"run.out_dir={out}")
+    assert r.exit_code == 0, r.output
+    assert "multiple choice: dropped 2 of 6" in r.output
+    assert _same(_load_back(out / "train.jsonl", "gsm8k"), [original[i] for i in (0, 2, 5)])
+    report = json.loads((out / "report.json").read_text())
+    assert report["counts"] == {"problems": 6, "multiple_choice": 2, "contaminated": 1, "solved_without_reasoning": 0,
+                                "sampled": 3, "below_band": 0, "above_band": 0, "kept": 3}
+    rows = [json.loads(x) for x in (out / "pass_rates.jsonl").read_text().splitlines()]
+    assert [row["status"] for row in rows] == ["kept", "multiple choice", "kept", "multiple choice", "contaminated",
+                                               "kept"]
+    assert rows[1]["multiple_choice"] == "options (A)-(C)" and rows[4]["eval_id"] == "held/4"
+    assert "| dropped: multiple choice | 2 |" in (out / "report.md").read_text()
+    sampled = [p for prompts, _ in scripted.calls for p in prompts]
+    assert not any(qs[i] in p for p in sampled for i in (1, 3, 4))  # dropped problems cost no sampling
+    # off by default: the same command without the flag keeps the option questions
+    r = _invoke(*TINY, "data.task=gsm8k", "data.template=question_only", f"data.train_path={src}", "--k", "2",
+                "--band", "all", f"run.out_dir={tmp_path / 'all'}")
+    assert r.exit_code == 0 and len(_load_back(tmp_path / "all" / "train.jsonl", "gsm8k")) == 6

@@ -42,6 +42,9 @@ def filter(  # noqa: A001 - the command is called `filter`
     decontaminate_against: list[str] = _flag("decontaminate_against"),
     ngram: int = _flag("ngram"),
     overlap: float = _flag("overlap"),
+    drop_multiple_choice: bool = typer.Option(False, FILTER_FLAGS["drop_multiple_choice"],
+                                              help=f"{_DOCS['filter.drop_multiple_choice']} Sets "
+                                              "filter.drop_multiple_choice=true."),
     threads: int = typer.Option(0, "--threads", help="torch CPU threads (sets run.num_threads)."),
 ) -> None:
     """Keep the training problems whose pass rate under a policy lies in a band; write them as a dataset.
@@ -49,7 +52,8 @@ def filter(  # noqa: A001 - the command is called `filter`
     Writes RUN.OUT_DIR/train.jsonl (read it back with data.train_path=...), pass_rates.jsonl,
     histogram.png, report.json and report.md.
 
-    Examples: `rlvr filter model.init_from=runs/sft --k 8` (medium band), `rlvr filter model.init_from=runs/sft
+    Examples: `rlvr filter model.init_from=runs/sft --k 8` (medium band), `rlvr filter data.task=math
+    --drop-multiple-choice` (Kimi's rule: no guessable options), `rlvr filter model.init_from=runs/sft
     --band never-solved` (Kimi's best-of-k), `rlvr filter model.name=Qwen/Qwen3-1.7B data.task=math
     data.train_path=train.jsonl --decontaminate-against math500.jsonl --no-reasoning-k 4`.
     """
@@ -58,7 +62,8 @@ def filter(  # noqa: A001 - the command is called `filter`
     extra = [f"run.num_threads={threads}"] if threads else []
     extra += _flag_overrides({
         "k": k, "band": band, "no_reasoning_k": no_reasoning_k, "no_reasoning_max_rate": no_reasoning_max_rate,
-        "decontaminate_against": list(decontaminate_against or []), "ngram": ngram, "overlap": overlap})
+        "decontaminate_against": list(decontaminate_against or []), "ngram": ngram, "overlap": overlap,
+        "drop_multiple_choice": drop_multiple_choice or None})
     args = policy_positionals(args)  # `rlvr filter runs/sft`, as `rlvr eval runs/sft`
     cfg, _run_dir = load_from_run(FilterConfig, args, extra, training=True)
     result = run_stage(filter_problems, cfg)

@@ -605,3 +605,33 @@ def decontaminate(
             kept_indices.append(i)
     return Decontamination(kept=kept, dropped=dropped, matches=matches, kept_indices=kept_indices, n=n,
                            threshold=threshold)
+
+
+# ------------------------------------------------------------------------------ multiple choice
+
+# Kimi k1.5 drops multiple-choice questions from RL data: a choice can be guessed, so a correct answer does not
+# show reasoning. An option is an upper-case letter label: "(A)" (also "\\textbf{(A)}"), or "A." / "A)" / "A:"
+# at the start of a line; "dot(A)" (a function call) and "(a)" (a part of a question) are not options.
+_PAREN_OPTION = re.compile(r"(?<![\w])\(\s*([A-J])\s*\)")
+_LINE_OPTION = re.compile(r"^[ \t]*([A-J])[.):][ \t]+\S", re.MULTILINE)
+_CHOICE_CUE = re.compile(r"which of the following|answer choices|correct option|choose (?:the|one)|select (?:the|one)"
+                         r"|options?:|choices?:", re.IGNORECASE)
+_LETTER_ANSWER = re.compile(r"^\s*(?:\\text(?:bf)?\{)?\(?\s*([A-J])\s*\)?\}?\s*$")
+
+
+def multiple_choice(question: str, reference: str | None = None) -> str | None:
+    """Why `question` is a multiple-choice question, or None: its options run A, B, C, ... (at least three,
+    or two with a cue such as "which of the following" or a reference that is a single option letter)."""
+    for pattern in (_PAREN_OPTION, _LINE_OPTION):
+        labels = {m.group(1) for m in pattern.finditer(question)}
+        run = 0
+        while chr(ord("A") + run) in labels:
+            run += 1
+        if run >= 3:
+            return f"options (A)-({chr(ord('A') + run - 1)})"
+        if run == 2:
+            if (cue := _CHOICE_CUE.search(question)) is not None:
+                return f"options (A)-(B) and {cue.group(0).lower()!r}"
+            if reference is not None and _LETTER_ANSWER.match(str(reference)):
+                return f"options (A)-(B) and the answer {str(reference).strip()!r}"
+    return None

@@ -26,6 +26,7 @@ from rlvr.eval.metrics import (
     status_counts,
     vote_key,
 )
+from rlvr.eval.reflection import reflection_rate
 from rlvr.models.positions import prompt_lengths
 from rlvr.rewards.batch import score_batch
 from rlvr.rewards.extract import final_answer
@@ -83,6 +84,7 @@ class EvalResult:
     pass_at_k: dict[int, float] = field(default_factory=dict)  # k -> mean unbiased pass@k (n > 1)
     maj_at_k: dict[int, float] = field(default_factory=dict)  # k -> mean maj@k over disjoint groups (n > 1, k > 1)
     seconds: float = 0.0  # wall time of generation and scoring (evaluate); 0 when only summarized
+    reflection_rate: float = math.nan  # share of responses with a reflection phrase (rlvr.eval.reflection)
 
     @property
     def greedy(self) -> bool:
@@ -98,6 +100,7 @@ class EvalResult:
             "reward": self.mean_reward,
             "truncated_rate": self.truncated_rate,
             **self.lengths,
+            "text/reflection_rate": self.reflection_rate,
         }
         for k, v in self.pass_at_k.items():
             out[f"pass@{k}"] = v
@@ -198,6 +201,7 @@ def summarize(
         status_counts=status_counts([s.status for s in samples]),
         pass_at_k=pass_k,
         maj_at_k=maj_k,
+        reflection_rate=reflection_rate([s.response for s in samples]),
     )
 
 

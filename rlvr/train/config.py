@@ -1297,13 +1297,13 @@ class FilterRunConfig:
 # The command-line flag of each filter.* key (`rlvr filter --k 8` sets filter.k); messages name both.
 FILTER_FLAGS = {"k": "--k", "band": "--band", "no_reasoning_k": "--no-reasoning-k",
                 "no_reasoning_max_rate": "--no-reasoning-max-rate", "decontaminate_against": "--decontaminate-against",
-                "ngram": "--ngram", "overlap": "--overlap"}
+                "ngram": "--ngram", "overlap": "--overlap", "drop_multiple_choice": "--drop-multiple-choice"}
 
 
 @dataclass
 class FilterSelectConfig:
     """Which problems `rlvr filter` keeps: pass rates of k samples in a band, after the optional
-    decontamination and no-reasoning steps (docs/filtering.md). Each key has a flag of the same name."""
+    multiple-choice, decontamination and no-reasoning steps (docs/filtering.md). Each key has a flag of the same name."""
 
     k: int = 8
     """Samples per problem for its pass rate (a pass rate is a multiple of 1/k)."""
@@ -1324,6 +1324,9 @@ class FilterSelectConfig:
     overlap: float = 0.5
     """Decontamination: drop when this share of a training problem's n-grams is in one evaluation problem
     (0 = any shared n-gram)."""
+    drop_multiple_choice: bool = False
+    """Drop multiple-choice questions before sampling (Kimi k1.5: a guessed option is no evidence of reasoning):
+    options labelled (A), (B), (C) ... or 'A.' lines (rlvr.data.filters.multiple_choice)."""
 
     def validate(self) -> None:
         """Ranges, the band's syntax and that the evaluation files exist."""

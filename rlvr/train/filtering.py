@@ -2,10 +2,10 @@
 under a policy lies in a band, and write them as a dataset that `data.train_path=` reads back
 (docs/filtering.md). `rlvr filter` and a pipeline's filter stage call it.
 
-Steps, each optional except the third: (1) drop problems whose word n-grams overlap an evaluation set
-(filter.decontaminate_against); (2) drop problems the policy solves without reasoning (filter.no_reasoning_k,
+Steps, each optional except the third: (0) drop multiple-choice questions (filter.drop_multiple_choice,
+Kimi k1.5); (1) drop problems whose word n-grams overlap an evaluation set (filter.decontaminate_against); (2) drop problems the policy solves without reasoning (filter.no_reasoning_k,
 Qwen3); (3) sample filter.k answers per remaining problem, grade them with the task's checker and keep
-filter.band. Contaminated problems and those solved without reasoning are not sampled in step 3 (no compute
+filter.band. Multiple-choice, contaminated problems and those solved without reasoning are not sampled in step 3 (no compute
 is spent on problems already dropped).
 
 Output directory (run.out_dir): train.jsonl (the kept problems, the task's own row format: a file task's
@@ -35,6 +35,7 @@ from rlvr.data.filters import (
     band_split,
     decontaminate,
     estimate_pass_rates,
+    multiple_choice,
     no_reasoning_prompt,
     rate_histogram,
 )
@@ -244,6 +245,7 @@ def report_markdown(report: dict[str, Any]) -> str:
         "",
         _md_table(["step", "problems"], [
             ["training problems", c["problems"]],
+            ["dropped: multiple choice", c.get("multiple_choice", 0)],
             ["dropped: overlaps the evaluation set", c["contaminated"]],
             ["dropped: solved without reasoning", c["solved_without_reasoning"]],
             ["sampled for pass rates", c["sampled"]],
@@ -314,11 +316,19 @@ def filter_problems(cfg: FilterConfig, *, resume: bool = False) -> FilterResult:
     # ---- the task (cheap), evaluation files: everything that can fail does so before the model loads
     task, reg_task, train, rows, eval_items, eval_sources = _problems(cfg, sources)
 
-    # ---- 1. decontamination
+    # ---- 0. multiple choice, 1. decontamination
     status = ["kept"] * len(train)
+    choice_of: dict[int, str] = {}  # index -> why it is a multiple-choice question
+    if sel.drop_multiple_choice:
+        for i, ex in enumerate(train):
+            if (why := multiple_choice(ex.question, ex.reference)) is not None:
+                choice_of[i], status[i] = why, "multiple choice"
     decon = None
     if eval_items:
-        decon = decontaminate(train, eval_items, n=sel.ngram, threshold=sel.overlap)
+        decon = decontaminate([ex for i, ex in enumerate(train) if i not in choice_of], eval_items, n=sel.ngram,
+                              threshold=sel.overlap)
+        index_of = [i for i in range(len(train)) if i not in choice_of]  # back to positions in `train`
+        decon = replace(decon, matches=[replace(m, index=index_of[m.index]) for m in decon.matches])
         for m in decon.matches:
             status[m.index] = "contaminated"
     survivors = [i for i in range(len(train)) if status[i] == "kept"]
@@ -337,6 +347,8 @@ def filter_problems(cfg: FilterConfig, *, resume: bool = False) -> FilterResult:
     band_label = f"{the_band}" + (f" ({the_band.name})" if the_band.name else "")
     print(f"filtering {len(train)} training problems of {task.name} (template {task.template}, reward "
           f"{reward_name}) with {policy}: k={k} samples each, {decoding}, band {band_label}{taken}")
+    if sel.drop_multiple_choice:
+        print(f"multiple choice: dropped {len(choice_of)} of {len(train)}")
     if decon is not None:
         print(f"decontamination: dropped {len(decon.dropped)} of {len(train)} ({sel.ngram}-gram overlap >= "
               f"{sel.overlap:g} against {', '.join(dict.fromkeys(eval_sources))}, {len(eval_items)} problems)")
@@ -440,6 +452,8 @@ def filter_problems(cfg: FilterConfig, *, resume: bool = False) -> FilterResult:
                                **per_problem.get(i, {"correct": None, "k": k, "pass_rate": None, "failed": None})}
         if i in nr_of:
             row["no_reasoning_correct"], row["no_reasoning_k"] = nr_of[i]
+        if i in choice_of:
+            row["multiple_choice"] = choice_of[i]
         if i in contaminated_by:
             row["eval_id"] = contaminated_by[i].eval_id
             row["overlap"] = contaminated_by[i].overlap
@@ -467,10 +481,12 @@ def filter_problems(cfg: FilterConfig, *, resume: bool = False) -> FilterResult:
                           "high_inclusive": the_band.high_inclusive},
             "no_reasoning_k": sel.no_reasoning_k, "no_reasoning_max_rate": sel.no_reasoning_max_rate,
             "decontaminate_against": sources, "ngram": sel.ngram, "overlap": sel.overlap,
+            "drop_multiple_choice": sel.drop_multiple_choice,
             "config": to_dict(cfg),
         },
         "counts": {
             "problems": len(train),
+            "multiple_choice": len(choice_of),
             "contaminated": len(decon.dropped) if decon else 0,
             "solved_without_reasoning": no_reasoning["dropped"] if no_reasoning else 0,
             "sampled": len(counts),

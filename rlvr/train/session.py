@@ -36,6 +36,7 @@ from typing import Any
 
 from rlvr.data import get_task
 from rlvr.data.task_data import TaskDataError
+from rlvr.eval.reflection import reflection_rate
 from rlvr.models.positions import check_positions as check_model_positions
 from rlvr.rewards.errors import RewardErrorLog
 from rlvr.rewards.types import Status, format_rate
@@ -473,6 +474,7 @@ def sample_metrics(rewards, rollouts) -> dict[str, Any]:
     m["len/correct"] = sum(lc) / len(lc) if lc else None
     m["len/incorrect"] = sum(li) / len(li) if li else None
     m["len/truncated_frac"] = sum(ro.finish_reason == "length" for ro in rollouts) / n
+    m["text/reflection_rate"] = reflection_rate([ro.text for ro in rollouts])  # "wait", "let me check", ...
     return m
 
 
