@@ -187,6 +187,8 @@ def score_batch(
         fn = resolve_reward_fn(reward_fn)
         if workers > 1:
             _pool.get_pool(min_size=workers)
+        if hasattr(fn, "prepare_batch"):  # batch work first (the model judge's requests, rlvr.rewards.judge)
+            fn.prepare_batch(list(responses), exs, workers=workers, timeout_s=timeout)
 
         def one(i: int) -> None:
             with verifier_timeout(timeout):

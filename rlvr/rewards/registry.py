@@ -20,6 +20,7 @@ from rlvr.rewards.functions import (
     r1_zero,
 )
 from rlvr.rewards.grader import verifier_tolerance
+from rlvr.rewards.judge import UNCONFIGURED_JUDGE
 from rlvr.rewards.steps import sum_steps
 from rlvr.rewards.tolerance import check_tolerance
 from rlvr.rewards.types import ExampleLike, Reward, RewardFn, Status
@@ -39,6 +40,9 @@ REWARD_FUNCTIONS: dict[str, RewardFn] = {
     "answer": answer_reward,
     # one reward per step line besides the outcome (process supervision, rlvr.rewards.steps)
     "sum_steps": sum_steps,
+    # a model judge of answer equivalence (rlvr.rewards.judge): an ERROR until a run binds the judge section's
+    # judge to it (bind_reward, at load_task_data)
+    "judge": UNCONFIGURED_JUDGE,
 }
 
 
@@ -87,6 +91,21 @@ class ComposedReward:
     unless any term timed out or errored (then that, so it is counted)."""
 
     weights: tuple[tuple[str, float], ...]  # ((name, weight), ...), order kept
+    # terms bound to an object instead of the registry's (the run's configured judge: bind_reward)
+    bound: tuple[tuple[str, RewardFn], ...] = ()
+
+    def _fn(self, name: str) -> RewardFn:
+        for key, fn in self.bound:
+            if key == name:
+                return fn
+        return get_reward_fn(name)
+
+    def prepare_batch(self, responses, examples, **kw) -> None:
+        """Batch work of the terms that have any (the judge's requests), before the per-sample calls."""
+        for name, _ in self.weights:
+            fn = self._fn(name)
+            if hasattr(fn, "prepare_batch"):
+                fn.prepare_batch(responses, examples, **kw)
 
     def __call__(self, response: str, example: ExampleLike) -> Reward:
         total = 0.0
@@ -94,7 +113,7 @@ class ComposedReward:
         statuses: list[Status] = []
         infos: list[str] = []
         for name, weight in self.weights:
-            r = get_reward_fn(name)(response, example)
+            r = self._fn(name)(response, example)
             total += weight * r.total
             parts[name] = r.total
             for k, v in r.parts.items():
@@ -123,6 +142,23 @@ class WithTolerance:
     def __call__(self, response: str, example: ExampleLike) -> Reward:
         with verifier_tolerance(self.tolerance):
             return self.fn(response, example)
+
+    def prepare_batch(self, responses, examples, **kw) -> None:
+        if hasattr(self.fn, "prepare_batch"):
+            with verifier_tolerance(self.tolerance):
+                self.fn.prepare_batch(responses, examples, **kw)
+
+
+def bind_reward(fn: RewardFn, name: str, impl: RewardFn) -> RewardFn:
+    """`fn` with its registered term `name` replaced by `impl` (a run's configured judge for "judge"): the
+    registry's own function itself, a composition's term, inside a tolerance wrapper; else `fn` unchanged."""
+    if fn is REWARD_FUNCTIONS.get(name):
+        return impl
+    if isinstance(fn, ComposedReward) and any(k == name for k, _ in fn.weights):
+        return ComposedReward(fn.weights, tuple((k, f) for k, f in fn.bound if k != name) + ((name, impl),))
+    if isinstance(fn, WithTolerance):
+        return WithTolerance(bind_reward(fn.fn, name, impl), fn.tolerance)
+    return fn
 
 
 def with_tolerance(fn: RewardFn | str, tolerance: str | None) -> RewardFn:

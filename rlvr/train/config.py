@@ -304,6 +304,75 @@ class DataConfig:
 
 
 @dataclass
+class JudgeConfig:
+    """The model judge of data.reward=judge (rlvr.rewards.judge; docs/verifier.md, "Model judge")."""
+
+    url: str = ""
+    """OpenAI-compatible endpoint base (http://127.0.0.1:8000/v1): each sample's prompt is POSTed to
+    {url}/chat/completions; '' = a local judge model (judge.model)."""
+    model: str = ""
+    """With judge.url: the model name sent to the endpoint. Without: a local judge model loaded through the
+    generator builder ('tiny', a model folder, a run or checkpoint directory)."""
+    prompt: str = ""
+    """Template with {question} {reference} and {answer} (the extracted final answer) or {response} (the whole
+    response); the reply's last EQUIVALENT / DIFFERENT word is the verdict; '' = the built-in one-word prompt."""
+    max_tokens: int = 16
+    """Tokens the judge may reply with (one verdict word needs few; more for a judge that reasons first)."""
+    timeout_s: float = 30.0
+    """Deadline of one request (HTTP); the batch's is timeout_s per round of judge.concurrency requests."""
+    concurrency: int = 8
+    """HTTP requests in flight at once."""
+    batch_size: int = 64
+    """Local judge model: prompts per forward batch of its generate call."""
+    fallback: Literal["symbolic", "incorrect"] = "symbolic"
+    """When the judge fails (timeout, HTTP error, no verdict word): score the sample with the task's symbolic
+    checker (symbolic) or as wrong (incorrect); counted in judge/fallbacks."""
+    api_key_env: str = ""
+    """Name of the environment variable holding the endpoint's key (sent as a Bearer token, never logged)."""
+    device: str = ""
+    """Local judge model: torch device; '' = model.device."""
+
+    def validate(self) -> None:
+        """URL scheme, prompt placeholders, ranges (whether data.reward uses the judge: the trainer configs)."""
+        from rlvr.rewards.judge import check_url, prompt_problem
+
+        c = _Checks("judge")
+        if self.url and (problem := check_url(self.url)) is not None:
+            c.error(f"judge.url={self.url!r} {problem}")
+        if self.prompt and (problem := prompt_problem(self.prompt)) is not None:
+            c.error(f"judge.prompt: {problem}")
+        c.at_least("max_tokens", self.max_tokens, 1)
+        c.need("timeout_s", self.timeout_s, self.timeout_s > 0, "> 0")
+        c.at_least("concurrency", self.concurrency, 1)
+        c.at_least("batch_size", self.batch_size, 1)
+        if self.api_key_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.api_key_env):
+            c.error(f"judge.api_key_env={self.api_key_env!r} must be the NAME of an environment variable "
+                    "(letters, digits, _), not the key itself")
+        if self.device:
+            c.device("device", self.device)
+        c.done()
+
+    def check_reward(self, data: DataConfig, distributed: DistributedConfig | None = None) -> None:
+        """Cross-section: a data.reward naming the judge needs judge.url or judge.model, runs its reward in this
+        process (not data.reward_isolate, not Ray scorer actors)."""
+        from rlvr.rewards.judge import reward_uses_judge
+
+        if not reward_uses_judge(data.reward):
+            return
+        c = _Checks("judge")
+        if not (self.url or self.model):
+            c.error(f"data.reward={data.reward!r} uses the model judge: set judge.url (an OpenAI-compatible "
+                    "endpoint) or judge.model (a local judge model: tiny, a folder, a run directory)")
+        if data.reward_isolate:
+            c.error("data.reward_isolate=true: the judge batches and caches its requests in this process; "
+                    "unset data.reward_isolate with data.reward=judge")
+        if distributed is not None and distributed.placement != "local":
+            c.error(f"distributed.placement={distributed.placement!r}: the judge reward runs in the trainer's "
+                    "process only so far; use distributed.placement=local with data.reward=judge")
+        c.done()
+
+
+@dataclass
 class DecodingConfig:
     """The decoding keys every sampling section shares; SamplingConfig, SFTSamplingConfig and
     EvalSamplingConfig extend it (a section re-declares a field to change its default or docstring)."""
@@ -752,6 +821,8 @@ class TrainConfig:
     """Run directory and logging."""
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     """Placement of generators, scorers and learners (local or Ray); asynchronous rollouts."""
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    """Model judge of data.reward=judge."""
 
     def validate(self) -> None:
         """Every rule of `rlvr train` that involves more than one key, after the sections' own checks:
@@ -764,6 +835,7 @@ class TrainConfig:
         self.batch_plan()
         _check_asynchronous(self)
         _check_sharded(self)
+        self.judge.check_reward(self.data, self.distributed)
 
     def loss_length_cap(self) -> int:
         """The most sampled tokens one response can have when sampling.max_tokens does not bound them, else 0:
@@ -926,11 +998,14 @@ class EvalConfig:
     """Engine (hf or vllm)."""
     run: EvalRunConfig = field(default_factory=EvalRunConfig)
     """Seed, threads, output file."""
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    """Model judge of data.reward=judge."""
 
     def validate(self) -> None:
         """After the sections' own checks: evaluation reads only held-out problems."""
         self.data.check_problem_counts(("test",))
         self.rollout.check_placement(self.model)
+        self.judge.check_reward(self.data)
 
 
 # ------------------------------------------------------------------------------------- validation

@@ -30,6 +30,7 @@ from rlvr.config import ConfigError
 from rlvr.data import get_task
 from rlvr.eval import CPU_EVAL_TOKENS, EvalResult, cpu_chunks, evaluate
 from rlvr.models.positions import check_positions
+from rlvr.rewards.judge import judge_metrics
 from rlvr.rollout import with_thinking_budget
 from rlvr.rollout.types import SamplingSpec
 from rlvr.runtime import set_num_threads
@@ -51,11 +52,13 @@ class PolicyEvaluation:
     out: Path | None = None  # run.out, when written
     samples_path: Path | None = None  # the scored samples next to it
     budgets: list[int] = field(default_factory=list)
+    judge: dict[int, dict[str, float]] = field(default_factory=dict)  # data.reward=judge: judge/* per budget
 
     def metrics(self, budget: int | None = None) -> dict[str, Any]:
-        """rlvr.eval metrics of one budget (the first by default), with time/eval_s."""
-        r = self.results[self.budgets[0] if budget is None else budget]
-        return {**r.metrics(), "time/eval_s": r.seconds}
+        """rlvr.eval metrics of one budget (the first by default), with time/eval_s (and judge/* with a judge)."""
+        b = self.budgets[0] if budget is None else budget
+        r = self.results[b]
+        return {**r.metrics(), **self.judge.get(b, {}), "time/eval_s": r.seconds}
 
 
 def budget_label(budget: int) -> str:
@@ -96,7 +99,7 @@ def evaluate_policy(cfg: EvalConfig, *, budgets: Sequence[int] | None = None,
     t0 = time.perf_counter()
     try:
         model, tok = policy_from_config(cfg.model, seed=cfg.run.seed)
-        task = load_task_data(cfg.data, tok, train=False)
+        task = load_task_data(cfg.data, tok, train=False, judge=cfg.judge, judge_device=cfg.model.device)
     except TaskDataError:
         raise
     except (ValueError, KeyError, OSError) as exc:
@@ -138,7 +141,7 @@ def evaluate_policy(cfg: EvalConfig, *, budgets: Sequence[int] | None = None,
     how = (f"{calls} generate calls of at most {CPU_EVAL_TOKENS} tokens (CPU)" if chunks is not None
            else f"{calls} generate calls of at most {cfg.sampling.batch_size} problems")
     say(f"loaded in {load_s:.1f} s; generating {len(examples)} x {spec.n} responses, {how} ...")
-    results = {}
+    results, judged = {}, {}
     for budget in budgets:
         generator = with_thinking_budget(base_gen, budget, cfg.sampling.stop_thinking_text, template=task.template)
         started = time.perf_counter()
@@ -152,7 +155,9 @@ def evaluate_policy(cfg: EvalConfig, *, budgets: Sequence[int] | None = None,
                                        chunks=chunks, scorer=task_scorer(task, cfg.data), on_chunk=progress)
         except ValueError as exc:  # e.g. a thinking budget with a backend that cannot take prompt ids
             raise ConfigError(str(exc)) from None
-    out = PolicyEvaluation(results=results, task=task.name, problems=len(examples), load_s=load_s, budgets=budgets)
+        judged[budget] = judge_metrics(task.reward_fn)
+    out = PolicyEvaluation(results=results, task=task.name, problems=len(examples), load_s=load_s, budgets=budgets,
+                           judge={b: m for b, m in judged.items() if m})
     if cfg.run.out:
         _write(cfg, out)
     return out

@@ -29,6 +29,7 @@ import torch
 from rlvr.algo import Truncation
 from rlvr.distributed import build_placement
 from rlvr.rewards.batch import score_rollouts  # noqa: F401 - re-exported
+from rlvr.rewards.judge import judge_metrics
 from rlvr.rewards.types import Status
 from rlvr.rollout import rollouts_to_batch
 from rlvr.runtime import memory_stats, peak_tflops, reset_peak_memory
@@ -209,6 +210,7 @@ def train(
                 learner.reference.after_step(step, model, loop.path, loop.stop.last_ckpt)
             metrics = step_metrics(sampled.rewards, sampled.rollouts, sampled.shaped, sampled.zero_var, sampled.keep,
                                    learned, step)
+            metrics.update(judge_metrics(task.reward_fn))  # data.reward=judge: the step's judge/* counts
             metrics.update(_loop_metrics(cfg, sampled, masked, len(kept), problems, learner.scheduler, timer))
             if loop.due(step, r.eval_every):  # (sharded: rank 0's engine; never due on the other ranks)
                 metrics.update(_evaluate(source.sampler, task, cfg, step, timer))

@@ -340,6 +340,8 @@ def start(cfg, *, data=None, train: bool = True, rl: bool = True, episodes: bool
     model, tokenizer = policy_from_config(cfg.model, seed=r.seed)
     cfg = record_model_shape(cfg, model)  # config.yaml records the shape that was trained
     kw = {"episodes": True} if episodes else {}
+    if getattr(cfg, "judge", None) is not None:  # data.reward=judge: the judge section's judge in the reward
+        kw |= {"judge": cfg.judge, "judge_device": cfg.model.device}
     task = data if data is not None else load_task_data(cfg.data, tokenizer, train=train, **kw)
     if rl and not task.train:
         raise TaskDataError(f"data: task {task.name!r} has no training examples")

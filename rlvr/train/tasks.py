@@ -17,21 +17,27 @@ from rlvr.envs.task import env_task_data
 from rlvr.eval import cpu_chunks, evaluate
 from rlvr.rewards import score_batch
 from rlvr.rewards.batch import resolve_reward_fn
-from rlvr.rewards.registry import with_tolerance
+from rlvr.rewards.judge import judge_metrics, reward_uses_judge
+from rlvr.rewards.registry import bind_reward, with_tolerance
 from rlvr.rollout.types import SamplingSpec
+from rlvr.train.judge import build_judge
 
 
-def load_task_data(data_cfg, tokenizer=None, *, train: bool = True, episodes: bool = False) -> TaskData:
+def load_task_data(data_cfg, tokenizer=None, *, train: bool = True, episodes: bool = False, judge=None,
+                   judge_device: str = "cpu") -> TaskData:
     """TaskData for a DataConfig; any failure is a TaskDataError whose message starts with the key.
     train=False (evaluation) reads or generates no training split. episodes=True: the caller runs
-    multi-turn episodes for data.env (rlvr train); other callers get a clear refusal."""
+    multi-turn episodes for data.env (rlvr train); other callers get a clear refusal. judge: the run's
+    judge section (JudgeConfig): when data.reward names the judge, it is built (a local judge model loads
+    on judge.device or `judge_device`) and bound into the reward; None leaves the registry's unconfigured
+    judge (every call an ERROR naming the keys)."""
     if getattr(data_cfg, "env", "") and not episodes:
         raise TaskDataError(f"data.env={data_cfg.env!r}: multi-turn environments run in `rlvr train` only so far "
                             "(its periodic and final evaluation covers held-out episodes); unset data.env here")
     try:
         if getattr(data_cfg, "env", ""):
             return env_task_data(data_cfg, tokenizer, train=train)
-        return _load_task_data(data_cfg, tokenizer, train)
+        return _load_task_data(data_cfg, tokenizer, train, judge, judge_device)
     except TaskDataError:
         raise
     except (ValueError, KeyError, OSError) as exc:
@@ -100,7 +106,8 @@ def check_data_files(data_cfg, *, train: bool = True) -> None:
             raise TaskDataError(f"data.{key}={path}: no {split} problems (the file has no non-blank lines)")
 
 
-def _load_task_data(data_cfg, tokenizer=None, need_train: bool = True) -> TaskData:
+def _load_task_data(data_cfg, tokenizer=None, need_train: bool = True, judge=None,
+                    judge_device: str = "cpu") -> TaskData:
     """TaskData for a DataConfig via rlvr.data's task registry.
 
     Synthetic tasks (arithmetic, countdown, ...) generate data.num_train training and
@@ -133,6 +140,9 @@ def _load_task_data(data_cfg, tokenizer=None, need_train: bool = True) -> TaskDa
     else:
         held_out = []
     reward_fn = resolve_reward_fn(data_cfg.reward) if data_cfg.reward else task.reward_fn(template)
+    if judge is not None and reward_uses_judge(data_cfg.reward):  # the model judge, on the task's own checker
+        reward_fn = bind_reward(reward_fn, "judge", build_judge(judge, task.reward_fn(template), device=judge_device,
+                                                                seed=data_cfg.seed))
     if getattr(data_cfg, "verifier_tolerance", ""):
         reward_fn = with_tolerance(reward_fn, data_cfg.verifier_tolerance)
     return TaskData(
@@ -173,9 +183,11 @@ def eval_policy(generator, task: TaskData, cfg, *, greedy: bool = True, step: in
                               seed=cfg.run.seed + 99991, logprobs=False)
     if task.env is not None:  # multi-turn episodes (rlvr.envs)
         return task.env.evaluate(generator, examples, spec, chunk_size=cfg.run.eval_batch_size, samples=samples)
-    return evaluate_examples(generator, task, examples, spec, chunk_size=cfg.run.eval_batch_size,
-                             scorer=task_scorer(task, cfg.data), samples=samples,
-                             chunks=_cpu_eval_chunks(generator, task, examples, cfg))
+    judge_metrics(task.reward_fn)  # the judge's counts from here on are the evaluation's (the step took its own)
+    out = evaluate_examples(generator, task, examples, spec, chunk_size=cfg.run.eval_batch_size,
+                            scorer=task_scorer(task, cfg.data), samples=samples,
+                            chunks=_cpu_eval_chunks(generator, task, examples, cfg))
+    return out | judge_metrics(task.reward_fn)
 
 
 def _cpu_eval_chunks(generator, task: TaskData, examples: Sequence[Any], cfg) -> list[int] | None:
