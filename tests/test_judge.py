@@ -1,0 +1,428 @@
+"""The model judge reward (rlvr.rewards.judge, rlvr.train.judge): against a loopback HTTP server that speaks the
+OpenAI chat completions API (scripted verdicts; no network), a scripted and a tiny local judge model, the
+composition with other rewards, and the judge section's config errors."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from rlvr.data import Example
+from rlvr.rewards import Status, get_reward_fn, score_batch
+from rlvr.rewards.functions import math as math_reward
+from rlvr.rewards.judge import (
+    DEFAULT_PROMPT,
+    HTTPJudge,
+    JudgeReply,
+    JudgeReward,
+    fill_prompt,
+    judge_metrics,
+    parse_verdict,
+    prompt_problem,
+    reward_uses_judge,
+)
+from rlvr.rewards.registry import bind_reward, with_tolerance
+
+# ------------------------------------------------------------------------------------ loopback judge
+
+
+class JudgeServer:
+    """A /v1/chat/completions endpoint on 127.0.0.1 (port 0) in a thread. `verdict(answer, reference)` gives
+    the reply text, or ("status", code) for an HTTP error, or ("sleep", seconds, text) for a slow reply.
+    Records every request (path, headers, body) and the most requests in flight at once."""
+
+    def __init__(self, verdict, hold_s: float = 0.0):
+        self.verdict, self.hold_s = verdict, hold_s
+        self.requests: list[tuple[str, dict, dict]] = []
+        self.inflight = self.max_inflight = 0
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # quiet
+                pass
+
+            def do_POST(self):  # noqa: N802 - http.server's name
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with outer.lock:
+                    outer.requests.append((self.path, dict(self.headers), body))
+                    outer.inflight += 1
+                    outer.max_inflight = max(outer.max_inflight, outer.inflight)
+                try:
+                    content = body["messages"][-1]["content"]
+                    answer = re.search(r"Student's final answer: (.*)", content).group(1)
+                    reference = re.search(r"Reference answer: (.*)", content).group(1)
+                    out = outer.verdict(answer, reference)
+                    if outer.hold_s:
+                        time.sleep(outer.hold_s)
+                    if isinstance(out, tuple) and out[0] == "status":
+                        self.send_response(out[1])
+                        self.end_headers()
+                        self.wfile.write(b"server error")
+                        return
+                    if isinstance(out, tuple) and out[0] == "sleep":
+                        time.sleep(out[1])
+                        out = out[2]
+                    data = json.dumps({"id": "x", "object": "chat.completion", "choices": [
+                        {"index": 0, "message": {"role": "assistant", "content": out}, "finish_reason": "stop"}]})
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data.encode())
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (a timeout test)
+                finally:
+                    with outer.lock:
+                        outer.inflight -= 1
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def semantic(answer: str, reference: str) -> str:
+    """A judge that knows 'one half' is 1/2 (which the symbolic checker does not)."""
+    same = {("one half", "1/2"), ("1/2", "1/2"), ("0.5", "1/2"), ("7", "7"), ("seven", "7")}
+    return "EQUIVALENT" if (answer.strip(), reference.strip()) in same else "DIFFERENT"
+
+
+def ex(question: str, reference: str, i: int = 0) -> Example:
+    return Example(id=f"t:{i}", question=question, reference=reference)
+
+
+HALF = ex("Pour half of the 1 liter bottle: what fraction of it is poured?", "1/2")
+SEVEN = ex("What is 3 + 4?", "7", 1)
+
+
+def http_judge(server: JudgeServer, **kw) -> JudgeReward:
+    opts = {"max_tokens": 5, "timeout_s": 5.0, "concurrency": 4} | kw
+    fallback = opts.pop("fallback", "symbolic")
+    prompt = opts.pop("prompt", "")
+    return JudgeReward(HTTPJudge(server.url, "judge-model", **opts), math_reward, prompt=prompt, fallback=fallback)
+
+
+# ----------------------------------------------------------------------------------------- the parts
+
+
+def test_verdict_parsing_last_word_counts_and_not_equivalent_is_different():
+    assert parse_verdict("EQUIVALENT") is True
+    assert parse_verdict(" different.\n") is False
+    assert parse_verdict("NOT EQUIVALENT") is False
+    assert parse_verdict("They look DIFFERENT at first, but they are EQUIVALENT") is True
+    assert parse_verdict("<think>EQUIVALENT?</think> DIFFERENT") is False
+    assert parse_verdict("yes") is None and parse_verdict("") is None and parse_verdict(None) is None
+
+
+def test_prompt_fill_keeps_latex_braces_and_checks_placeholders():
+    p = fill_prompt("Q={question} R={reference} A={answer}", question="{x}", reference="\\frac{1}{2}",
+                    answer="{reference}", response="unused")
+    assert p == "Q={x} R=\\frac{1}{2} A={reference}"  # one pass: a field's own braces are not re-filled
+    assert prompt_problem(DEFAULT_PROMPT) is None
+    assert "{reference}" in prompt_problem("is {answer} right?")
+    assert "{answer} or {response}" in prompt_problem("ref {reference}")
+    assert prompt_problem("{reference} vs {response}") is None
+    assert reward_uses_judge("judge") and reward_uses_judge("judge:1, format:0.1")
+    assert not reward_uses_judge("r1_zero") and not reward_uses_judge("") and not reward_uses_judge("judges:1")
+
+
+def test_unconfigured_judge_is_an_error_naming_the_keys():
+    r = get_reward_fn("judge")("The answer is 7.", SEVEN)
+    assert r.status is Status.ERROR and "judge.url" in r.info and "judge.model" in r.info
+
+
+# ------------------------------------------------------------------------------------ against a server
+
+
+def test_request_body_and_the_judge_overrules_the_symbolic_checker():
+    with JudgeServer(semantic) as server:
+        judge = http_judge(server)
+        responses = ["The answer is one half.", "The answer is 0.3.", "I do not know"]
+        rewards = score_batch(judge, responses, [HALF, HALF, HALF])
+        # symbolic: 'one half' is not 1/2
+        assert math_reward(responses[0], HALF).status is Status.INCORRECT
+        assert [r.status for r in rewards] == [Status.CORRECT, Status.INCORRECT, Status.UNPARSABLE]
+        assert [r.total for r in rewards] == [1.0, 0.0, 0.0]
+        assert rewards[0].parts == {"format": 1.0, "answer": 1.0} and rewards[0].answer == "one half"
+        assert "EQUIVALENT" in rewards[0].info
+        # no answer, no request: two requests for three responses
+        assert len(server.requests) == 2
+        path, headers, body = server.requests[0]
+        assert path == "/v1/chat/completions"
+        assert body["model"] == "judge-model" and body["max_tokens"] == 5 and body["temperature"] == 0.0
+        content = body["messages"][0]["content"]
+        assert body["messages"][0]["role"] == "user"
+        assert HALF.question in content and "Reference answer: 1/2" in content
+        assert {"Student's final answer: one half", "Student's final answer: 0.3"} == {
+            re.search(r"Student's final answer: .*", b["messages"][0]["content"]).group(0)
+            for _, _, b in server.requests}
+        assert "Authorization" not in headers
+        m = judge_metrics(judge)
+        # 'one half': judge yes, symbolic no; '0.3': both no -> agreement 1 of 2
+        assert m == {"judge/calls": 2, "judge/cache_hits": 0, "judge/failures": 0, "judge/fallbacks": 0,
+                     "judge/agree_symbolic": 0.5}
+        assert judge_metrics(judge) == {"judge/calls": 0, "judge/cache_hits": 0, "judge/failures": 0,
+                                        "judge/fallbacks": 0}  # taken: reset
+
+
+def test_cache_same_question_answer_reference_makes_no_second_request():
+    with JudgeServer(semantic) as server:
+        judge = http_judge(server)
+        # two different responses with the same extracted answer: one request, one cache hit
+        first = score_batch(judge, ["The answer is one half.", "<answer>one half</answer>"], [HALF, HALF])
+        assert len(server.requests) == 1 and [r.total for r in first] == [1.0, 1.0]
+        assert judge_metrics(judge)["judge/cache_hits"] == 1
+        # a later batch (another step): cached for the run
+        again = score_batch(judge, ["so the answer is one half"], [HALF])
+        assert len(server.requests) == 1 and again[0].status is Status.CORRECT
+        m = judge_metrics(judge)
+        assert m["judge/calls"] == 0 and m["judge/cache_hits"] == 1
+        # another question with the same answer and reference is another prompt: asked
+        other = ex("What is 2/4 in lowest terms?", "1/2", 3)
+        score_batch(judge, ["The answer is one half."], [other])
+        assert len(server.requests) == 2
+
+
+def test_requests_run_concurrently_up_to_judge_concurrency():
+    with JudgeServer(semantic, hold_s=0.3) as server:
+        judge = http_judge(server, concurrency=4)
+        examples = [ex(f"q{i}", "7", i) for i in range(8)]
+        rewards = score_batch(judge, [f"The answer is {i}." for i in range(8)], examples)
+        assert len(server.requests) == 8 and [r.total for r in rewards] == [1.0 if i == 7 else 0.0 for i in range(8)]
+        assert 2 <= server.max_inflight <= 4
+    with JudgeServer(semantic, hold_s=0.05) as server:
+        judge = http_judge(server, concurrency=1)
+        score_batch(judge, [f"The answer is {i}." for i in range(4)], [ex(f"q{i}", "7", i) for i in range(4)])
+        assert len(server.requests) == 4 and server.max_inflight == 1
+
+
+def test_timeout_http_error_and_garbage_fall_back_and_are_counted():
+    def script(answer, reference):
+        return {"one half": ("sleep", 3.0, "EQUIVALENT"), "0.5": ("status", 500), "7": "I think so"}.get(
+            answer, "DIFFERENT")
+
+    with JudgeServer(script) as server:
+        judge = http_judge(server, timeout_s=0.5)
+        examples = [HALF, HALF, SEVEN, SEVEN]
+        responses = ["The answer is one half.", "The answer is 0.5.", "The answer is 7.", "The answer is 8."]
+        rewards = score_batch(judge, responses, examples)
+        # symbolic fallback: 'one half' (slow judge) -> the checker's INCORRECT; '0.5' (HTTP 500) -> CORRECT;
+        # '7' (no verdict word) -> CORRECT; '8' -> judged DIFFERENT
+        assert [r.status for r in rewards] == [Status.INCORRECT, Status.CORRECT, Status.CORRECT, Status.INCORRECT]
+        assert "timeout" in rewards[0].info and "judge.timeout_s" in rewards[0].info
+        assert "HTTP 500" in rewards[1].info
+        assert "no verdict word" in rewards[2].info
+        assert rewards[3].info.startswith("judge: DIFFERENT")
+        m = judge_metrics(judge)
+        assert m["judge/calls"] == 4 and m["judge/failures"] == 3 and m["judge/fallbacks"] == 3
+        assert m["judge/agree_symbolic"] == 1.0  # the one judged sample: both say wrong
+        # failures are not cached: asked again next time
+        score_batch(judge, ["The answer is 0.5."], [HALF])
+        assert len(server.requests) == 5
+
+    with JudgeServer(lambda a, r: ("status", 500)) as server:
+        judge = http_judge(server, fallback="incorrect")
+        r = score_batch(judge, ["The answer is 0.5."], [HALF])[0]  # symbolic would say correct
+        assert r.status is Status.INCORRECT and r.total == 0.0 and "judge.fallback=incorrect" in r.info
+        assert judge_metrics(judge)["judge/fallbacks"] == 1
+
+
+def test_unreachable_endpoint_falls_back_without_raising():
+    with JudgeServer(semantic) as server:
+        url = server.url
+    judge = JudgeReward(HTTPJudge(url, "m", timeout_s=2.0), math_reward)  # the server is gone
+    r = judge("The answer is 0.5.", HALF)
+    assert r.status is Status.CORRECT and "cannot reach the judge" in r.info
+    assert judge_metrics(judge)["judge/failures"] == 1
+
+
+def test_api_key_is_sent_from_the_env_var_and_never_shown(monkeypatch):
+    monkeypatch.setenv("RLVR_TEST_JUDGE_KEY", "sk-secret-123")
+    with JudgeServer(semantic) as server:
+        judge = http_judge(server, api_key_env="RLVR_TEST_JUDGE_KEY")
+        r = judge("The answer is seven.", SEVEN)
+        assert r.status is Status.CORRECT
+        headers = server.requests[0][1]
+        assert headers["Authorization"] == "Bearer sk-secret-123"
+        assert "sk-secret" not in repr(judge) and "sk-secret" not in r.info
+
+
+def test_custom_prompt_with_the_whole_response():
+    seen = []
+
+    def script(answer, reference):
+        seen.append(answer)
+        return "EQUIVALENT"
+
+    prompt = "Reference answer: {reference}\nStudent's final answer: {response}\nSay EQUIVALENT or DIFFERENT."
+    with JudgeServer(script) as server:
+        judge = http_judge(server, prompt=prompt)
+        assert judge("Half of it. The answer is one half.", HALF).status is Status.CORRECT
+        assert seen == ["Half of it. The answer is one half."]
+
+
+def test_composition_and_tolerance_wrapper_bind_the_judge():
+    with JudgeServer(semantic) as server:
+        judge = http_judge(server)
+        composed = bind_reward(get_reward_fn("judge:1,format:0.5"), "judge", judge)
+        response = "<think>half</think> <answer>one half</answer>"
+        r = score_batch(composed, [response], [HALF])[0]
+        # judge 1 (symbolically 0) + 0.5 * format 1
+        assert r.total == pytest.approx(1.5) and r.parts["judge"] == 1.0 and r.parts["format"] == 1.0
+        assert r.status is Status.CORRECT
+        assert judge_metrics(composed)["judge/calls"] == 1
+        # with a tolerance wrapper, and the bare name
+        wrapped = bind_reward(with_tolerance(get_reward_fn("judge"), "lenient"), "judge", judge)
+        assert score_batch(wrapped, ["The answer is one half."], [HALF])[0].total == 1.0
+        assert bind_reward(get_reward_fn("judge"), "judge", judge) is judge
+        assert len(server.requests) == 1  # the same prompt: cached
+        # a reward without the judge is left alone
+        assert bind_reward(get_reward_fn("r1_zero"), "judge", judge) is get_reward_fn("r1_zero")
+
+
+# ----------------------------------------------------------------------------------------- local model
+
+
+class ScriptedGenerator:
+    """A Generator that answers each prompt from a script (counts its generate calls)."""
+
+    def __init__(self, reply):
+        self.reply, self.calls, self.weight_version = reply, [], 0
+
+    def generate(self, prompts, spec, *, prompt_ids=None):
+        from types import SimpleNamespace
+
+        self.calls.append((list(prompts), spec))
+        return [SimpleNamespace(text=self.reply(p)) for p in prompts]
+
+
+def test_local_backend_one_generate_call_per_batch():
+    from rlvr.train.judge import GeneratorJudge
+
+    def reply(prompt):
+        answer = re.search(r"Student's final answer: (.*)", prompt).group(1)
+        return semantic(answer, "1/2")
+
+    gen = ScriptedGenerator(reply)
+    judge = JudgeReward(GeneratorJudge(gen, tokenizer=None, max_tokens=3, chat=False), math_reward)
+    responses = ["The answer is one half.", "The answer is 0.3.", "So the answer is one half."]
+    rewards = score_batch(judge, responses, [HALF, HALF, HALF], workers=2)
+    assert [r.total for r in rewards] == [1.0, 0.0, 1.0]
+    assert len(gen.calls) == 1 and len(gen.calls[0][0]) == 2  # one call, the distinct prompts
+    spec = gen.calls[0][1]
+    assert spec.temperature == 0.0 and spec.max_tokens == 3 and spec.n == 1
+
+
+def test_tiny_local_judge_model_through_the_generator_builder(tmp_path):
+    """A tiny random judge model saved to a folder and loaded by judge.model through the project's builders
+    (load_task_data -> build_judge -> build_policy + build_generator): its replies are garbage, so every
+    answered sample falls back to the symbolic checker and is counted."""
+    from rlvr.models import build_tiny_model, save_policy
+    from rlvr.train.config import DataConfig, JudgeConfig
+    from rlvr.train.judge import GeneratorJudge
+    from rlvr.train.tasks import load_task_data
+
+    model, tok = build_tiny_model(hidden_size=32, num_layers=1, num_heads=2, seed=3)
+    save_policy(model, tok, tmp_path / "judge")
+    data = DataConfig(task="arithmetic", reward="judge", num_train=4, num_eval=4, digits=1)
+    task = load_task_data(data, None, judge=JudgeConfig(model=str(tmp_path / "judge"), max_tokens=4))
+    judge = task.reward_fn
+    assert isinstance(judge, JudgeReward) and isinstance(judge.backend, GeneratorJudge)
+    examples = list(task.eval[:4])
+    responses = [e.reference for e in examples[:2]] + ["0", "no number"]
+    rewards = score_batch(task.reward_fn, responses, examples)
+    symbolic = [get_reward_fn("arithmetic")(r, e) for r, e in zip(responses, examples, strict=True)]
+    assert [r.status for r in rewards] == [s.status for s in symbolic]  # the fallback's verdicts
+    assert rewards[0].status is Status.CORRECT and rewards[3].status is Status.UNPARSABLE
+    assert all("no verdict word" in r.info for r in rewards[:3])
+    m = judge_metrics(task.reward_fn)
+    answered = sum(s.status is not Status.UNPARSABLE for s in symbolic)
+    assert m["judge/calls"] + m["judge/cache_hits"] == answered and m["judge/fallbacks"] == answered
+    assert m["judge/failures"] == m["judge/calls"] >= 1 and "judge/agree_symbolic" not in m
+    # the same model by name 'tiny' builds too (a fresh random one)
+    tiny = load_task_data(data, None, judge=JudgeConfig(model="tiny", max_tokens=2))
+    assert isinstance(tiny.reward_fn.backend, GeneratorJudge)
+
+
+def test_a_failing_local_backend_never_raises():
+    class Broken:
+        def judge(self, prompts):
+            raise RuntimeError("boom")
+
+    judge = JudgeReward(Broken(), math_reward)
+    r = judge("The answer is 0.5.", HALF)
+    assert r.status is Status.ERROR and "boom" in r.info  # a backend bug: counted as an error, not raised
+
+    from rlvr.train.judge import GeneratorJudge
+
+    class BrokenGen:
+        def generate(self, prompts, spec, prompt_ids=None):
+            raise RuntimeError("out of memory")
+
+    judge = JudgeReward(GeneratorJudge(BrokenGen(), None, chat=False), math_reward)
+    r = judge("The answer is 0.5.", HALF)
+    assert r.status is Status.CORRECT and "out of memory" in r.info  # the fallback
+    assert judge_metrics(judge)["judge/fallbacks"] == 1
+
+
+def test_backend_reply_count_mismatch_is_a_fallback():
+    class Short:
+        def judge(self, prompts):
+            return [JudgeReply("EQUIVALENT")]
+
+    judge = JudgeReward(Short(), math_reward)
+    rewards = score_batch(judge, ["The answer is one half.", "The answer is 0.2."], [HALF, HALF])
+    assert [r.status for r in rewards] == [Status.INCORRECT, Status.INCORRECT]
+    assert all("replies" in r.info for r in rewards)
+
+
+# --------------------------------------------------------------------------------------------- config
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        (["judge.url=ftp://127.0.0.1/v1"], "judge.url='ftp://127.0.0.1/v1' must start with http://"),
+        (["judge.url=http://127.0.0.1:1/v1", "judge.prompt=Is {answer} right?"], "judge.prompt: the judge prompt "
+                                                                                   "must contain {reference}"),
+        (["data.reward=judge"], "set judge.url"),
+        (["data.reward=judge:1,format:0.1", "judge.url=http://127.0.0.1:1/v1", "data.reward_isolate=true"],
+         "data.reward_isolate=true"),
+        (["judge.api_key_env=sk-abc-123"], "judge.api_key_env='sk-abc-123' must be the NAME"),
+        (["judge.timeout_s=0"], "judge.timeout_s=0"),
+        (["judge.fallback=retry"], "judge.fallback"),
+    ],
+)
+def test_config_errors_name_the_key(overrides, needle):
+    from rlvr.config import ConfigError, load_config
+    from rlvr.train.config import EvalConfig, TrainConfig
+
+    with pytest.raises(ConfigError) as exc:
+        load_config(TrainConfig, None, overrides)
+    assert needle in str(exc.value)
+    with pytest.raises(ConfigError) as exc:
+        load_config(EvalConfig, None, overrides)
+    assert needle in str(exc.value)
+
+
+def test_config_with_a_judge_loads():
+    from rlvr.config import load_config
+    from rlvr.train.config import TrainConfig
+
+    cfg = load_config(TrainConfig, None, ["data.reward=judge:1,format:0.1", "judge.url=https://judge.example/v1",
+                                          "judge.model=m", "judge.api_key_env=JUDGE_KEY"])
+    assert cfg.judge.url == "https://judge.example/v1" and cfg.judge.fallback == "symbolic"
