@@ -269,6 +269,13 @@ class JudgeReward:
     def __repr__(self) -> str:
         return f"JudgeReward({self.backend!r}, fallback={self.fallback!r})"
 
+    def __reduce__(self):
+        # the registry's unconfigured judge pickles by name (registered rewards are picklable: score_batch's
+        # isolate mode); a configured one as its settings with an empty cache (when its backend pickles)
+        if self is UNCONFIGURED_JUDGE:
+            return "UNCONFIGURED_JUDGE"
+        return (_rebuild_judge, (self.backend, self.symbolic, self.prompt, self.fallback, self.cache_size))
+
     def __call__(self, response: str, example: ExampleLike) -> Reward:
         hit = self._memo.get((response, id(example)))
         if hit is not None and hit[0] is example:
@@ -414,6 +421,10 @@ class JudgeReward:
             c.judged += judged
             c.agree += agree
         return out
+
+
+def _rebuild_judge(backend, symbolic, prompt, fallback, cache_size) -> JudgeReward:
+    return JudgeReward(backend, symbolic, prompt=prompt, fallback=fallback, cache_size=cache_size)
 
 
 UNCONFIGURED_JUDGE = JudgeReward()  # the registry's `judge`: an ERROR until a run binds a configured one
