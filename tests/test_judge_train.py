@@ -67,3 +67,22 @@ def test_rlvr_train_refuses_a_judge_reward_without_a_judge(tmp_path):
                                    f"run.out_dir={tmp_path / 'x'}"])
     assert res.exit_code == 2 and "judge.url='127.0.0.1:8000/v1' must start with http://" in res.output
     assert not (tmp_path / "x").exists()
+
+
+def test_rlvr_eval_with_a_judge_writes_judge_metrics(tmp_path):
+    """`rlvr eval data.reward=judge judge.url=...` (EvalConfig's judge section): the judge's verdicts grade the
+    held-out responses and judge/* is in run.out."""
+    with JudgeServer(lambda answer, reference: "EQUIVALENT") as server:
+        res = CliRunner().invoke(app, ["eval", "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
+                                       "data.digits=1", "data.num_eval=6", "sampling.max_tokens=3",
+                                       "data.reward=judge", f"judge.url={server.url}", f"run.out={tmp_path / 'e.json'}"])
+        assert res.exit_code == 0, res.output
+        requests = len(server.requests)
+    out = json.loads((tmp_path / "e.json").read_text())
+    assert out["judge/calls"] == requests and out["judge/failures"] == 0
+    rows = [json.loads(x) for x in (tmp_path / "e.samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 6
+    answered = sum(r["status"] == "correct" for r in rows)  # the judge said EQUIVALENT to each answer
+    assert answered == out["judge/calls"] + out["judge/cache_hits"] > 0
+    assert all(r["status"] in ("correct", "unparsable") for r in rows)
+    assert out["accuracy"] == answered / 6
