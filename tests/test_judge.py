@@ -164,6 +164,9 @@ def test_timeout_http_error_and_garbage_fall_back_and_are_counted():
         # failures are not cached: asked again next time
         score_batch(judge, ["The answer is 0.5."], [HALF])
         assert len(server.requests) == 5
+        # one slow request alone: its own deadline (judge.timeout_s), not only the batch's
+        r = judge("So the answer is one half.", HALF)
+        assert r.status is Status.INCORRECT and "timeout after 0.5 s (judge.timeout_s)" in r.info
 
     with JudgeServer(lambda a, r: ("status", 500)) as server:
         judge = http_judge(server, fallback="incorrect")

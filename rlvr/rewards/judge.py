@@ -200,8 +200,6 @@ class HTTPJudge:
         n = len(prompts)
         if n == 0:
             return []
-        if n == 1:
-            return [self._safe_one(prompts[0])]
         rounds = math.ceil(n / self.concurrency)
         deadline = rounds * self.timeout_s + 1.0
         pool = ThreadPoolExecutor(max_workers=min(self.concurrency, n), thread_name_prefix="rlvr-judge")
