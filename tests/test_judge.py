@@ -228,6 +228,16 @@ def test_composition_and_tolerance_wrapper_bind_the_judge():
         assert bind_reward(get_reward_fn("r1_zero"), "judge", judge) is get_reward_fn("r1_zero")
 
 
+def test_tolerance_wrapper_reaches_the_symbolic_checks_on_worker_threads():
+    """The fallback is the task checker under the run's tolerance, also when prepare_batch checks on threads."""
+    pi = ex("What is pi?", "\\pi", 5)
+    with JudgeServer(lambda a, r: ("status", 500)) as server:  # every request fails: the checker decides
+        for tolerance, want in (("strict", Status.INCORRECT), ("lenient", Status.CORRECT)):
+            judge = bind_reward(with_tolerance(get_reward_fn("judge"), tolerance), "judge", http_judge(server))
+            rewards = score_batch(judge, ["The answer is 3.14.", "So the answer is 3.14"], [pi, pi], workers=2)
+            assert [r.status for r in rewards] == [want, want], tolerance
+
+
 # ----------------------------------------------------------------------------------------- local model
 
 
@@ -351,6 +361,16 @@ def test_config_errors_name_the_key(overrides, needle):
     with pytest.raises(ConfigError) as exc:
         load_config(EvalConfig, None, overrides)
     assert needle in str(exc.value)
+
+
+@pytest.mark.parametrize("command", ["sft", "ei", "filter"])
+def test_commands_without_a_judge_section_refuse_it(command):
+    from rlvr.config import ConfigError, load_config
+    from rlvr.train.config import EIConfig, FilterConfig, SFTConfig
+
+    cls = {"sft": SFTConfig, "ei": EIConfig, "filter": FilterConfig}[command]
+    with pytest.raises(ConfigError, match=f"data.reward='judge:1,format:0.1'.*not rlvr {command}"):
+        load_config(cls, None, ["data.reward=judge:1,format:0.1"])
 
 
 def test_config_with_a_judge_loads():

@@ -28,6 +28,7 @@ This module is torch-free and imports no higher layer: a local-model backend is 
 
 from __future__ import annotations
 
+import contextvars
 import json
 import math
 import os
@@ -325,8 +326,10 @@ class JudgeReward:
                 return self._symbolic(responses[i], examples[i])
 
         if workers > 1 and n > 1:
+            # each thread runs in a copy of the caller's context: a tolerance wrapper's setting holds there too
+            contexts = [contextvars.copy_context() for _ in range(n)]
             with ThreadPoolExecutor(max_workers=min(workers, n), thread_name_prefix="rlvr-judge-sym") as ex:
-                sym = list(ex.map(symbolic, range(n)))
+                sym = list(ex.map(lambda i: contexts[i].run(symbolic, i), range(n)))
         else:
             sym = [symbolic(i) for i in range(n)]
 

@@ -915,6 +915,7 @@ class SFTConfig:
         """After the sections' own checks: SFT builds the task's training and held-out problems; the
         aggregation name, the batch arithmetic, steps and learning rate (also for a config built in Python:
         rlvr.train.sft.validate_sft_config runs this)."""
+        _refuse_judge(self.data, "rlvr sft")
         self.data.check_problem_counts(("train", "test"))
         self.rollout.check_placement(self.model)
         from rlvr.algo import LOSS_AGGREGATIONS  # imports torch: only here
@@ -1069,6 +1070,16 @@ class _Checks:
     def done(self) -> None:
         if self.errors:
             raise ConfigError(self.errors)
+
+
+def _refuse_judge(data: DataConfig, command: str) -> None:
+    """The model judge has a config section in `rlvr train` and `rlvr eval` only: elsewhere data.reward=judge
+    would score every response as an error, so it is refused here, naming the key."""
+    from rlvr.rewards.judge import reward_uses_judge
+
+    if reward_uses_judge(data.reward):
+        raise ConfigError(f"data.reward={data.reward!r}: the model judge is wired into rlvr train and rlvr eval "
+                          f"only (their judge section), not {command}")
 
 
 def _device_problem(key: str, device: str) -> str | None:
@@ -1311,6 +1322,7 @@ class EIConfig:
     def validate(self) -> None:
         """After the sections' own checks: expert iteration reads both splits, G > 1 identical greedy
         samples would only repeat one answer, and rlvr train's online problem selection is refused."""
+        _refuse_judge(self.data, "rlvr ei")
         if self.sampling.mask_truncated:
             raise ConfigError("sampling.mask_truncated masks the policy-gradient loss of `rlvr train`; expert "
                               "iteration fine-tunes on verified answers only (leave it false)")
@@ -1454,6 +1466,7 @@ class FilterConfig:
     """Seed, threads, output directory."""
 
     def validate(self) -> None:
+        _refuse_judge(self.data, "rlvr filter")
         self.data.check_problem_counts(("train",))
 
 
