@@ -56,6 +56,7 @@ from rlvr.algo.logprobs import (
 )
 from rlvr.algo.losses import (
     POLICY_LOSSES,
+    cispo,
     grpo_clip,
     grpo_no_clip,
     gspo,
@@ -80,6 +81,7 @@ __all__ = [
     "Truncation",
     "aggregate_loss",
     "batch_std",
+    "cispo",
     "compute_advantages",
     "dapo_overlong_penalty",
     "entropy_from_logits",

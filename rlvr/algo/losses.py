@@ -194,6 +194,33 @@ def kimi(logp, old_logp, advantages, mask, *, clip_low=0.2, clip_high=0.2, dual_
     return loss, {**_ratio_stats(ratio, valid), **_no_clip_meta(valid)}
 
 
+def cispo(logp, old_logp, advantages, mask, *, clip_low=0.2, clip_high=0.2, dual_clip=None, tau=1.0):
+    """CISPO (MiniMax-M1, Chen et al. 2025, eq. 4-5): -sg[clip(ratio, 1 - clip_low, 1 + clip_high)] * A * logp.
+
+    The importance weight is clipped and detached; the gradient flows through logp only, so a token
+    whose ratio left the range keeps its gradient, with the clipped weight (grpo_clip gives it 0).
+    Value -w A logp, gradient -w A grad(logp), w = the clipped ratio; on policy w = 1 and the loss is
+    REINFORCE (-A logp). MiniMax sets no lower bound (clip_low >= 1: the weight is only capped) and
+    tunes clip_high alone; the ``cispo`` recipe uses clip_low=1, clip_high=4 (weight at most 5, the cap
+    of TRL's / ms-swift's epsilon_high=5). dual_clip and tau are ignored. clip_frac_low / clip_frac_high:
+    share of valid tokens whose weight was clipped at the lower / upper bound, whatever the sign of A
+    (they still carry a gradient here).
+    """
+    if clip_low < 0 or clip_high < 0:
+        raise ValueError(f"clip_low and clip_high must be >= 0, got {clip_low}, {clip_high}")
+    adv, valid = _prep(logp, old_logp, advantages, mask)
+    ratio = _ratio(logp, old_logp, valid)
+    r = ratio.detach()
+    weight = r.clamp(min=1.0 - clip_low, max=1.0 + clip_high)
+    loss = _zero_invalid(-weight * adv * logp, valid)
+    meta = {
+        "clip_frac_low": _frac((r < 1.0 - clip_low) & valid, valid),
+        "clip_frac_high": _frac((r > 1.0 + clip_high) & valid, valid),
+        "clip_frac_dual": torch.zeros((), device=valid.device),
+    }
+    return loss, {**_ratio_stats(ratio, valid), **meta}
+
+
 PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
 
 POLICY_LOSSES: dict[str, PolicyLossFn] = {
@@ -203,6 +230,7 @@ POLICY_LOSSES: dict[str, PolicyLossFn] = {
     "grpo_no_clip": grpo_no_clip,
     "gspo": gspo,
     "kimi": kimi,
+    "cispo": cispo,
 }
 
 
@@ -255,6 +283,7 @@ def value_loss(
 
 __all__ = [
     "POLICY_LOSSES",
+    "cispo",
     "gspo",
     "grpo_clip",
     "grpo_no_clip",

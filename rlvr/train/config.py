@@ -463,7 +463,7 @@ class AlgoConfig:
     loss: str = "grpo_clip"
     """Per-token policy loss (rlvr.algo.POLICY_LOSSES)."""
     clip_low: float = 0.2
-    """Lower clip range: ratio is clipped at 1 - clip_low."""
+    """Lower clip range: ratio is clipped at 1 - clip_low (cispo: the detached weight; 1 = no lower bound)."""
     clip_high: float = 0.2
     """Upper clip range: ratio is clipped at 1 + clip_high (DAPO's clip-higher sets it above clip_low)."""
     dual_clip: float = 0.0
@@ -1060,7 +1060,11 @@ def _check_policy_gradient(cfg: TrainConfig) -> None:
             f"sampling.group_size={s.group_size}: the {a.advantage!r} advantage compares responses within a "
             "group, so every advantage would be 0; use sampling.group_size >= 2 or algo.advantage=no_baseline"
         )
-    if not 0 <= a.clip_low < 1:
+    if a.loss == "cispo":  # the clipped weight floors at 1 - clip_low; 1 = no lower bound (MiniMax-M1)
+        if not 0 <= a.clip_low <= 1:
+            raise ConfigError(f"algo.clip_low={a.clip_low} must be in [0, 1] with algo.loss=cispo "
+                              "(1 = no lower bound on the importance weight)")
+    elif not 0 <= a.clip_low < 1:
         raise ConfigError(f"algo.clip_low={a.clip_low} must be in [0, 1)")
     if a.clip_high < 0:
         raise ConfigError(f"algo.clip_high={a.clip_high} must be >= 0")
