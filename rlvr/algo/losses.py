@@ -221,6 +221,38 @@ def cispo(logp, old_logp, advantages, mask, *, clip_low=0.2, clip_high=0.2, dual
     return loss, {**_ratio_stats(ratio, valid), **meta}
 
 
+def high_entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, quantile: float) -> tuple[torch.Tensor, float]:
+    """The top-`quantile` share of valid tokens by entropy ("80/20": Wang et al. 2025; TRL's top_entropy_quantile).
+
+    entropy, mask: (B, T); quantile q in (0, 1]. The threshold is the (1 - q) quantile of the entropies of the
+    valid (mask != 0) tokens of the WHOLE tensor, linearly interpolated between order statistics (what
+    torch.quantile and TRL compute: sorted values s_0 <= ... <= s_{n-1}, position (1 - q)(n - 1)); a token is
+    kept when it is valid and its entropy is >= the threshold, so ties at the threshold are all kept and the
+    kept share can exceed q. Pass the entropies of everything that shares one loss normalizer (a minibatch),
+    not of one micro-batch: the mask must not depend on how the minibatch is split. q = 1 keeps every valid
+    token. Returns (keep (B, T) bool, threshold as a float; 0.0 when there is no valid token).
+    """
+    if not 0 < quantile <= 1:
+        raise ValueError(f"quantile must be in (0, 1], got {quantile}")
+    if entropy.shape != mask.shape or entropy.dim() != 2:
+        raise ValueError(f"entropy {tuple(entropy.shape)} and mask {tuple(mask.shape)} must both be (B, T)")
+    valid = mask != 0
+    ent = entropy.detach().double()
+    values = ent[valid].sort().values
+    n = values.numel()
+    if n == 0:
+        return valid, 0.0
+    if quantile == 1:
+        return valid, float(values[0])
+    pos = (1.0 - quantile) * (n - 1)
+    if abs(pos - round(pos)) < 1e-9:  # 1 - 0.8 = 0.19999999999999996 in floats: snap to the order statistic
+        pos = float(round(pos))
+    lo = int(pos)
+    hi = min(lo + 1, n - 1)
+    threshold = values[lo] + (values[hi] - values[lo]) * (pos - lo)
+    return valid & (ent >= threshold), float(threshold)
+
+
 PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
 
 POLICY_LOSSES: dict[str, PolicyLossFn] = {
@@ -287,6 +319,7 @@ __all__ = [
     "gspo",
     "grpo_clip",
     "grpo_no_clip",
+    "high_entropy_mask",
     "kimi",
     "policy_loss",
     "reinforce",

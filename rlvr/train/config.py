@@ -525,6 +525,10 @@ class AlgoConfig:
     """Learning rate of the value model's optimizer (head, and trunk when separate); 0 = optim.lr."""
     entropy_coef: float = 0.0
     """Weight of an entropy bonus (subtracted from the loss); 0 = none."""
+    entropy_mask_quantile: float = 1.0
+    """Train the policy term on the top-q share of response tokens by entropy ("80/20", TRL's top_entropy_quantile):
+    the threshold is the (1 - q) quantile over the whole minibatch (a no-grad entropy forward before its first
+    micro-batch); the others keep their KL / entropy terms and still count in the normalizers; 1 = all tokens."""
     whiten_advantages: bool = False
     """Whiten advantages (after KL shaping) over the batch's valid response tokens: (A - mean) / std."""
     reuse_logprobs_on_policy: bool = True
@@ -569,6 +573,7 @@ class AlgoConfig:
             c.error(problem)
         c.one_of("rollout_correction", self.rollout_correction, _ROLLOUT_CORRECTIONS)
         c.at_least("rollout_correction_cap", self.rollout_correction_cap, 1)
+        c.fraction("entropy_mask_quantile", self.entropy_mask_quantile)
         c.need("rollout_correction_low", self.rollout_correction_low, 0 <= self.rollout_correction_low <= 1,
                "in [0, 1]")
         c.done()
@@ -1091,6 +1096,10 @@ def _check_policy_gradient(cfg: TrainConfig) -> None:
             if a.advantage == "gae" else
             f"algo.critic={a.critic!r} is only used by algo.advantage='gae' (PPO); set algo.advantage=gae "
             "or leave algo.critic empty")
+    if a.loss == "kimi" and a.entropy_mask_quantile < 1:
+        raise ConfigError("algo.entropy_mask_quantile < 1 selects tokens, but algo.loss='kimi' is one loss per "
+                          "response (the same value on each of its tokens); use another algo.loss or leave "
+                          "algo.entropy_mask_quantile=1")
     if a.advantage == "gae" and a.loss == "kimi":
         raise ConfigError("algo.loss='kimi' needs one advantage per response; GAE gives one per token")
     if not 0 < a.gamma <= 1 or not 0 <= a.gae_lambda <= 1:
