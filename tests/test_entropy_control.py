@@ -20,7 +20,7 @@ from rlvr.rollout import HFGenerator, SamplingSpec
 from rlvr.rollout.batch import rollouts_to_batch
 from rlvr.train.batching import BatchPlan, ForwardSpec
 from rlvr.train.config import TrainConfig
-from rlvr.train.objective import LossParts, Minibatch, Objective, accumulate_gradients
+from rlvr.train.objective import Minibatch, Objective, StepStats, accumulate_gradients
 from rlvr.train.pg import train
 
 TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
@@ -183,8 +183,6 @@ def test_entropy_mask_keeps_kl_and_entropy_terms_and_logs_the_kept_share(setup):
     plain = _objective(["algo.entropy_coef=0.2"])
     fwd = ForwardSpec.of(masked.algo, 16)
     mb = masked.select_tokens(model, Minibatch(batch, zero), fwd)
-    from rlvr.train.objective import StepStats
-
     stats = StepStats()
     _assert_same(_grads(model, mb, masked, 4, stats=stats), _grads(model, Minibatch(batch, zero), plain, 4))
     share = float(mb.policy_keep.sum()) / float(batch.response_mask.sum())
