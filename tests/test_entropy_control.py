@@ -258,9 +258,10 @@ def test_entropy_coef_through_train_lowers_the_loss_by_coef_times_entropy(tmp_pa
 
 
 def test_a_large_entropy_coef_keeps_the_policy_entropy_higher(tmp_path):
-    """Learning-style: 6 steps at lr 3e-2 sharpen a tiny policy (entropy falls); entropy_coef=1 keeps it
-    higher. Median over seeds 0, 1, 2 of the last step's entropy gap (coef 1 minus coef 0), margin 0.3 nats
-    (measured: see docs/training.md, "Entropy control")."""
+    """Learning-style: 6 steps at lr 3e-2 sharpen a tiny policy (entropy 4.60 -> about 4.1 nats); entropy_coef=1
+    keeps it higher (about 4.45). Median over seeds 0, 1, 2 of the last step's entropy gap (coef 1 minus coef 0)
+    above 0.15 nats; measured on an AMD EPYC CPU: gaps 0.32, 0.40, 0.30 (median 0.32), seeds 3-5 0.41, 0.26,
+    0.26. With the key ignored the two runs are the same run and the gap is exactly 0."""
     gaps = []
     for seed in (0, 1, 2):
         last = {}
@@ -270,4 +271,4 @@ def test_a_large_entropy_coef_keeps_the_policy_entropy_higher(tmp_path):
                                                          f"algo.entropy_coef={coef}"])
             last[coef] = _rows(train(cfg).run_dir)[-1]["entropy"]
         gaps.append(last[1.0] - last[0.0])
-    assert statistics.median(gaps) > 0.3, gaps
+    assert statistics.median(gaps) > 0.15, gaps
