@@ -130,13 +130,15 @@ def _assert_differ(g1, g2):
     assert max(float((g1[k] - g2[k]).abs().max()) for k in g1) > 1e-4
 
 
-def test_entropy_mask_gradient_is_the_minibatch_top_q_policy_gradient(setup):
+@pytest.mark.parametrize("aggregation", ["seq_mean_token_mean", "token_mean"])
+def test_entropy_mask_gradient_is_the_minibatch_top_q_policy_gradient(setup, aggregation):
     """algo.entropy_mask_quantile=0.3 through the config key: the minibatch's gradient equals an independent
-    -(1/S) sum_i A_i (1/n_i) sum_t keep_it grad logp_it, keep = entropy >= the 0.7 quantile over ALL the
-    minibatch's response tokens (torch.quantile), normalizers from the full response mask; the same for
-    micro-batches of 16, 5 and 1 rows (a per-micro-batch threshold would change the mask)."""
+    -(1/S) sum_i A_i (1/n_i) sum_t keep_it grad logp_it (token_mean: -(1/N) sum_it A_i keep_it grad logp_it),
+    keep = entropy >= the 0.7 quantile over ALL the minibatch's response tokens (torch.quantile), with n_i and
+    N counting every response token, kept or not (TRL's normalizers); the same for micro-batches of 16, 5 and
+    1 rows (a per-micro-batch threshold would change the mask)."""
     model, batch, adv = setup
-    objective = _objective(["algo.entropy_mask_quantile=0.3", "algo.loss=grpo_clip"])
+    objective = _objective(["algo.entropy_mask_quantile=0.3", "algo.loss=grpo_clip", f"algo.aggregation={aggregation}"])
     fwd = ForwardSpec.of(objective.algo, 16)
     mb = objective.select_tokens(model, Minibatch(batch, adv), fwd)
     grads = {micro: _grads(model, mb, objective, micro) for micro in (16, 5, 1)}
@@ -151,13 +153,16 @@ def test_entropy_mask_gradient_is_the_minibatch_top_q_policy_gradient(setup):
     assert torch.equal(keep, mb.policy_keep)  # the selection equals the independent one
     n_valid = int(valid.sum())
     assert 0.25 <= int(keep.sum()) / n_valid <= 0.35 and (keep.sum(-1) < valid.sum(-1)).any()
-    n_i = valid.sum(-1).clamp(min=1)
-    per_seq = (adv.unsqueeze(1) * logp * keep).sum(-1) / n_i
-    (-per_seq.sum() / adv.shape[0]).backward()
+    if aggregation == "token_mean":
+        (-(adv.unsqueeze(1) * logp * keep).sum() / n_valid).backward()
+    else:
+        per_seq = (adv.unsqueeze(1) * logp * keep).sum(-1) / valid.sum(-1).clamp(min=1)
+        (-per_seq.sum() / adv.shape[0]).backward()
     ref = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
     _assert_same(grads[16], ref, atol=1e-5)
     # and it is not the unmasked gradient
-    _assert_differ(grads[16], _grads(model, Minibatch(batch, adv), _objective(["algo.loss=grpo_clip"]), 16))
+    unmasked = _objective(["algo.loss=grpo_clip", f"algo.aggregation={aggregation}"])
+    _assert_differ(grads[16], _grads(model, Minibatch(batch, adv), unmasked, 16))
 
 
 def test_per_micro_batch_thresholds_would_change_the_gradient(setup):
