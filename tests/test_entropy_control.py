@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlvr.algo import compute_advantages, high_entropy_mask
+from rlvr.algo import compute_advantages, high_entropy_mask, loss_normalizers
 from rlvr.config import ConfigError, load_config
 from rlvr.models import build_tiny_model
 from rlvr.rollout import HFGenerator, SamplingSpec
 from rlvr.rollout.batch import rollouts_to_batch
 from rlvr.train.batching import BatchPlan, ForwardSpec
 from rlvr.train.config import TrainConfig
-from rlvr.train.objective import Minibatch, Objective, StepStats, accumulate_gradients
+from rlvr.train.objective import Minibatch, Objective, StepStats, accumulate_gradients, forward_entropy
 from rlvr.train.pg import train
 
 TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
@@ -177,6 +177,40 @@ def test_per_micro_batch_thresholds_would_change_the_gradient(setup):
     assert not torch.equal(local, whole.policy_keep)
     _assert_differ(_grads(model, whole, objective, 4),
                    _grads(model, dataclasses.replace(whole, policy_keep=local), objective, 4))
+
+
+def test_entropy_mask_survives_a_split_into_worker_shares(setup):
+    """The data-parallel and FSDP2 learners hand each worker mb.part(lo, hi) under the whole minibatch's
+    normalizers: the parts carry their rows of policy_keep, and the shares' gradients add up to the whole's."""
+    model, batch, adv = setup
+    objective = _objective(["algo.entropy_mask_quantile=0.3", "algo.aggregation=token_mean"])
+    fwd = ForwardSpec.of(objective.algo, 16)
+    mb = objective.select_tokens(model, Minibatch(batch, adv), fwd)
+    whole = _grads(model, mb, objective, 16)
+    norm = loss_normalizers(batch.response_mask)
+    model.zero_grad(set_to_none=True)
+    for lo, hi in ((0, 6), (6, 16)):
+        share = mb.part(lo, hi)
+        assert torch.equal(share.policy_keep, mb.policy_keep[lo:hi])
+        accumulate_gradients(model, share, objective.parts, fwd, normalizers=norm)
+    _assert_same(whole, {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None})
+
+
+def test_entropy_selection_is_the_same_with_packed_forwards(setup):
+    """algo.packing=true (padding-free forwards; a dense mask on CPU) scores the same entropies up to float
+    rounding, so the same tokens are selected (a token within 1e-5 of the threshold could flip: none here)."""
+    model, batch, adv = setup
+    masks, ents = [], []
+    valid = batch.response_mask.bool()
+    for packing in ("true", "false"):
+        objective = _objective(["algo.entropy_mask_quantile=0.3", f"algo.packing={packing}"])
+        fwd = ForwardSpec.of(objective.algo, 5)
+        ents.append(forward_entropy(model, batch, fwd))
+        masks.append(objective.select_tokens(model, Minibatch(batch, adv), fwd).policy_keep)
+    assert torch.allclose(ents[0][valid], ents[1][valid], atol=1e-5)
+    _, thr = high_entropy_mask(ents[1], batch.response_mask, 0.3)
+    near = valid & ((ents[1] - thr).abs() < 1e-5)
+    assert torch.equal(masks[0] & ~near, masks[1] & ~near) and masks[0].any()
 
 
 def test_entropy_mask_keeps_kl_and_entropy_terms_and_logs_the_kept_share(setup):
