@@ -311,3 +311,28 @@ def test_a_large_entropy_coef_keeps_the_policy_entropy_higher(tmp_path):
             last[coef] = _rows(train(cfg).run_dir)[-1]["entropy"]
         gaps.append(last[1.0] - last[0.0])
     assert statistics.median(gaps) > 0.15, gaps
+
+
+def test_entropy_mask_under_the_fsdp2_group_of_one_trains_like_the_one_process_learner(tmp_path):
+    """distributed.learner=fsdp2 (a group of one, in this process): the selection's no-grad forward runs on the
+    sharded model, the share carries the mask, and the run equals the one-process learner's, micro-batches of
+    one row (each rank's loop runs one accumulate_gradients per micro-batch)."""
+    from safetensors.torch import load_file
+
+    common = TINY + ["run.steps=2", "optim.lr=1e-3", "sampling.n_prompts=3", "sampling.group_size=3",
+                     "algo.micro_batch_size=1", "algo.entropy_mask_quantile=0.3"]
+    runs = {}
+    for learner in ("local", "fsdp2"):
+        cfg = load_config(TrainConfig, None, common + [f"run.out_dir={tmp_path / learner}",
+                                                       f"distributed.learner={learner}"])
+        run = train(cfg).run_dir
+        model_dir = run / "checkpoints" / "step_000002" / "model"
+        weights = {}
+        for f in model_dir.glob("*.safetensors"):
+            weights.update(load_file(str(f)))
+        runs[learner] = (weights, _rows(run))
+    assert not torch.distributed.is_initialized()
+    (wl, rl), (wf, rf) = runs["local"], runs["fsdp2"]
+    assert max(float((wl[k].float() - wf[k].float()).abs().max()) for k in wl) < 1e-6
+    kept = [r["loss/entropy_kept_frac"] for r in rl if "loss/entropy_kept_frac" in r]
+    assert kept and kept == pytest.approx([r["loss/entropy_kept_frac"] for r in rf if "loss/entropy_kept_frac" in r])
