@@ -245,6 +245,8 @@ def test_cispo_clip_low_bounds_name_the_key():
         load_config(TrainConfig, None, ["algo.loss=cispo", "algo.clip_low=1.5"])
     with pytest.raises(ConfigError, match=r"algo.clip_low=1.0 must be in \[0, 1\)"):
         load_config(TrainConfig, None, ["algo.loss=grpo_clip", "algo.clip_low=1"])
+    with pytest.raises(ConfigError, match=r"algo.dual_clip=3.0 bounds the clipped surrogate"):
+        load_config(TrainConfig, None, ["algo.loss=cispo", "algo.dual_clip=3"])
 
 
 def test_entropy_mask_through_train_logs_the_kept_fraction(tmp_path):

@@ -1075,6 +1075,9 @@ def _check_policy_gradient(cfg: TrainConfig) -> None:
         raise ConfigError(f"algo.clip_high={a.clip_high} must be >= 0")
     if a.dual_clip and a.dual_clip <= 1:
         raise ConfigError(f"algo.dual_clip={a.dual_clip} must be > 1 (or 0 = off)")
+    if a.dual_clip and a.loss == "cispo":
+        raise ConfigError(f"algo.dual_clip={a.dual_clip} bounds the clipped surrogate of grpo_clip / gspo; "
+                          "algo.loss=cispo has none (its weight is capped at 1 + algo.clip_high): set algo.dual_clip=0")
     if a.kl_coef < 0 or a.entropy_coef < 0 or a.length_reward_coef < 0:
         raise ConfigError("algo.kl_coef, algo.entropy_coef and algo.length_reward_coef must be >= 0")
     if a.kl_in not in ("loss", "reward"):
