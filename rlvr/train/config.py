@@ -463,7 +463,7 @@ class AlgoConfig:
     loss: str = "grpo_clip"
     """Per-token policy loss (rlvr.algo.POLICY_LOSSES)."""
     clip_low: float = 0.2
-    """Lower clip range: ratio is clipped at 1 - clip_low."""
+    """Lower clip range: ratio is clipped at 1 - clip_low (cispo: the detached weight; 1 = no lower bound)."""
     clip_high: float = 0.2
     """Upper clip range: ratio is clipped at 1 + clip_high (DAPO's clip-higher sets it above clip_low)."""
     dual_clip: float = 0.0
@@ -525,6 +525,10 @@ class AlgoConfig:
     """Learning rate of the value model's optimizer (head, and trunk when separate); 0 = optim.lr."""
     entropy_coef: float = 0.0
     """Weight of an entropy bonus (subtracted from the loss); 0 = none."""
+    entropy_mask_quantile: float = 1.0
+    """Train the policy term on the top-q share of response tokens by entropy ("80/20", TRL's top_entropy_quantile):
+    the threshold is the (1 - q) quantile over the whole minibatch (a no-grad entropy forward before its first
+    micro-batch); the others keep their KL / entropy terms and still count in the normalizers; 1 = all tokens."""
     whiten_advantages: bool = False
     """Whiten advantages (after KL shaping) over the batch's valid response tokens: (A - mean) / std."""
     reuse_logprobs_on_policy: bool = True
@@ -569,6 +573,7 @@ class AlgoConfig:
             c.error(problem)
         c.one_of("rollout_correction", self.rollout_correction, _ROLLOUT_CORRECTIONS)
         c.at_least("rollout_correction_cap", self.rollout_correction_cap, 1)
+        c.fraction("entropy_mask_quantile", self.entropy_mask_quantile)
         c.need("rollout_correction_low", self.rollout_correction_low, 0 <= self.rollout_correction_low <= 1,
                "in [0, 1]")
         c.done()
@@ -1060,12 +1065,19 @@ def _check_policy_gradient(cfg: TrainConfig) -> None:
             f"sampling.group_size={s.group_size}: the {a.advantage!r} advantage compares responses within a "
             "group, so every advantage would be 0; use sampling.group_size >= 2 or algo.advantage=no_baseline"
         )
-    if not 0 <= a.clip_low < 1:
+    if a.loss == "cispo":  # the clipped weight floors at 1 - clip_low; 1 = no lower bound (MiniMax-M1)
+        if not 0 <= a.clip_low <= 1:
+            raise ConfigError(f"algo.clip_low={a.clip_low} must be in [0, 1] with algo.loss=cispo "
+                              "(1 = no lower bound on the importance weight)")
+    elif not 0 <= a.clip_low < 1:
         raise ConfigError(f"algo.clip_low={a.clip_low} must be in [0, 1)")
     if a.clip_high < 0:
         raise ConfigError(f"algo.clip_high={a.clip_high} must be >= 0")
     if a.dual_clip and a.dual_clip <= 1:
         raise ConfigError(f"algo.dual_clip={a.dual_clip} must be > 1 (or 0 = off)")
+    if a.dual_clip and a.loss == "cispo":
+        raise ConfigError(f"algo.dual_clip={a.dual_clip} bounds the clipped surrogate of grpo_clip / gspo; "
+                          "algo.loss=cispo has none (its weight is capped at 1 + algo.clip_high): set algo.dual_clip=0")
     if a.kl_coef < 0 or a.entropy_coef < 0 or a.length_reward_coef < 0:
         raise ConfigError("algo.kl_coef, algo.entropy_coef and algo.length_reward_coef must be >= 0")
     if a.kl_in not in ("loss", "reward"):
@@ -1087,6 +1099,10 @@ def _check_policy_gradient(cfg: TrainConfig) -> None:
             if a.advantage == "gae" else
             f"algo.critic={a.critic!r} is only used by algo.advantage='gae' (PPO); set algo.advantage=gae "
             "or leave algo.critic empty")
+    if a.loss == "kimi" and a.entropy_mask_quantile < 1:
+        raise ConfigError("algo.entropy_mask_quantile < 1 selects tokens, but algo.loss='kimi' is one loss per "
+                          "response (the same value on each of its tokens); use another algo.loss or leave "
+                          "algo.entropy_mask_quantile=1")
     if a.advantage == "gae" and a.loss == "kimi":
         raise ConfigError("algo.loss='kimi' needs one advantage per response; GAE gives one per token")
     if not 0 < a.gamma <= 1 or not 0 <= a.gae_lambda <= 1:

@@ -283,6 +283,7 @@ def learn(learner: Learner, batch, adv: torch.Tensor, kept: torch.Tensor, step: 
             idx = order[chunk.start : chunk.stop]
             mb = Minibatch(batch.rows(idx), token_adv[idx], _rows(old_logp, idx), _rows(ref_logp, idx),
                            _rows(targets.old_values, idx), _rows(targets.returns, idx), row_ids=kept[idx].tolist())
+            mb = objective.select_tokens(model, mb, fwd)  # algo.entropy_mask_quantile: one threshold per minibatch
             out.losses.append(learner.grad_fn(model, mb, objective.parts, fwd, norm_length=objective.norm_length,
                                               critic=critic, stats=out.stats, row_entropy=out.row_entropy))
             if not all(map(_finite, out.losses)):
@@ -459,6 +460,7 @@ def step_metrics(rewards, rollouts, shaped, zero_var, keep, learned: Learned, st
     m["ratio/mean"] = means.get("ratio_mean")
     m["ratio/min"] = stats.mins.get("ratio_min")
     m["ratio/max"] = stats.maxs.get("ratio_max")
+    m["loss/entropy_kept_frac"] = means.get("entropy_kept_frac")  # algo.entropy_mask_quantile < 1 only
     # PPO's critic (algo.critic): value loss and clip share over the minibatch updates, the values it
     # predicts during the updates, its gradient norm, and the returns / explained variance of the batch
     m["critic/value_loss"] = means.get("value_loss")
