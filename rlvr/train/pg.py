@@ -57,7 +57,7 @@ from rlvr.train.objective import (  # noqa: F401 - re-exported: tests and users 
     shape_and_advantage,
     token_advantages,
 )
-from rlvr.train.reference import ReferencePolicy
+from rlvr.train.reference import ReferencePolicy, load_teacher
 from rlvr.train.rollout_source import Sampled, build_rollout_source, sample_groups  # noqa: F401 - re-exported
 from rlvr.train.session import (  # noqa: F401 - re-exported
     Timer,
@@ -120,12 +120,15 @@ class Learner:
         return {"critic": self.critic} if self.critic is not None else {}
 
 
-def build_learner(cfg: TrainConfig, model, objective: Objective, plan: BatchPlan, placement, shards=None) -> Learner:
+def build_learner(cfg: TrainConfig, model, objective: Objective, plan: BatchPlan, placement, shards=None,
+                  tokenizer=None) -> Learner:
     """Reference policy, critic, optimizer and schedule (over run.steps x optimizer steps per rollout batch),
     the forward spec and the gradient function (distributed.num_learners > 1: data-parallel workers;
     shards, distributed.learner=fsdp2: the policy and reference sharded in place, rlvr.train.sharded)."""
     a, s = cfg.algo, cfg.sampling
-    reference = ReferencePolicy(model, enabled=objective.needs_reference, refresh_every=a.ref_refresh_every)
+    teacher = load_teacher(cfg.teacher, cfg.model, tokenizer) if objective.needs_reference else None
+    reference = ReferencePolicy(model, enabled=objective.needs_reference, refresh_every=a.ref_refresh_every,
+                                teacher=teacher)  # teacher.model: on-policy distillation
     critic = (Critic(model, mode=a.critic, lr=a.critic_lr or cfg.optim.lr, grad_clip=cfg.optim.grad_clip)
               if objective.needs_critic else None)
     grad_fn, step_fn = placement.learners(model, accumulate_gradients) or accumulate_gradients, clip_and_step
@@ -171,7 +174,7 @@ def train(
     # where generators and reward scoring run: in-process (default) or Ray actors (rlvr.distributed)
     placement = build_placement(cfg.distributed, num_threads=r.num_threads)
     sampling_model = sharded.generator_model(model, shards)  # sharded: rank 0's full copy, None on the others
-    learner = build_learner(cfg, model, objective, plan, placement, shards)
+    learner = build_learner(cfg, model, objective, plan, placement, shards, tokenizer)
     problems = ProblemSource(task.train, cfg.data, r.seed)  # the stream, or an online band / curriculum
     source, loop_ctx = _source_and_loop(cfg, shards, placement, sampling_model, learner, tokenizer, task, problems,
                                         plan, resume=resume)
