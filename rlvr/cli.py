@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from rlvr.commands.demo import demo
+from rlvr.commands.distill import distill
 from rlvr.commands.ei import ei
 from rlvr.commands.eval import eval as eval_cmd
 from rlvr.commands.filter import filter as filter_cmd
@@ -27,6 +28,7 @@ app.command()(demo)
 app.command()(train)
 app.command()(sft)
 app.command()(ei)
+app.command()(distill)
 app.command(name="eval")(eval_cmd)
 app.command(name="filter")(filter_cmd)
 app.command()(grade)

@@ -1,4 +1,6 @@
-"""Policy losses: ratio-1 gradients, clip hand values, GSPO and Kimi against independent forms."""
+"""Policy losses: ratio-1 gradients, clip hand values, GSPO, Kimi and CISPO against independent forms."""
+
+import math
 
 import pytest
 import torch
@@ -29,7 +31,7 @@ def test_ratio_one_gradients_equal_policy_gradient():
     adv = torch.tensor([1.3, -0.7, 0.2], dtype=torch.float64)
     ref = _grad("reinforce_with_baseline", logp.tolist(), logp.tolist(), adv, mask)[1]
     assert ref.abs().sum() > 0
-    for name in ("grpo_clip", "grpo_no_clip", "gspo"):
+    for name in ("grpo_clip", "grpo_no_clip", "gspo", "cispo"):
         g = _grad(name, logp.tolist(), logp.tolist(), adv, mask, clip_low=0.2, clip_high=0.28, dual_clip=3.0)[1]
         assert torch.allclose(g, ref, atol=1e-12), name
     # Kimi's per-response squared loss, averaged per sequence, has the gradient of REINFORCE with
@@ -95,7 +97,7 @@ def test_clip_hand_values_and_fractions():
     assert per_tok.squeeze(1).tolist() == pytest.approx([-1.5, -0.5, 0.5, 1.5, 4.0])
     with pytest.raises(ValueError, match="dual_clip must be > 1"):
         policy_loss("grpo_clip", logp, old, adv, mask, dual_clip=0.5)
-    with pytest.raises(KeyError, match="known: grpo_clip, grpo_no_clip, gspo, kimi"):
+    with pytest.raises(KeyError, match="known: cispo, grpo_clip, grpo_no_clip, gspo, kimi"):
         policy_loss("ppo", logp, old, adv, mask)
 
 
@@ -171,3 +173,66 @@ def test_value_loss_hand_values():
     assert meta["value_clip_frac"].item() == pytest.approx(0.5)
     loss, _ = value_loss(v, old, ret, mask)  # unclipped: 0.5*(1-2)^2 = 0.5
     assert loss[0].tolist() == pytest.approx([0.5, 0.98, 0.0])
+
+
+def test_cispo_hand_values_and_fractions():
+    # the rows of test_clip_hand_values_and_fractions (one token each, old logp 0, logp = log ratio),
+    # clip_low 0.2 / clip_high 0.28: the detached weight w = clip(ratio, 0.8, 1.28), loss -w A logp,
+    # gradient -w A (never 0, unlike grpo_clip on rows 0 and 2):
+    # row 0: A=+1, ratio 1.5 -> w 1.28, loss -1.28 ln 1.5,         grad -1.28
+    # row 1: A=+1, ratio 0.5 -> w 0.8,  loss -0.8 ln 0.5 = +0.5545, grad -0.8
+    # row 2: A=-1, ratio 0.5 -> w 0.8,  loss +0.8 ln 0.5,          grad +0.8
+    # row 3: A=-1, ratio 1.5 -> w 1.28, loss +1.28 ln 1.5,         grad +1.28
+    # row 4: A=-1, ratio 4   -> w 1.28, loss +1.28 ln 4 = 1.7745,  grad +1.28
+    ratios = torch.tensor([1.5, 0.5, 0.5, 1.5, 4.0], dtype=torch.float64)
+    old = torch.zeros(5, 1, dtype=torch.float64)
+    logp = ratios.log().unsqueeze(1).requires_grad_()
+    adv = torch.tensor([1.0, 1.0, -1.0, -1.0, -1.0], dtype=torch.float64)
+    mask = torch.ones(5, 1)
+    per_tok, meta = policy_loss("cispo", logp, old, adv, mask, clip_low=0.2, clip_high=0.28)
+    ln15, ln05, ln4 = math.log(1.5), math.log(0.5), math.log(4.0)
+    assert per_tok.squeeze(1).tolist() == pytest.approx(
+        [-1.28 * ln15, -0.8 * ln05, 0.8 * ln05, 1.28 * ln15, 1.28 * ln4])
+    assert per_tok[4, 0].item() == pytest.approx(1.7744563, abs=1e-6)
+    (g,) = torch.autograd.grad(per_tok.sum(), logp)
+    assert g.squeeze(1).tolist() == pytest.approx([-1.28, -0.8, 0.8, 1.28, 1.28])
+    # the weight is clipped on rows 1, 2 (low) and 0, 3, 4 (high), whatever the sign of A
+    assert meta["clip_frac_low"].item() == pytest.approx(2 / 5)
+    assert meta["clip_frac_high"].item() == pytest.approx(3 / 5)
+    assert meta["ratio_max"].item() == pytest.approx(4.0) and meta["ratio_min"].item() == pytest.approx(0.5)
+    # MiniMax-M1's setting: no lower bound (clip_low = 1), only the cap; rows 1 and 2 keep their weight 0.5
+    per_tok, meta = policy_loss("cispo", logp, old, adv, mask, clip_low=1.0, clip_high=0.28)
+    (g,) = torch.autograd.grad(per_tok.sum(), logp)
+    assert g.squeeze(1).tolist() == pytest.approx([-1.28, -0.5, 0.5, 1.28, 1.28])
+    assert meta["clip_frac_low"].item() == 0.0
+    with pytest.raises(ValueError, match="clip_low and clip_high must be >= 0"):
+        policy_loss("cispo", logp, old, adv, mask, clip_low=-0.1)
+
+
+@pytest.mark.parametrize("agg", ["token_mean", "seq_mean_token_mean"])
+def test_cispo_matches_an_independent_autograd_form(agg):
+    # Independent form, off policy, per-token advantages: w = clip(exp(logp - old), 1 - lo, 1 + hi)
+    # computed without gradient; J = sum over valid tokens of w A logp, normalized like the aggregation.
+    torch.manual_seed(5)
+    old = torch.randn(3, 6, dtype=torch.float64) - 2
+    logp0 = old + 0.4 * torch.randn(3, 6, dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1], [0, 1, 1, 0, 0, 0]])
+    adv = torch.randn(3, 6, dtype=torch.float64)
+    lo, hi = 0.1, 0.3
+    logp = logp0.clone().requires_grad_()
+    per_tok, _ = POLICY_LOSSES["cispo"](logp, old, adv, mask, clip_low=lo, clip_high=hi)
+    loss = LOSS_AGGREGATIONS[agg](per_tok, mask, loss_normalizers(mask))
+    (g,) = torch.autograd.grad(loss, logp)
+    logp2 = logp0.clone().requires_grad_()
+    with torch.no_grad():
+        w = torch.exp(logp0 - old).clamp(1 - lo, 1 + hi)
+    m = mask.double()
+    tok = -w * adv * logp2 * m
+    ref = tok.sum() / m.sum() if agg == "token_mean" else (tok.sum(-1) / m.sum(-1)).mean()
+    (g2,) = torch.autograd.grad(ref, logp2)
+    assert loss.item() == pytest.approx(ref.item(), abs=1e-12)
+    assert torch.allclose(g, g2, atol=1e-12)
+    # some weights were clipped at each end, and every valid token still has a gradient
+    r = torch.exp(logp0 - old)[mask.bool()]
+    assert (r < 1 - lo).any() and (r > 1 + hi).any()
+    assert (g[mask.bool()] != 0).all() and (g[~mask.bool()] == 0).all()

@@ -363,12 +363,12 @@ def test_config_errors_name_the_key(overrides, needle):
     assert needle in str(exc.value)
 
 
-@pytest.mark.parametrize("command", ["sft", "ei", "filter"])
+@pytest.mark.parametrize("command", ["sft", "ei", "filter", "distill"])
 def test_commands_without_a_judge_section_refuse_it(command):
     from rlvr.config import ConfigError, load_config
-    from rlvr.train.config import EIConfig, FilterConfig, SFTConfig
+    from rlvr.train.config import DistillConfig, EIConfig, FilterConfig, SFTConfig
 
-    cls = {"sft": SFTConfig, "ei": EIConfig, "filter": FilterConfig}[command]
+    cls = {"sft": SFTConfig, "ei": EIConfig, "filter": FilterConfig, "distill": DistillConfig}[command]
     with pytest.raises(ConfigError, match=f"data.reward='judge:1,format:0.1'.*not rlvr {command}"):
         load_config(cls, None, ["data.reward=judge:1,format:0.1"])
 

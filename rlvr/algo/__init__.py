@@ -56,9 +56,11 @@ from rlvr.algo.logprobs import (
 )
 from rlvr.algo.losses import (
     POLICY_LOSSES,
+    cispo,
     grpo_clip,
     grpo_no_clip,
     gspo,
+    high_entropy_mask,
     kimi,
     policy_loss,
     reinforce,
@@ -80,6 +82,7 @@ __all__ = [
     "Truncation",
     "aggregate_loss",
     "batch_std",
+    "cispo",
     "compute_advantages",
     "dapo_overlong_penalty",
     "entropy_from_logits",
@@ -89,6 +92,7 @@ __all__ = [
     "grpo_clip",
     "grpo_no_clip",
     "gspo",
+    "high_entropy_mask",
     "k1",
     "k1_clamped",
     "k2",

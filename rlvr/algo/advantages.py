@@ -58,6 +58,12 @@ def no_baseline(rewards, group_size, *, eps=1e-6, std="population"):
     return _groups(rewards, group_size).reshape(-1).clone()
 
 
+def zero(rewards, group_size, *, eps=1e-6, std="population"):
+    """A_i = 0: no outcome signal. With a teacher (teacher.model, algo.kl_in=reward) the per-token reverse KL
+    to the teacher is the whole signal: pure on-policy distillation (G may be 1)."""
+    return torch.zeros_like(_groups(rewards, group_size)).reshape(-1)
+
+
 def group_mean(rewards, group_size, *, eps=1e-6, std="population"):
     """A_i = r_i - mean_group(r). Dr. GRPO's advantage (no std division).
 
@@ -113,6 +119,7 @@ AdvantageFn = Callable[..., torch.Tensor]
 
 ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {
     "no_baseline": no_baseline,
+    "zero": zero,
     "group_mean": group_mean,
     "grpo": grpo,
     "rloo": rloo,

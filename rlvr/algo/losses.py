@@ -194,6 +194,65 @@ def kimi(logp, old_logp, advantages, mask, *, clip_low=0.2, clip_high=0.2, dual_
     return loss, {**_ratio_stats(ratio, valid), **_no_clip_meta(valid)}
 
 
+def cispo(logp, old_logp, advantages, mask, *, clip_low=0.2, clip_high=0.2, dual_clip=None, tau=1.0):
+    """CISPO (MiniMax-M1, Chen et al. 2025, eq. 4-5): -sg[clip(ratio, 1 - clip_low, 1 + clip_high)] * A * logp.
+
+    The importance weight is clipped and detached; the gradient flows through logp only, so a token
+    whose ratio left the range keeps its gradient, with the clipped weight (grpo_clip gives it 0).
+    Value -w A logp, gradient -w A grad(logp), w = the clipped ratio; on policy w = 1 and the loss is
+    REINFORCE (-A logp). MiniMax sets no lower bound (clip_low >= 1: the weight is only capped) and
+    tunes clip_high alone; the ``cispo`` recipe uses clip_low=1, clip_high=4 (weight at most 5, the cap
+    of TRL's / ms-swift's epsilon_high=5). dual_clip and tau are ignored. clip_frac_low / clip_frac_high:
+    share of valid tokens whose weight was clipped at the lower / upper bound, whatever the sign of A
+    (they still carry a gradient here).
+    """
+    if clip_low < 0 or clip_high < 0:
+        raise ValueError(f"clip_low and clip_high must be >= 0, got {clip_low}, {clip_high}")
+    adv, valid = _prep(logp, old_logp, advantages, mask)
+    ratio = _ratio(logp, old_logp, valid)
+    r = ratio.detach()
+    weight = r.clamp(min=1.0 - clip_low, max=1.0 + clip_high)
+    loss = _zero_invalid(-weight * adv * logp, valid)
+    meta = {
+        "clip_frac_low": _frac((r < 1.0 - clip_low) & valid, valid),
+        "clip_frac_high": _frac((r > 1.0 + clip_high) & valid, valid),
+        "clip_frac_dual": torch.zeros((), device=valid.device),
+    }
+    return loss, {**_ratio_stats(ratio, valid), **meta}
+
+
+def high_entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, quantile: float) -> tuple[torch.Tensor, float]:
+    """The top-`quantile` share of valid tokens by entropy ("80/20": Wang et al. 2025; TRL's top_entropy_quantile).
+
+    entropy, mask: (B, T); quantile q in (0, 1]. The threshold is the (1 - q) quantile of the entropies of the
+    valid (mask != 0) tokens of the WHOLE tensor, linearly interpolated between order statistics (what
+    torch.quantile and TRL compute: sorted values s_0 <= ... <= s_{n-1}, position (1 - q)(n - 1)); a token is
+    kept when it is valid and its entropy is >= the threshold, so ties at the threshold are all kept and the
+    kept share can exceed q. Pass the entropies of everything that shares one loss normalizer (a minibatch),
+    not of one micro-batch: the mask must not depend on how the minibatch is split. q = 1 keeps every valid
+    token. Returns (keep (B, T) bool, threshold as a float; 0.0 when there is no valid token).
+    """
+    if not 0 < quantile <= 1:
+        raise ValueError(f"quantile must be in (0, 1], got {quantile}")
+    if entropy.shape != mask.shape or entropy.dim() != 2:
+        raise ValueError(f"entropy {tuple(entropy.shape)} and mask {tuple(mask.shape)} must both be (B, T)")
+    valid = mask != 0
+    ent = entropy.detach().double()
+    values = ent[valid].sort().values
+    n = values.numel()
+    if n == 0:
+        return valid, 0.0
+    if quantile == 1:
+        return valid, float(values[0])
+    pos = (1.0 - quantile) * (n - 1)
+    if abs(pos - round(pos)) < 1e-9:  # 1 - 0.8 = 0.19999999999999996 in floats: snap to the order statistic
+        pos = float(round(pos))
+    lo = int(pos)
+    hi = min(lo + 1, n - 1)
+    threshold = values[lo] + (values[hi] - values[lo]) * (pos - lo)
+    return valid & (ent >= threshold), float(threshold)
+
+
 PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
 
 POLICY_LOSSES: dict[str, PolicyLossFn] = {
@@ -203,6 +262,7 @@ POLICY_LOSSES: dict[str, PolicyLossFn] = {
     "grpo_no_clip": grpo_no_clip,
     "gspo": gspo,
     "kimi": kimi,
+    "cispo": cispo,
 }
 
 
@@ -255,9 +315,11 @@ def value_loss(
 
 __all__ = [
     "POLICY_LOSSES",
+    "cispo",
     "gspo",
     "grpo_clip",
     "grpo_no_clip",
+    "high_entropy_mask",
     "kimi",
     "policy_loss",
     "reinforce",

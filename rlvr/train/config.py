@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -532,7 +532,7 @@ class AlgoConfig:
     loss: str = "grpo_clip"
     """Per-token policy loss (rlvr.algo.POLICY_LOSSES)."""
     clip_low: float = 0.2
-    """Lower clip range: ratio is clipped at 1 - clip_low."""
+    """Lower clip range: ratio is clipped at 1 - clip_low (cispo: the detached weight; 1 = no lower bound)."""
     clip_high: float = 0.2
     """Upper clip range: ratio is clipped at 1 + clip_high (DAPO's clip-higher sets it above clip_low)."""
     dual_clip: float = 0.0
@@ -594,6 +594,10 @@ class AlgoConfig:
     """Learning rate of the value model's optimizer (head, and trunk when separate); 0 = optim.lr."""
     entropy_coef: float = 0.0
     """Weight of an entropy bonus (subtracted from the loss); 0 = none."""
+    entropy_mask_quantile: float = 1.0
+    """Train the policy term on the top-q share of response tokens by entropy ("80/20", TRL's top_entropy_quantile):
+    the threshold is the (1 - q) quantile over the whole minibatch (a no-grad entropy forward before its first
+    micro-batch); the others keep their KL / entropy terms and still count in the normalizers; 1 = all tokens."""
     whiten_advantages: bool = False
     """Whiten advantages (after KL shaping) over the batch's valid response tokens: (A - mean) / std."""
     reuse_logprobs_on_policy: bool = True
@@ -638,6 +642,7 @@ class AlgoConfig:
             c.error(problem)
         c.one_of("rollout_correction", self.rollout_correction, _ROLLOUT_CORRECTIONS)
         c.at_least("rollout_correction_cap", self.rollout_correction_cap, 1)
+        c.fraction("entropy_mask_quantile", self.entropy_mask_quantile)
         c.need("rollout_correction_low", self.rollout_correction_low, 0 <= self.rollout_correction_low <= 1,
                "in [0, 1]")
         c.done()
@@ -802,6 +807,27 @@ class DistributedConfig:
 
 
 @dataclass
+class TeacherConfig:
+    """On-policy distillation (`rlvr train`): the KL reference is a teacher model instead of the start policy."""
+
+    model: str = ""
+    """The teacher: a model folder, run directory, checkpoint or hub id ('' = none, the reference is the start
+    policy). With it the student samples, the teacher scores every sampled token, and the KL settings
+    (algo.kl_coef, algo.kl_in, algo.kl_estimator) pull the student to it; algo.kl_in=reward is the per-token
+    reverse KL as the signal. It must share the student's tokenizer."""
+    dtype: str = ""
+    """Teacher weights' dtype ('' = model.dtype)."""
+    device: str = ""
+    """Device the teacher runs on ('' = model.device)."""
+
+    def validate(self) -> None:
+        c = _Checks("teacher")
+        if self.dtype:
+            c.one_of("dtype", self.dtype, ["float32", "bfloat16", "float16"])
+        c.done()
+
+
+@dataclass
 class TrainConfig:
     """Policy-gradient (GRPO family) training: `rlvr train`."""
 
@@ -821,6 +847,8 @@ class TrainConfig:
     """Run directory and logging."""
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     """Placement of generators, scorers and learners (local or Ray); asynchronous rollouts."""
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)
+    """On-policy distillation: a teacher model as the KL reference."""
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     """Model judge of data.reward=judge."""
 
@@ -835,6 +863,7 @@ class TrainConfig:
         self.batch_plan()
         _check_asynchronous(self)
         _check_sharded(self)
+        _check_teacher(self)
         self.judge.check_reward(self.data, self.distributed)
 
     def loss_length_cap(self) -> int:
@@ -1141,17 +1170,24 @@ def _check_policy_gradient(cfg: TrainConfig) -> None:
     _check_process(a)
     if a.adv_std not in ("population", "sample"):
         raise ConfigError(f"algo.adv_std={a.adv_std!r}: use 'population' or 'sample'")
-    if s.group_size < 2 and a.advantage != "no_baseline":
+    if s.group_size < 2 and a.advantage not in ("no_baseline", "zero"):
         raise ConfigError(
             f"sampling.group_size={s.group_size}: the {a.advantage!r} advantage compares responses within a "
             "group, so every advantage would be 0; use sampling.group_size >= 2 or algo.advantage=no_baseline"
         )
-    if not 0 <= a.clip_low < 1:
+    if a.loss == "cispo":  # the clipped weight floors at 1 - clip_low; 1 = no lower bound (MiniMax-M1)
+        if not 0 <= a.clip_low <= 1:
+            raise ConfigError(f"algo.clip_low={a.clip_low} must be in [0, 1] with algo.loss=cispo "
+                              "(1 = no lower bound on the importance weight)")
+    elif not 0 <= a.clip_low < 1:
         raise ConfigError(f"algo.clip_low={a.clip_low} must be in [0, 1)")
     if a.clip_high < 0:
         raise ConfigError(f"algo.clip_high={a.clip_high} must be >= 0")
     if a.dual_clip and a.dual_clip <= 1:
         raise ConfigError(f"algo.dual_clip={a.dual_clip} must be > 1 (or 0 = off)")
+    if a.dual_clip and a.loss == "cispo":
+        raise ConfigError(f"algo.dual_clip={a.dual_clip} bounds the clipped surrogate of grpo_clip / gspo; "
+                          "algo.loss=cispo has none (its weight is capped at 1 + algo.clip_high): set algo.dual_clip=0")
     if a.kl_coef < 0 or a.entropy_coef < 0 or a.length_reward_coef < 0:
         raise ConfigError("algo.kl_coef, algo.entropy_coef and algo.length_reward_coef must be >= 0")
     if a.kl_in not in ("loss", "reward"):
@@ -1173,6 +1209,10 @@ def _check_policy_gradient(cfg: TrainConfig) -> None:
             if a.advantage == "gae" else
             f"algo.critic={a.critic!r} is only used by algo.advantage='gae' (PPO); set algo.advantage=gae "
             "or leave algo.critic empty")
+    if a.loss == "kimi" and a.entropy_mask_quantile < 1:
+        raise ConfigError("algo.entropy_mask_quantile < 1 selects tokens, but algo.loss='kimi' is one loss per "
+                          "response (the same value on each of its tokens); use another algo.loss or leave "
+                          "algo.entropy_mask_quantile=1")
     if a.advantage == "gae" and a.loss == "kimi":
         raise ConfigError("algo.loss='kimi' needs one advantage per response; GAE gives one per token")
     if not 0 < a.gamma <= 1 or not 0 <= a.gae_lambda <= 1:
@@ -1259,6 +1299,99 @@ def _check_sharded(cfg: TrainConfig) -> None:
     if a.ref_refresh_every:
         raise ConfigError("distributed.learner='fsdp2' keeps the reference frozen at the start policy: "
                           "algo.ref_refresh_every must be 0")
+
+
+def _check_teacher(cfg: TrainConfig) -> None:
+    """teacher.model: the KL term is what reads the teacher, so it must be on, and the reference stays the teacher."""
+    if not cfg.teacher.model:
+        return
+    a = cfg.algo
+    if a.kl_coef <= 0:
+        raise ConfigError(f"teacher.model={cfg.teacher.model!r} is read through the KL term: set algo.kl_coef > 0 "
+                          "(on-policy distillation: algo.kl_in=reward algo.kl_coef=1)")
+    if a.ref_refresh_every:
+        raise ConfigError("teacher.model: the reference is the teacher, never refreshed from the policy; "
+                          "algo.ref_refresh_every must be 0")
+    if cfg.distributed.learner == "fsdp2":
+        raise ConfigError("teacher.model with distributed.learner=fsdp2 is not built yet (the teacher is not sharded)")
+
+
+# ------------------------------------------------------------------------------- offline distillation
+
+
+@dataclass
+class TracesConfig:
+    """Which teacher answers `rlvr distill` keeps as the student's SFT data (rlvr.train.distill)."""
+
+    samples: int = 4
+    """Teacher answers sampled per training problem (sampling.temperature > 0 for more than one)."""
+    max_per_question: int = 1
+    """Keep at most this many verified answers per problem (after de-duplication, in sample order); 0 = all."""
+    dedup: bool = True
+    """Keep a verified answer once per problem when several samples have the same text."""
+    problems_per_call: int = 32
+    """Training problems per teacher generate call (each with `samples` answers)."""
+    keep_unverified: bool = False
+    """Keep every teacher answer, verified or not (the lecture's plain imitation; default: verified only)."""
+
+    def validate(self) -> None:
+        c = _Checks("traces")
+        c.at_least("samples", self.samples, 1)
+        c.at_least("max_per_question", self.max_per_question, 0)
+        c.at_least("problems_per_call", self.problems_per_call, 1)
+        c.done()
+
+
+@dataclass
+class DistillConfig:
+    """Offline distillation: a teacher answers the training problems, its verified answers are kept, the student
+    is fine-tuned on them: `rlvr distill` (rlvr.train.distill)."""
+
+    model: ModelConfig = field(default_factory=lambda: ModelConfig(disable_dropout=False))
+    """The student (fine-tuned as `rlvr sft` does)."""
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)
+    """The teacher that writes the traces (teacher.model is required)."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """The task: its training problems are what the teacher answers; its held-out ones evaluate the student."""
+    sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=1.0))
+    """The teacher's decoding (max_tokens, temperature, stop, ...; n_prompts and group_size are not read: see
+    traces.*); max_tokens also bounds the student's evaluation."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Engine of the teacher's sampling and of the student's evaluation."""
+    traces: TracesConfig = field(default_factory=TracesConfig)
+    """Which teacher answers are kept."""
+    algo: SFTAlgoConfig = field(default_factory=SFTAlgoConfig)
+    """The student's SFT objective and batching."""
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-3, warmup_steps=20, schedule="cosine"))
+    """The student's optimizer."""
+    run: RunConfig = field(default_factory=lambda: RunConfig(out_dir="runs/distill", steps=400))
+    """Run directory (traces.jsonl and the student's run in student/) and the SFT steps."""
+
+    def validate(self) -> None:
+        _refuse_judge(self.data, "rlvr distill")
+        if not self.teacher.model:
+            raise ConfigError("teacher.model is required: the folder, run directory, checkpoint or hub id of the "
+                              "model whose answers the student learns from")
+        if self.data.sft_path:
+            raise ConfigError("data.sft_path: `rlvr distill` writes the student's SFT pairs itself (traces.jsonl); "
+                              "to fine-tune on a file of pairs use `rlvr sft data.sft_path=...`")
+        if self.traces.samples > 1 and self.sampling.temperature == 0:
+            raise ConfigError(f"traces.samples={self.traces.samples} with sampling.temperature=0: greedy answers of a "
+                              "problem are all the same; sample (temperature > 0) or traces.samples=1")
+        self.data.check_problem_counts(("train", "test"))
+        self.rollout.check_placement(self.model)
+        self.sft_config("traces.jsonl").validate()
+
+    def sft_config(self, traces_path: str) -> SFTConfig:
+        """The student's `rlvr sft` config: these sections with data.sft_path = the traces and its run directory
+        RUN/student."""
+        s = self.sampling
+        sft_sampling = SFTSamplingConfig(top_p=s.top_p, max_tokens=s.max_tokens, stop=list(s.stop),
+                                         keep_stop=s.keep_stop, thinking_budget=s.thinking_budget,
+                                         stop_thinking_text=s.stop_thinking_text)
+        return SFTConfig(model=self.model, data=replace(self.data, sft_path=traces_path), sampling=sft_sampling,
+                         rollout=self.rollout, algo=self.algo, optim=self.optim,
+                         run=replace(self.run, out_dir=str(Path(self.run.out_dir) / "student")))
 
 
 # ------------------------------------------------------------------------------- expert iteration

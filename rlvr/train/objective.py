@@ -37,6 +37,7 @@ from rlvr.algo import (
     Truncation,
     compute_advantages,
     dapo_overlong_penalty,
+    high_entropy_mask,
     kimi_length_reward,
     kl_estimate,
     loss_normalizers,
@@ -176,7 +177,8 @@ class Minibatch:
     """The rows of one optimizer step and what the loss reads of them: advantages (b,) or (b, T) per token;
     old_logp, ref_logp (b, T) or None (old None = on-policy: the training forward's logp.detach()); with
     PPO's critic the rollout-time values and the value targets (b, T); row_ids: each row's key in the
-    row_entropy accumulator (None = its index)."""
+    row_entropy accumulator (None = its index); policy_keep (b, T) bool: the response tokens whose policy term
+    counts (algo.entropy_mask_quantile, set by Objective.select_tokens over the whole minibatch; None = all)."""
 
     batch: TrainingBatch
     advantages: torch.Tensor
@@ -185,6 +187,7 @@ class Minibatch:
     old_values: torch.Tensor | None = None
     returns: torch.Tensor | None = None
     row_ids: Sequence[int] | None = None
+    policy_keep: torch.Tensor | None = None
 
     def part(self, lo: int, hi: int, width: int | None = None) -> Minibatch:
         """Rows lo .. hi - 1 (views), each (b, T) tensor cut to its first `width` positions (None: all)."""
@@ -197,11 +200,13 @@ class Minibatch:
         batch = _slice(self.batch, range(lo, hi))
         return Minibatch(batch if width is None else _narrow(batch, width), cut(self.advantages), cut(self.old_logp),
                          cut(self.ref_logp), cut(self.old_values), cut(self.returns),
-                         None if self.row_ids is None else list(self.row_ids)[lo:hi])
+                         None if self.row_ids is None else list(self.row_ids)[lo:hi], cut(self.policy_keep))
 
     def to(self, device) -> Minibatch:
-        return Minibatch(self.batch.to(device), *(None if t is None else t.to(device) for t in (
-            self.advantages, self.old_logp, self.ref_logp, self.old_values, self.returns)), row_ids=self.row_ids)
+        moved = (None if t is None else t.to(device) for t in (
+            self.advantages, self.old_logp, self.ref_logp, self.old_values, self.returns))
+        return Minibatch(self.batch.to(device), *moved, row_ids=self.row_ids,
+                         policy_keep=None if self.policy_keep is None else self.policy_keep.to(device))
 
 
 @dataclass(frozen=True)
@@ -261,6 +266,10 @@ def micro_batch_loss(
     micro-batch's rlvr.models.packed.PackPlan: one padding-free forward (logprobs and entropy on the
     response tokens only, 0 elsewhere). Returns (loss scalar, detached stats).
 
+    With mb.policy_keep (algo.entropy_mask_quantile, Objective.select_tokens) the policy term of the other
+    response tokens is 0; their KL and entropy terms stay, and the normalizers still count them (as TRL's
+    top_entropy_quantile: the mask multiplies the policy loss, the denominators are the response mask's).
+
     With a rollout correction (parts.correction) and the batch's sampler logprobs, the policy term of
     each token is multiplied by its detached weight (rlvr.algo.correction: old vs sampler logprobs); a
     token the correction masks, or whose label is outside the trainer's truncated support, leaves the
@@ -290,6 +299,10 @@ def micro_batch_loss(
     old = logp.detach() if old_logp is None else old_logp.to(device)
     per_token, meta = parts.policy(logp, old, advantages, mask)
     stats = {k: v.detach() for k, v in meta.items()}
+    if mb.policy_keep is not None:  # algo.entropy_mask_quantile: the policy term on the high-entropy tokens only
+        selected = mb.policy_keep.to(device)
+        per_token = torch.where(selected, per_token, torch.zeros((), dtype=per_token.dtype, device=device))
+        stats["entropy_kept_frac"] = masked_mean(selected.float(), mask)
     keep = None  # response tokens that stay in the loss; None = all of them (no truncation, no correction)
     if truncation is not None and truncation.active:
         # a label outside the trainer's kept set has no probability under pi_K: its logprob is the floor,
@@ -442,6 +455,15 @@ def batch_logprobs(model, batch: TrainingBatch, micro_batch_size: int, temperatu
     group's prompt forwarded once (rlvr.models.prefix). temperature, truncation: the sampling
     distribution scored (sampling.temperature, top_k / top_p). packing: algo.packing (rlvr.models.packed):
     padding-free forwards, logprobs on the response tokens only (0 elsewhere: the loss reads no others)."""
+    return _batch_scores(model, batch, micro_batch_size, temperature, micro_batch_tokens, shared_prefix,
+                         truncation, packing, with_entropy=False)[0]
+
+
+@torch.no_grad()
+def _batch_scores(model, batch: TrainingBatch, micro_batch_size: int, temperature: float, micro_batch_tokens: int,
+                  shared_prefix: bool, truncation: Truncation | None, packing: str | bool, *, with_entropy: bool
+                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """batch_logprobs' forwards: (logprobs (N, T), token entropies (N, T) when with_entropy else None)."""
     was_training = model.training
     model.eval()
     seq_lens = batch.attention_mask.sum(-1).tolist()
@@ -457,25 +479,40 @@ def batch_logprobs(model, batch: TrainingBatch, micro_batch_size: int, temperatu
                  for c, w in zip(chunks, widths, strict=True)]
         ids, labels = batch.input_ids.to(device), batch.labels.to(device)
         out = torch.zeros(batch.labels.shape, dtype=torch.float32, device=device)
+        ent = torch.zeros_like(out) if with_entropy else None
         for c, w, plan in zip(chunks, widths, plans, strict=True):
-            out[c.start:c.stop, :w] = score_packed(model, ids[c.start:c.stop, :w], labels[c.start:c.stop, :w], plan,
-                                                   temperature=temperature, truncation=truncation).logprobs
+            scored = score_packed(model, ids[c.start:c.stop, :w], labels[c.start:c.stop, :w], plan,
+                                  with_entropy=with_entropy, temperature=temperature, truncation=truncation)
+            out[c.start:c.stop, :w] = scored.logprobs
+            if ent is not None:
+                ent[c.start:c.stop, :w] = scored.entropy
         model.train(was_training)
-        return out.cpu()
+        return out.cpu(), None if ent is None else ent.cpu()
     out = torch.zeros(batch.labels.shape, dtype=torch.float32)
+    ent = torch.zeros_like(out) if with_entropy else None
     for chunk, width in zip(chunks, widths, strict=True):
         mb = _narrow(_slice(batch, chunk), width)
-        lp = score_rows(model, mb.input_ids, mb.labels, mb.attention_mask, mb.response_mask,
-                        shared_prefix=shared_prefix, temperature=temperature, truncation=truncation).logprobs
-        out[chunk.start:chunk.stop, :width] = lp.float().cpu()
+        scored = score_rows(model, mb.input_ids, mb.labels, mb.attention_mask, mb.response_mask,
+                            shared_prefix=shared_prefix, with_entropy=with_entropy, temperature=temperature,
+                            truncation=truncation)
+        out[chunk.start:chunk.stop, :width] = scored.logprobs.float().cpu()
+        if ent is not None:
+            ent[chunk.start:chunk.stop, :width] = scored.entropy.float().cpu()
     model.train(was_training)
-    return out
+    return out, ent
 
 
 def forward_logprobs(model, batch: TrainingBatch, fwd: ForwardSpec) -> torch.Tensor:
     """batch_logprobs with the run's ForwardSpec (micro-batches, temperature, truncation, prefix, packing)."""
     return batch_logprobs(model, batch, fwd.micro_batch, fwd.temperature, fwd.micro_batch_tokens,
                           shared_prefix=fwd.shared_prefix, truncation=fwd.truncation, packing=fwd.packing)
+
+
+def forward_entropy(model, batch: TrainingBatch, fwd: ForwardSpec) -> torch.Tensor:
+    """(N, T) float32 token entropies of `batch` under `model` (the distribution the training forward scores),
+    no grad, in the run's micro-batches, dropout off (as batch_logprobs)."""
+    return _batch_scores(model, batch, fwd.micro_batch, fwd.temperature, fwd.micro_batch_tokens, fwd.shared_prefix,
+                         fwd.truncation, fwd.packing, with_entropy=True)[1]
 
 
 @dataclass
@@ -520,6 +557,25 @@ class Objective:
     @functools.cached_property
     def parts(self) -> LossParts:
         return LossParts.from_algo(self.algo, correction=self.correction)
+
+    @property
+    def entropy_quantile(self) -> float:
+        """algo.entropy_mask_quantile: the share of response tokens (top by entropy) the policy term trains on."""
+        return getattr(self.algo, "entropy_mask_quantile", 1.0)
+
+    def select_tokens(self, model, mb: Minibatch, fwd: ForwardSpec) -> Minibatch:
+        """mb with policy_keep set to its top-q response tokens by the current policy's entropy (q =
+        algo.entropy_mask_quantile; rlvr.algo.high_entropy_mask) when q < 1, else mb itself. Called once per
+        minibatch, before its micro-batches (and before a data-parallel or sharded learner splits it): the
+        threshold is one number over the whole minibatch, so the gradient does not depend on the split. The
+        entropies come from a no-grad forward at the weights the minibatch's gradient is taken at (no
+        optimizer step happens inside a minibatch), dropout off."""
+        q = self.entropy_quantile
+        if q >= 1:
+            return mb
+        entropy = forward_entropy(model, mb.batch, fwd)
+        keep, _ = high_entropy_mask(entropy, mb.batch.response_mask, q)
+        return dataclasses.replace(mb, policy_keep=keep)
 
     def correction_note(self, batch: TrainingBatch | None) -> str | None:
         """A status line, the first time only, when the correction is on but the generator gave no sampler

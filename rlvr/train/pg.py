@@ -58,7 +58,7 @@ from rlvr.train.objective import (  # noqa: F401 - re-exported: tests and users 
     shape_and_advantage,
     token_advantages,
 )
-from rlvr.train.reference import ReferencePolicy
+from rlvr.train.reference import ReferencePolicy, load_teacher
 from rlvr.train.rollout_source import Sampled, build_rollout_source, sample_groups  # noqa: F401 - re-exported
 from rlvr.train.session import (  # noqa: F401 - re-exported
     Timer,
@@ -121,12 +121,15 @@ class Learner:
         return {"critic": self.critic} if self.critic is not None else {}
 
 
-def build_learner(cfg: TrainConfig, model, objective: Objective, plan: BatchPlan, placement, shards=None) -> Learner:
+def build_learner(cfg: TrainConfig, model, objective: Objective, plan: BatchPlan, placement, shards=None,
+                  tokenizer=None) -> Learner:
     """Reference policy, critic, optimizer and schedule (over run.steps x optimizer steps per rollout batch),
     the forward spec and the gradient function (distributed.num_learners > 1: data-parallel workers;
     shards, distributed.learner=fsdp2: the policy and reference sharded in place, rlvr.train.sharded)."""
     a, s = cfg.algo, cfg.sampling
-    reference = ReferencePolicy(model, enabled=objective.needs_reference, refresh_every=a.ref_refresh_every)
+    teacher = load_teacher(cfg.teacher, cfg.model, tokenizer) if objective.needs_reference else None
+    reference = ReferencePolicy(model, enabled=objective.needs_reference, refresh_every=a.ref_refresh_every,
+                                teacher=teacher)  # teacher.model: on-policy distillation
     critic = (Critic(model, mode=a.critic, lr=a.critic_lr or cfg.optim.lr, grad_clip=cfg.optim.grad_clip)
               if objective.needs_critic else None)
     grad_fn, step_fn = placement.learners(model, accumulate_gradients) or accumulate_gradients, clip_and_step
@@ -172,7 +175,7 @@ def train(
     # where generators and reward scoring run: in-process (default) or Ray actors (rlvr.distributed)
     placement = build_placement(cfg.distributed, num_threads=r.num_threads)
     sampling_model = sharded.generator_model(model, shards)  # sharded: rank 0's full copy, None on the others
-    learner = build_learner(cfg, model, objective, plan, placement, shards)
+    learner = build_learner(cfg, model, objective, plan, placement, shards, tokenizer)
     problems = ProblemSource(task.train, cfg.data, r.seed)  # the stream, or an online band / curriculum
     source, loop_ctx = _source_and_loop(cfg, shards, placement, sampling_model, learner, tokenizer, task, problems,
                                         plan, resume=resume)
@@ -285,6 +288,7 @@ def learn(learner: Learner, batch, adv: torch.Tensor, kept: torch.Tensor, step: 
             idx = order[chunk.start : chunk.stop]
             mb = Minibatch(batch.rows(idx), token_adv[idx], _rows(old_logp, idx), _rows(ref_logp, idx),
                            _rows(targets.old_values, idx), _rows(targets.returns, idx), row_ids=kept[idx].tolist())
+            mb = objective.select_tokens(model, mb, fwd)  # algo.entropy_mask_quantile: one threshold per minibatch
             out.losses.append(learner.grad_fn(model, mb, objective.parts, fwd, norm_length=objective.norm_length,
                                               critic=critic, stats=out.stats, row_entropy=out.row_entropy))
             if not all(map(_finite, out.losses)):
@@ -461,6 +465,7 @@ def step_metrics(rewards, rollouts, shaped, zero_var, keep, learned: Learned, st
     m["ratio/mean"] = means.get("ratio_mean")
     m["ratio/min"] = stats.mins.get("ratio_min")
     m["ratio/max"] = stats.maxs.get("ratio_max")
+    m["loss/entropy_kept_frac"] = means.get("entropy_kept_frac")  # algo.entropy_mask_quantile < 1 only
     # PPO's critic (algo.critic): value loss and clip share over the minibatch updates, the values it
     # predicts during the updates, its gradient norm, and the returns / explained variance of the batch
     m["critic/value_loss"] = means.get("value_loss")

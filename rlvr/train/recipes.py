@@ -124,6 +124,17 @@ RECIPES: dict[str, dict[str, Any]] = {
         algo__length_reward="kimi",
         algo__length_reward_coef=0.1,
     ),
+    # MiniMax-M1 (Chen et al. 2025, CISPO): REINFORCE with a clipped, detached importance weight on each
+    # token (no token loses its gradient, as grpo_clip's clipped tokens do), token-level mean over the
+    # batch (the paper's 1 / sum_i |o_i|), no KL. No lower bound on the weight (the paper: epsilon_low
+    # "large"); the upper bound 1 + 4 = 5 is TRL's / ms-swift's cap (epsilon_high=5), the paper gives none.
+    "cispo": _recipe(
+        algo__advantage="grpo",
+        algo__loss="cispo",
+        algo__clip_low=1.0,
+        algo__clip_high=4.0,
+        algo__aggregation="token_mean",
+    ),
     # PPO for language models (Ouyang et al. 2022; the documents' PPO section): a value model (a copy
     # of the start policy with a scalar head), GAE with gamma 1 / lambda 0.95 against its values, the
     # outcome on the last token and a per-token k1 KL penalty to the reference in the reward, whitened
@@ -156,6 +167,8 @@ ELSEWHERE: dict[str, str] = {
     "the batch); OpenRLHF: dynamic_filtering",
     "gspo": "TRL: importance_sampling_level=sequence; verl: policy_loss=gspo; OpenRLHF: none",
     "kimi": "TRL: none; verl: none; OpenRLHF: none",
+    "cispo": "TRL: loss_type=cispo (weight clamped at epsilon_high, no lower bound); verl: policy_loss=cispo "
+    "(clip_ratio_low / high, 0.2 by default); SkyRL: policy_loss_type=cispo; OpenRLHF: none",
     "ppo": "TRL: PPOTrainer (separate value model, KL in the reward); verl: adv_estimator=gae with a critic "
     "worker; OpenRLHF: PPO with a critic (default)",
 }

@@ -16,18 +16,22 @@ from pathlib import Path
 
 import torch
 
+from rlvr.config import ConfigError
+from rlvr.models import load_policy
 from rlvr.train.batching import ForwardSpec
+from rlvr.train.common import resolve_model_dir
 from rlvr.train.objective import forward_logprobs
 
 
 class ReferencePolicy:
-    """Frozen copy of the policy (or nothing when algo.kl_coef == 0)."""
+    """Frozen copy of the policy (or nothing when algo.kl_coef == 0); with a teacher (teacher.model, on-policy
+    distillation) the teacher is the reference."""
 
-    def __init__(self, model, *, enabled: bool, refresh_every: int = 0):
+    def __init__(self, model, *, enabled: bool, refresh_every: int = 0, teacher=None):
         self.refresh_every = refresh_every
         self.model = None
         if enabled:
-            self.model = copy.deepcopy(model).eval()
+            self.model = (teacher if teacher is not None else copy.deepcopy(model)).eval()
             self.model.requires_grad_(False)
 
     def logprobs(self, batch, fwd: ForwardSpec) -> torch.Tensor | None:
@@ -75,3 +79,27 @@ class ReferencePolicy:
         for old in path.parent.glob("step_*.pt"):
             if int(old.stem.split("_")[1]) < keep_from:
                 old.unlink(missing_ok=True)
+
+
+def load_teacher(tcfg, mcfg, tokenizer):
+    """The teacher of on-policy distillation (teacher.model: a folder, run directory, checkpoint or hub id), in
+    teacher.dtype / teacher.device (default the student's), or None when teacher.model is ''. The teacher
+    scores the student's token ids, so its tokenizer must be the student's. What cannot be a teacher (not
+    found, not loadable, another vocabulary) raises ConfigError naming teacher.model."""
+    if not tcfg.model:
+        return None
+    where = tcfg.model
+    try:
+        where = str(resolve_model_dir(tcfg.model))
+    except FileNotFoundError:
+        if Path(tcfg.model).exists():  # a local path that holds no model: say so, not a hub lookup's error
+            raise ConfigError(f"teacher.model={tcfg.model!r}: not a model folder, checkpoint or run directory "
+                              "with a checkpoint") from None
+    try:
+        teacher, t_tok = load_policy(where, dtype=tcfg.dtype or mcfg.dtype, device=tcfg.device or mcfg.device)
+    except (OSError, ValueError) as exc:  # no such hub id (offline), a folder without weights, ...
+        raise ConfigError(f"teacher.model={tcfg.model!r}: cannot load it: {exc}") from None
+    if t_tok.get_vocab() != tokenizer.get_vocab():
+        raise ConfigError(f"teacher.model={tcfg.model!r}: its tokenizer is not the student's (model.name="
+                         f"{mcfg.name!r}); the teacher scores the student's tokens, so both need the same one")
+    return teacher
