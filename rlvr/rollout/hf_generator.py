@@ -124,7 +124,11 @@ class HFGenerator:
 
     # -- weights -------------------------------------------------------------------------------
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
-        """Copy the given tensors into the model (skipped when they already are its storage)."""
+        """Copy the given tensors into the model (skipped when they already are its storage, or when they
+        are a LoRA learner's merged push of this very module: rlvr.models.lora.LoraPush)."""
+        if getattr(named_tensors, "module", None) is self.model:
+            self.weight_version = int(version)
+            return
         params = dict(self.model.named_parameters())
         params.update(dict(self.model.named_buffers()))
         with torch.no_grad():
