@@ -152,6 +152,14 @@ def save_base(model, tokenizer, path: str | Path) -> Path:
     return save_policy(_Weights(base.config, dict(base_tensors(model))), tokenizer, path)
 
 
+def save_merged(model, tokenizer, path: str | Path) -> Path:
+    """A LoRA model's merged weights (W + scaling * B @ A) as a plain HF folder (an engine that loads a
+    folder first, vLLM, starts from it); the learner's module is unchanged."""
+    from rlvr.models.loading import save_policy
+
+    return save_policy(_Weights(model.get_base_model().config, dict(merged_tensors(model))), tokenizer, path)
+
+
 def save_adapter(model, path: str | Path, *, base_ref: str) -> None:
     """peft's adapter files into `path`, with base_model_name_or_path = base_ref (relative: to `path`)."""
     path = Path(path)
@@ -221,16 +229,15 @@ def _tied(model, name: str) -> bool:
 
 def load_merged(adapter_dir: str | Path, *, dtype="float32", device="cpu", attn_implementation=None):
     """(model, tokenizer) of a LoRA checkpoint folder: its base loaded, the adapter applied and merged
-    (peft merge_and_unload): a plain model, what `rlvr eval` and model.init_from of a LoRA run use."""
+    (peft merge_and_unload): a plain model, what `rlvr eval` and model.init_from of a LoRA run use. The
+    tokenizer is the base folder's (the one the run trained with: save_base wrote it)."""
     from peft import PeftModel
 
-    from rlvr.models.loading import load_policy, load_tokenizer
+    from rlvr.models.loading import load_policy
 
     adapter_dir = Path(adapter_dir)
     base, tok = load_policy(base_dir_of(adapter_dir), dtype=dtype, device=device,
                             attn_implementation=attn_implementation)
-    if any(adapter_dir.glob("tokenizer*")):
-        tok = load_tokenizer(adapter_dir)
     model = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
     model.eval()
     return model, tok

@@ -6,6 +6,7 @@ Plain functions with plain arguments; the trainers call them with fields of thei
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import random
 from collections.abc import Sequence
@@ -56,6 +57,14 @@ def policy_from_config(mcfg, seed: int = 0):
         lora_dropout=getattr(mcfg, "lora_dropout", 0.0),
         lora_target_modules=getattr(mcfg, "lora_target_modules", "all-linear"),
     )
+
+
+def no_new_adapter(mcfg):
+    """The model section of a command that only samples (rlvr eval, filter): a run's model.lora_rank must not
+    wrap the policy it loads in a new (zero) adapter; a LoRA checkpoint is merged on load either way."""
+    if getattr(mcfg, "lora_rank", 0) <= 0:
+        return mcfg
+    return dataclasses.replace(mcfg, lora_rank=0)
 
 
 def build_policy(
