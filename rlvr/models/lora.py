@@ -21,6 +21,7 @@ peft is an optional dependency (pip install 'rlvr[lora]'): it is imported inside
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -60,7 +61,9 @@ def wrap_lora(model, *, rank: int, alpha: float, dropout: float = 0.0, target: s
     cfg = LoraConfig(r=int(rank), lora_alpha=alpha, lora_dropout=dropout, target_modules=target_modules(target),
                      bias="none", task_type="CAUSAL_LM")
     try:
-        return get_peft_model(model, cfg)
+        with warnings.catch_warnings():  # peft reads transformers' deprecated is_gradient_checkpointing
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+            return get_peft_model(model, cfg)
     except ValueError as exc:  # peft: "Target modules {...} not found in the base model"
         raise ValueError(f"model.lora_target_modules={target!r}: {exc}") from exc
 
