@@ -19,7 +19,8 @@ from safetensors.torch import load_file
 pytest.importorskip("peft")
 
 from rlvr.config import load_config  # noqa: E402
-from rlvr.models import lora  # noqa: E402
+from rlvr.models import load_policy, lora  # noqa: E402
+from rlvr.rollout import HFGenerator, SamplingSpec  # noqa: E402
 from rlvr.train.config import EvalConfig, TrainConfig  # noqa: E402
 from rlvr.train.evaluation import evaluate_policy  # noqa: E402
 from rlvr.train.pg import train  # noqa: E402
@@ -48,6 +49,11 @@ def _adapter(run: Path) -> dict[str, torch.Tensor]:
     return load_file(str(run / "checkpoints" / latest / "model" / lora.ADAPTER_WEIGHTS))
 
 
+def _greedy(model, tok, prompt: str) -> str:
+    gen = HFGenerator(model, tok)
+    return gen.generate([prompt], SamplingSpec(n=1, temperature=0.0, max_tokens=4, seed=0))[0].text
+
+
 def test_lora_run_killed_and_resumed_matches_the_uninterrupted_run(tmp_path):
     full, cut = tmp_path / "full", tmp_path / "cut"
     train(load_config(TrainConfig, None, [*TINY, f"run.out_dir={full}"]))
@@ -73,11 +79,21 @@ def test_lora_run_killed_and_resumed_matches_the_uninterrupted_run(tmp_path):
         assert not list((ckpt / "model").glob("model*.safetensors"))
         assert (run / "base_model" / "model.safetensors").exists()
 
-    # rlvr eval of the run: base + adapter merged, greedy, the run's task
-    ev = evaluate_policy(load_config(EvalConfig, None, [f"model.init_from={full}", "data.digits=1",
-                                                        "data.num_eval=8", "sampling.max_tokens=4"]))
-    logged = a[-1]["eval/accuracy"]
-    assert ev.metrics()["accuracy"] == pytest.approx(logged)  # the training run evaluated the same policy
+    # rlvr eval of the run: base + adapter merged, greedy, the run's task; its responses are those of the base
+    # with W + (alpha / r) * B @ A added by hand from the checkpoint's files
+    ev = evaluate_policy(load_config(EvalConfig, None, [f"model.init_from={full}", "data.digits=1", "data.num_eval=8",
+                                                        "sampling.max_tokens=4", f"run.out={tmp_path / 'ev.json'}"]))
+    assert ev.metrics()["accuracy"] == pytest.approx(a[-1]["eval/accuracy"])  # what the run measured at its end
+    samples = [json.loads(x) for x in ev.samples_path.read_text().splitlines()]
+    base, tok = load_policy(full / "base_model")
+    assert [_greedy(base, tok, s["prompt"]) for s in samples] != [s["response"] for s in samples]
+    params = dict(base.named_parameters())
+    with torch.no_grad():
+        for k, a_mat in wa.items():
+            if ".lora_A." in k:
+                name = k.removeprefix("base_model.model.").replace(".lora_A.weight", ".weight")
+                params[name] += (8 / 4) * wa[k.replace(".lora_A.", ".lora_B.")] @ a_mat
+    assert [_greedy(base, tok, s["prompt"]) for s in samples] == [s["response"] for s in samples]
 
 
 def test_ppo_separate_critic_trains_with_a_lora_policy(tmp_path):
