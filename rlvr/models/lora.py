@@ -43,6 +43,14 @@ def is_adapter_dir(path: str | Path) -> bool:
     return (Path(path) / ADAPTER_CONFIG).is_file()
 
 
+def rank_of(model) -> int:
+    """The LoRA rank of a peft model (its active adapter's r), 0 for a plain model."""
+    if not is_lora(model):
+        return 0
+    cfg = model.peft_config[getattr(model, "active_adapter", "default")]
+    return int(cfg.r)
+
+
 def target_modules(spec: str) -> str | list[str]:
     """model.lora_target_modules as peft takes it: 'all-linear' or a list of module names."""
     spec = spec.strip()
@@ -153,14 +161,6 @@ def save_base(model, tokenizer, path: str | Path) -> Path:
 
     base = model.get_base_model()
     return save_policy(_Weights(base.config, dict(base_tensors(model))), tokenizer, path)
-
-
-def save_merged(model, tokenizer, path: str | Path) -> Path:
-    """A LoRA model's merged weights (W + scaling * B @ A) as a plain HF folder (an engine that loads a
-    folder first, vLLM, starts from it); the learner's module is unchanged."""
-    from rlvr.models.loading import save_policy
-
-    return save_policy(_Weights(model.get_base_model().config, dict(merged_tensors(model))), tokenizer, path)
 
 
 def save_adapter(model, path: str | Path, *, base_ref: str) -> None:

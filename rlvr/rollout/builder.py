@@ -14,7 +14,8 @@ max_model_len, tensor_parallel_size, enforce_eager, sleep_mode, dtype): this lay
 Weight flow: the learner owns the weights. After each optimizer step the trainer calls
 `generator.update_weights(push_tensors(model), version=step)` (rlvr.models.export: a LoRA learner's
 push is its merged weights under the base model's names); the HF backend shares the learner's module
-(colocated, nothing copied), vLLM loads the tensors into its engine. Right after
+(colocated, nothing copied), vLLM loads the tensors into its engine (a LoRA learner: vLLM starts from
+the frozen base with LoRA enabled and takes the adapter alone at each push, as a LoRARequest). Right after
 building, the learner's current weights are pushed as version 0, so the engine samples from
 exactly the learner's weights even when it loaded them from disk in another dtype.
 """
@@ -55,14 +56,14 @@ def _vllm(rcfg, model, tokenizer, *, model_source, seed, default_batch_size) -> 
         )
     source = model_source
     if source is not None and lora.is_adapter_dir(source):
-        source = None  # a LoRA checkpoint: an adapter folder, not a model vLLM can load; the merged policy is written
+        source = None  # a LoRA checkpoint (an adapter folder) is no model vLLM can load: the base is written
     if source is None:
         # A policy built in memory (the tiny model) has no folder vLLM could load: write one (a LoRA
-        # learner: its merged weights under the base model's names).
+        # learner: its frozen base; the engine gets the adapter by every push, rlvr.rollout.vllm_generator).
 
         source = tempfile.mkdtemp(prefix="rlvr-vllm-init-")
         if lora.is_lora(model):
-            lora.save_merged(model, tokenizer, source)
+            lora.save_base(model, tokenizer, source)
         else:
             save_policy(model, tokenizer, source)
     gen = VLLMGenerator(
@@ -77,6 +78,7 @@ def _vllm(rcfg, model, tokenizer, *, model_source, seed, default_batch_size) -> 
         device=None if colocated else device,
         separate_process=bool(getattr(rcfg, "separate_process", False)),
         seed=seed,
+        lora_rank=lora.rank_of(model),
     )
     return gen
 
