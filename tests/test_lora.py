@@ -270,3 +270,18 @@ def test_policy_from_config_reads_the_lora_keys():
     layer = model.get_base_model().model.layers[0].self_attn.q_proj
     assert layer.r["default"] == 2 and layer.scaling["default"] == 2.0  # alpha / rank
     assert not lora.is_lora(policy_from_config(no_new_adapter(m), seed=1)[0])
+
+
+def test_a_generator_holding_its_own_copy_of_a_lora_model_takes_merged_pushes():
+    """What a Ray generator actor holds: an unpickled copy of the LoRA learner; the pushes it receives are the
+    merged tensors under base names (a plain dict, as RayPlacement ships them)."""
+    model, tok = _policy()
+    gen = HFGenerator(copy.deepcopy(model), tok)
+    _train_adapter(model, tok)
+    gen.update_weights(list(push_tensors(model)), version=1)
+    assert not lora.is_lora(gen.model) and gen.weight_version == 1
+    batch = _batch(model, tok, seed=9)
+    mask = batch.response_mask.bool()
+    assert torch.allclose(_logp(gen.model, batch)[mask], _logp(model, batch)[mask], atol=1e-5)
+    ros = gen.generate(PROMPTS, SamplingSpec(n=1, temperature=1.0, max_tokens=3, seed=0))
+    assert len(ros) == len(PROMPTS)
