@@ -304,7 +304,8 @@ class VLLMGenerator:
                     requests.append(TokensPrompt(prompt_token_ids=list(ids)))
                     params.append(self._params(spec, 1, sequence_seed(spec.seed, i, j)))
         try:
-            outputs = self.llm.generate(requests, params, use_tqdm=False, lora_request=self.lora_request)
+            lora_kw = {} if self.lora_request is None else {"lora_request": self.lora_request}  # the LoRA learner's
+            outputs = self.llm.generate(requests, params, use_tqdm=False, **lora_kw)
         except Exception as exc:
             raise VLLMEngineError(f"rollout.backend=vllm: generation failed in vLLM {self.vllm_version} "
                                   f"({len(requests)} requests, sampling.max_tokens={spec.max_tokens}, "
