@@ -6,8 +6,10 @@ penalty is the same module with its adapter off (rlvr.train.reference), not a se
 
 What leaves the learner (rlvr.models.export.push_tensors): the merged weights W + scaling * B @ A under the
 base model's own HF names, computed next to the learner's module without changing it (an engine with its own
-copy of the base model loads them as a full push). An in-process HF generator sharing the module is given
-nothing to copy: the push is a LoraPush whose `module` is that module (see HFGenerator.update_weights).
+copy of the model, a Ray generator actor, loads them as a full push). An in-process HF generator sharing the
+module is given nothing to copy: the push is a LoraPush whose `module` is that module (HFGenerator.
+update_weights). A vLLM engine built for a LoRA learner holds the base and takes the adapter alone
+(VLLMGenerator: save_adapter into its folder, a new LoRARequest per push).
 
 A checkpoint of a LoRA run (rlvr.runs.checkpoint) holds, in <checkpoint>/model, peft's adapter files
 (adapter_model.safetensors, adapter_config.json) and the tokenizer; the base weights are written once per run
@@ -30,7 +32,6 @@ import torch
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 BASE_DIR = "base_model"  # RUN/base_model: the frozen base of a LoRA run, saved once
-_PREFIX = "base_model.model."  # peft's prefix in front of the wrapped model's own names
 
 
 def is_lora(model) -> bool:
