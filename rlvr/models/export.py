@@ -6,12 +6,20 @@ learner (a sharded FSDP2 module, a LoRA adapter) is turned into plain named tens
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable
 
 import torch
 
+from rlvr.models import lora
 
-def push_tensors(model) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, tensor) of every parameter as the generator knows it (model.named_parameters() of a plain
-    module: the learner's own storage, so an in-process HF generator sharing the module copies nothing)."""
-    yield from model.named_parameters()
+
+def push_tensors(model) -> Iterable[tuple[str, torch.Tensor]]:
+    """(name, tensor) of every parameter as the generator knows it.
+
+    A plain module: model.named_parameters(), the learner's own storage, so an in-process HF generator
+    sharing the module copies nothing. A LoRA (peft) learner: rlvr.models.lora.LoraPush, the merged
+    weights W + scaling * B @ A under the base model's HF names (the learner's module unchanged); a
+    generator sharing the module sees push.module is its own model and copies nothing."""
+    if lora.is_lora(model):
+        return lora.LoraPush(model)
+    return model.named_parameters()

@@ -12,8 +12,10 @@ so a test (or a future Ray-hosted engine) adds a backend without touching the tr
 max_model_len, tensor_parallel_size, enforce_eager, sleep_mode, dtype): this layer does not import rlvr.train.
 
 Weight flow: the learner owns the weights. After each optimizer step the trainer calls
-`generator.update_weights(model.named_parameters(), version=step)`; the HF backend shares the
-learner's module (colocated, nothing copied), vLLM loads the tensors into its engine. Right after
+`generator.update_weights(push_tensors(model), version=step)` (rlvr.models.export: a LoRA learner's
+push is its merged weights under the base model's names); the HF backend shares the learner's module
+(colocated, nothing copied), vLLM loads the tensors into its engine (a LoRA learner: vLLM starts from
+the frozen base with LoRA enabled and takes the adapter alone at each push, as a LoRARequest). Right after
 building, the learner's current weights are pushed as version 0, so the engine samples from
 exactly the learner's weights even when it loaded them from disk in another dtype.
 """
@@ -25,7 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlvr.models import save_policy
+from rlvr.models import lora, save_policy
+from rlvr.models.export import push_tensors
 from rlvr.rollout.hf_generator import HFGenerator
 from rlvr.rollout.types import Generator
 from rlvr.rollout.vllm_generator import VLLMGenerator, engine_on_cpu
@@ -52,11 +55,17 @@ def _vllm(rcfg, model, tokenizer, *, model_source, seed, default_batch_size) -> 
             policy_device.type == "cuda" and torch.device(device).index is None
         )
     source = model_source
+    if source is not None and lora.is_adapter_dir(source):
+        source = None  # a LoRA checkpoint (an adapter folder) is no model vLLM can load: the base is written
     if source is None:
-        # A policy built in memory (the tiny model) has no folder vLLM could load: write one.
+        # A policy built in memory (the tiny model) has no folder vLLM could load: write one (a LoRA
+        # learner: its frozen base; the engine gets the adapter by every push, rlvr.rollout.vllm_generator).
 
         source = tempfile.mkdtemp(prefix="rlvr-vllm-init-")
-        save_policy(model, tokenizer, source)
+        if lora.is_lora(model):
+            lora.save_base(model, tokenizer, source)
+        else:
+            save_policy(model, tokenizer, source)
     gen = VLLMGenerator(
         str(source),
         tokenizer=tokenizer,
@@ -69,6 +78,7 @@ def _vllm(rcfg, model, tokenizer, *, model_source, seed, default_batch_size) -> 
         device=None if colocated else device,
         separate_process=bool(getattr(rcfg, "separate_process", False)),
         seed=seed,
+        lora_rank=lora.rank_of(model),
     )
     return gen
 
@@ -99,7 +109,7 @@ def build_generator(
         rcfg, model, tokenizer, model_source=None if model_source is None else str(model_source), seed=seed,
         default_batch_size=default_batch_size,
     )
-    gen.update_weights(model.named_parameters(), version=0)
+    gen.update_weights(push_tensors(model), version=0)
     return gen
 
 

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
+from rlvr.models import lora
 from rlvr.models.cascade import SharedPrefixKV
 from rlvr.models.cascade import attention as cascade_attention
 from rlvr.models.cascade import supported as cascade_supported
@@ -124,7 +125,18 @@ class HFGenerator:
 
     # -- weights -------------------------------------------------------------------------------
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
-        """Copy the given tensors into the model (skipped when they already are its storage)."""
+        """Copy the given tensors into the model (skipped when they already are its storage, or when they
+        are a LoRA learner's merged push of this very module: rlvr.models.lora.LoraPush). A generator holding
+        its own copy of a LoRA model turns it into the plain merged model at the first push it must copy."""
+        if getattr(named_tensors, "module", None) is self.model:
+            self.weight_version = int(version)
+            return
+        if lora.is_lora(self.model):
+            # A copy of a LoRA learner (a Ray generator actor unpickles one): the pushes are merged weights under
+            # the base model's names (rlvr.models.export.push_tensors), so the copy becomes the plain model they
+            # address (peft's merge_and_unload of this copy; the learner's own module is another object).
+            self.model = self.model.merge_and_unload()
+            self._decoder = None
         params = dict(self.model.named_parameters())
         params.update(dict(self.model.named_buffers()))
         with torch.no_grad():

@@ -80,6 +80,7 @@ class VLLMGenerator:
         separate_process: bool = False,
         in_process: bool | None = None,
         seed: int = 0,
+        lora_rank: int = 0,
         **llm_kwargs,
     ):
         # device = "cuda:N" puts the engine on its own GPU (not the learner's): the engine core
@@ -107,6 +108,7 @@ class VLLMGenerator:
         if tokenizer is None:
             tokenizer = load_tokenizer(model_path)
         self.tokenizer = tokenizer
+        self.model_path = str(model_path)
         self.weight_version = 0
         self.on_cpu = engine_on_cpu()
         if enable_sleep_mode and self.on_cpu:
@@ -128,6 +130,15 @@ class VLLMGenerator:
         )
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
+        # A LoRA learner (model.lora_rank > 0): the engine holds the frozen base (model_path) and each push
+        # is the adapter only, served as a LoRARequest (update_weights); max_lora_rank must be one of vLLM's
+        # sizes, and an adapter of a smaller rank fits it.
+        self.lora_rank = int(lora_rank)
+        self.lora_request = None
+        self._lora_pushes = 0
+        self._lora_dir = None
+        if self.lora_rank > 0:
+            kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=_vllm_lora_rank(self.lora_rank))
         if _version_at_least(self.vllm_version, (0, 10, 2)):
             kwargs["logprobs_mode"] = "processed_logprobs"
         kwargs.update(llm_kwargs)
@@ -179,6 +190,10 @@ class VLLMGenerator:
             _release_cached_memory()
             self.llm.wake_up(tags=["weights"])
             self.asleep_tags.discard("weights")
+        module = getattr(named_tensors, "module", None)  # a LoRA learner's push (rlvr.models.lora.LoraPush)
+        if self.lora_rank > 0 and module is not None:
+            self._push_adapter(module, version)
+            return
         try:
             if self.in_process:
                 weights = ((n, t.detach()) for n, t in named_tensors)
@@ -195,6 +210,37 @@ class VLLMGenerator:
         if self.llm.reset_prefix_cache() is False:  # cached KV was computed with the old weights
             raise VLLMEngineError(f"rollout.backend=vllm: after the push of version {version} vLLM could not "
                                   "reset its prefix cache (requests still running?)")
+        self.weight_version = int(version)
+
+    def _push_adapter(self, module, version: int) -> None:
+        """Adapter-only push: the learner's adapter saved (peft's files, a few MB) to a folder of this engine and
+        served from now on as a new LoRARequest (a new id per push: vLLM caches adapters by id); the previous
+        adapter is removed from the engine and its folder deleted. The engine's base weights are never touched."""
+        import shutil
+
+        from vllm.lora.request import LoRARequest
+
+        from rlvr.models import lora
+
+        if self._lora_dir is None:
+            self._lora_dir = tempfile.mkdtemp(prefix="rlvr-vllm-lora-")
+        self._lora_pushes += 1
+        path = os.path.join(self._lora_dir, f"push_{self._lora_pushes:06d}")
+        try:
+            lora.save_adapter(module, path, base_ref=self.model_path)
+            request = LoRARequest(f"rlvr-v{version}-{self._lora_pushes}", self._lora_pushes, path)
+            # load it now (not at the next generate), so a failure is reported as the push's
+            self.llm.llm_engine.add_lora(request)
+        except Exception as exc:
+            raise VLLMEngineError(
+                f"rollout.backend=vllm: the LoRA adapter push of policy version {version} failed in vLLM "
+                f"{self.vllm_version} (model.lora_rank={self.lora_rank}): {type(exc).__name__}: "
+                f"{_first_line(exc)}") from exc
+        old, self.lora_request = self.lora_request, request
+        if old is not None:
+            with contextlib.suppress(Exception):
+                self.llm.llm_engine.remove_lora(old.lora_int_id)
+            shutil.rmtree(old.lora_path, ignore_errors=True)
         self.weight_version = int(version)
 
     def weight_fingerprint(self) -> tuple[float, float]:
@@ -258,7 +304,8 @@ class VLLMGenerator:
                     requests.append(TokensPrompt(prompt_token_ids=list(ids)))
                     params.append(self._params(spec, 1, sequence_seed(spec.seed, i, j)))
         try:
-            outputs = self.llm.generate(requests, params, use_tqdm=False)
+            lora_kw = {} if self.lora_request is None else {"lora_request": self.lora_request}  # the LoRA learner's
+            outputs = self.llm.generate(requests, params, use_tqdm=False, **lora_kw)
         except Exception as exc:
             raise VLLMEngineError(f"rollout.backend=vllm: generation failed in vLLM {self.vllm_version} "
                                   f"({len(requests)} requests, sampling.max_tokens={spec.max_tokens}, "
@@ -291,6 +338,18 @@ class VLLMGenerator:
             hit = find_completed_stop(self.tokenizer, ids, (stop_reason,), spec.include_stop_str_in_output)
             return hit[1] if hit is not None else vllm_text
         return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+# vLLM's allowed max_lora_rank values (vllm.config.lora.MaxLoRARanks)
+_VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def _vllm_lora_rank(rank: int) -> int:
+    """The smallest of vLLM's max_lora_rank sizes that holds an adapter of rank `rank`."""
+    for r in _VLLM_LORA_RANKS:
+        if r >= rank:
+            return r
+    raise VLLMEngineError(f"model.lora_rank={rank}: vLLM serves adapters of rank at most {_VLLM_LORA_RANKS[-1]}")
 
 
 def engine_on_cpu() -> bool:

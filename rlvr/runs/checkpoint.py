@@ -4,7 +4,9 @@
       latest               text file: the name of the newest complete checkpoint ("step_000020")
       step_000010/
         model/             model.save_pretrained (+ tokenizer.save_pretrained): a loadable HF folder
-                           (plain nn.Modules: model/model.pt holding the state_dict)
+                           (plain nn.Modules: model/model.pt holding the state_dict; a LoRA model: peft's
+                           adapter_model.safetensors + adapter_config.json, its base in RUN/base_model,
+                           written once: rlvr.models.lora)
         optimizer.pt       optimizer.state_dict()          (when given)
         scheduler.pt       scheduler.state_dict()          (when given)
         rng.pt             torch CPU (+ CUDA) generator states
@@ -35,6 +37,7 @@ from typing import Any
 
 import torch
 
+from rlvr.models import lora
 from rlvr.models.loading import save_policy
 
 FORMAT_VERSION = 1
@@ -232,7 +235,10 @@ def save_checkpoint(
         model_dir = tmp / "model"
         model_dir.mkdir()
         sd = {} if state_dict is None else {"state_dict": state_dict}
-        if hasattr(real, "save_pretrained"):
+        if lora.is_lora(real):
+            with _no_hf_progress_bars():
+                _save_lora(real, tokenizer, model_dir, ckpt_dir.parent, **sd)
+        elif hasattr(real, "save_pretrained"):
             with _no_hf_progress_bars():
                 if tokenizer is not None:
                     save_policy(real, tokenizer, model_dir, **sd)  # load_policy(<ckpt>/model) round-trips exactly
@@ -294,8 +300,36 @@ def _resolve(path_or_run_dir: Any) -> Path:
     return found
 
 
+def _save_lora(model: Any, tokenizer: Any, model_dir: Path, run_path: Path) -> None:
+    """A LoRA model's checkpoint: peft's adapter files (+ tokenizer) in model/, the frozen base written once
+    per run in RUN/base_model (rlvr.models.lora, module doc), named relative to model/ in adapter_config.json."""
+    base = run_path / lora.BASE_DIR
+    if not (base / "config.json").exists():
+        tmp = run_path / f".tmp-{lora.BASE_DIR}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        if tokenizer is None:
+            raise ValueError("save_checkpoint of a LoRA model needs its tokenizer (the base model folder holds it)")
+        lora.save_base(model, tokenizer, tmp)
+        _fsync_tree(tmp)
+        shutil.rmtree(base, ignore_errors=True)  # a base folder without config.json: an interrupted write
+        os.replace(tmp, base)
+        _fsync_dir(run_path)
+    lora.save_adapter(model, model_dir, base_ref=f"../../../{lora.BASE_DIR}")
+    if tokenizer is not None:
+        tokenizer.save_pretrained(model_dir)
+
+
 def _load_model_weights(model: Any, model_dir: Path) -> None:
     real = _unwrap(model)
+    if lora.is_adapter_dir(model_dir):
+        if not lora.is_lora(real):
+            raise RuntimeError(f"{model_dir} holds a LoRA adapter but the model has none: resume it with the "
+                               "model.lora_rank it was trained with")
+        lora.load_adapter(real, model_dir)
+        return
+    if lora.is_lora(real):
+        raise RuntimeError(f"{model_dir} holds a full model but model.lora_rank > 0: resume it with the config it "
+                           "was started with (model.lora_rank=0)")
     if (model_dir / "model.pt").exists():
         real.load_state_dict(torch.load(model_dir / "model.pt", map_location="cpu", weights_only=True))
         return

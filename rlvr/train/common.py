@@ -6,6 +6,7 @@ Plain functions with plain arguments; the trainers call them with fields of thei
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import random
 from collections.abc import Sequence
@@ -14,7 +15,7 @@ from typing import Any
 
 import torch
 
-from rlvr.models import build_tiny_model, load_policy
+from rlvr.models import build_tiny_model, load_policy, lora
 from rlvr.models.loading import ATTN_IMPLEMENTATIONS, enable_gradient_checkpointing
 from rlvr.models.loading import disable_dropout as _disable_dropout
 from rlvr.runs import plots
@@ -51,7 +52,19 @@ def policy_from_config(mcfg, seed: int = 0):
         gradient_checkpointing=getattr(mcfg, "gradient_checkpointing", False),
         attn_implementation=getattr(mcfg, "attn_implementation", "auto"),
         disable_dropout=getattr(mcfg, "disable_dropout", True),
+        lora_rank=getattr(mcfg, "lora_rank", 0),
+        lora_alpha=getattr(mcfg, "lora_alpha", 16.0),
+        lora_dropout=getattr(mcfg, "lora_dropout", 0.0),
+        lora_target_modules=getattr(mcfg, "lora_target_modules", "all-linear"),
     )
+
+
+def no_new_adapter(mcfg):
+    """The model section of a command that only samples (rlvr eval, filter): a run's model.lora_rank must not
+    wrap the policy it loads in a new (zero) adapter; a LoRA checkpoint is merged on load either way."""
+    if getattr(mcfg, "lora_rank", 0) <= 0:
+        return mcfg
+    return dataclasses.replace(mcfg, lora_rank=0)
 
 
 def build_policy(
@@ -69,6 +82,10 @@ def build_policy(
     gradient_checkpointing: bool = False,
     attn_implementation: str = "auto",
     disable_dropout: bool = True,
+    lora_rank: int = 0,
+    lora_alpha: float = 16.0,
+    lora_dropout: float = 0.0,
+    lora_target_modules: str = "all-linear",
 ):
     """(model, tokenizer) in train mode.
 
@@ -82,15 +99,21 @@ def build_policy(
     disable_dropout: every dropout of the model off, in train() mode too (rlvr.models.loading.
     disable_dropout; ModelConfig.disable_dropout says who needs it). Copies made later (reference,
     critic) inherit it.
+    lora_rank > 0: the model wrapped with peft LoRA adapters (rlvr.models.lora.wrap_lora: rank, alpha,
+    dropout, target modules); only the adapters train. init_from of a LoRA run or checkpoint loads its base
+    and merges its adapter (rlvr.models.lora.load_merged) before any new adapter is added.
     """
     if attn_implementation not in ATTN_IMPLEMENTATIONS:
         raise ValueError(
             f"model.attn_implementation={attn_implementation!r}; known: {', '.join(ATTN_IMPLEMENTATIONS)}"
         )
     if init_from:
-        model, tok = load_policy(
-            resolve_model_dir(init_from), dtype=dtype, device=device, attn_implementation=attn_implementation
-        )
+        model_dir = resolve_model_dir(init_from)
+        if lora.is_adapter_dir(model_dir):
+            model, tok = lora.load_merged(model_dir, dtype=dtype, device=device,
+                                          attn_implementation=attn_implementation)
+        else:
+            model, tok = load_policy(model_dir, dtype=dtype, device=device, attn_implementation=attn_implementation)
     elif name == "tiny":
         model, tok = build_tiny_model(
             hidden_size=hidden_size,
@@ -107,6 +130,9 @@ def build_policy(
         model, tok = load_policy(name, dtype=dtype, device=device, attn_implementation=attn_implementation)
     if gradient_checkpointing:
         enable_gradient_checkpointing(model)
+    if lora_rank > 0:
+        model = lora.wrap_lora(model, rank=lora_rank, alpha=lora_alpha, dropout=lora_dropout,
+                               target=lora_target_modules)
     if disable_dropout:
         _disable_dropout(model)
     model.train()
@@ -114,14 +140,19 @@ def build_policy(
 
 
 def resolve_model_dir(path: str | Path) -> Path:
-    """A loadable model folder from a run directory, a checkpoint folder or a model folder."""
+    """A loadable model folder from a run directory, a checkpoint folder or a model folder (a LoRA
+    checkpoint's model folder holds an adapter: rlvr.models.lora.is_adapter_dir, loaded by load_merged)."""
     p = Path(path)
-    if (p / "config.json").exists():
+
+    def loadable(d: Path) -> bool:
+        return (d / "config.json").exists() or lora.is_adapter_dir(d)
+
+    if loadable(p):
         return p
-    if (p / "model" / "config.json").exists():
+    if loadable(p / "model"):
         return p / "model"
     ckpt = latest_checkpoint(p) if p.is_dir() else None
-    if ckpt is not None and (ckpt / "model" / "config.json").exists():
+    if ckpt is not None and loadable(ckpt / "model"):
         return ckpt / "model"
     raise FileNotFoundError(
         f"model.init_from={str(path)!r}: not a model folder, checkpoint folder or run directory with a checkpoint"

@@ -60,6 +60,16 @@ class ModelConfig:
     """Turn every dropout of the model off after loading (TRL's name). RL needs it (the training forward runs in
     train mode, old-logprob / reference / sampling forwards in eval mode: with dropout the on-policy ratio is not
     1); rlvr sft defaults to false (its evaluation forwards run in eval mode, so only its training keeps dropout)."""
+    lora_rank: int = 0
+    """LoRA (needs peft: pip install 'rlvr[lora]'): rank r of the adapters on model.lora_target_modules; only the
+    adapters train (and hold optimizer state), the reference policy is the model with its adapter off; 0 = off."""
+    lora_alpha: float = 16.0
+    """LoRA: the adapter's update is scaled by lora_alpha / lora_rank."""
+    lora_dropout: float = 0.0
+    """LoRA: dropout on the adapters' input in train mode (needs model.disable_dropout=false: RL needs none)."""
+    lora_target_modules: str = "all-linear"
+    """LoRA: the linear layers that get an adapter: all-linear (every projection of attention and MLP, not the
+    output head) or a comma list of module names (q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj)."""
 
     def validate(self) -> None:
         """Names and ranges of the model section, before any model is built."""
@@ -81,7 +91,26 @@ class ModelConfig:
             if not Path(self.init_from).exists():
                 c.error(f"model.init_from={self.init_from}: no such run, checkpoint or model directory")
         c.device("device", self.device)
+        self._validate_lora(c)
         c.done()
+
+    def _validate_lora(self, c: _Checks) -> None:
+        c.at_least("lora_rank", self.lora_rank, 0)
+        if self.lora_rank <= 0:
+            return
+        if importlib.util.find_spec("peft") is None:
+            c.error(f"model.lora_rank={self.lora_rank} needs the peft package: pip install 'rlvr[lora]' "
+                    "(or pip install peft); or model.lora_rank=0 to train every weight")
+        c.need("lora_alpha", self.lora_alpha, self.lora_alpha > 0, "> 0")
+        c.need("lora_dropout", self.lora_dropout, 0 <= self.lora_dropout < 1, "in [0, 1)")
+        if self.lora_dropout > 0 and self.disable_dropout:
+            c.error(f"model.lora_dropout={self.lora_dropout} would be switched off by model.disable_dropout=true "
+                    "(RL needs no dropout: the on-policy ratio is not 1 with it); set model.lora_dropout=0, or "
+                    "model.disable_dropout=false to keep it")
+        names = [t.strip() for t in self.lora_target_modules.split(",")]
+        if not all(names) or not all(re.fullmatch(r"[A-Za-z0-9_.\-]+", t) for t in names):
+            c.error(f"model.lora_target_modules={self.lora_target_modules!r}: use all-linear or a comma list of "
+                    "module names such as q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
 
 
 # Training problems a synthetic task generates when data.num_train is 0 (the default), or all its distinct

@@ -34,7 +34,7 @@ from rlvr.rewards.judge import judge_metrics
 from rlvr.rollout import with_thinking_budget
 from rlvr.rollout.types import SamplingSpec
 from rlvr.runtime import set_num_threads
-from rlvr.train.common import policy_from_config, quiet_transformers, resolve_model_dir
+from rlvr.train.common import no_new_adapter, policy_from_config, quiet_transformers, resolve_model_dir
 from rlvr.train.config import DataConfig, EvalConfig, _error_text
 from rlvr.train.run_settings import find_run_dir, run_settings
 from rlvr.train.session import say
@@ -98,7 +98,7 @@ def evaluate_policy(cfg: EvalConfig, *, budgets: Sequence[int] | None = None,
     say(f"loading model {source} ...")
     t0 = time.perf_counter()
     try:
-        model, tok = policy_from_config(cfg.model, seed=cfg.run.seed)
+        model, tok = policy_from_config(no_new_adapter(cfg.model), seed=cfg.run.seed)
         task = load_task_data(cfg.data, tok, train=False, judge=cfg.judge, judge_device=cfg.model.device)
     except TaskDataError:
         raise

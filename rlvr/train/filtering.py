@@ -46,7 +46,7 @@ from rlvr.rollout import with_thinking_budget
 from rlvr.rollout.types import SamplingSpec
 from rlvr.runs.progress import Progress
 from rlvr.runtime import set_num_threads
-from rlvr.train.common import policy_from_config, quiet_transformers, resolve_model_dir
+from rlvr.train.common import no_new_adapter, policy_from_config, quiet_transformers, resolve_model_dir
 from rlvr.train.config import FilterConfig, _error_text
 from rlvr.train.run_settings import find_run_dir
 from rlvr.train.session import say
@@ -355,7 +355,7 @@ def filter_problems(cfg: FilterConfig, *, resume: bool = False) -> FilterResult:
     say(f"loading model {model_source or 'tiny (fresh random weights)'} ...")
     t0 = time.perf_counter()
     try:
-        model, tok = policy_from_config(cfg.model, seed=cfg.run.seed)
+        model, tok = policy_from_config(no_new_adapter(cfg.model), seed=cfg.run.seed)
     except (ValueError, KeyError, OSError) as exc:
         raise ConfigError(str(exc)) from None
     model.eval()

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from rlvr.config import ConfigError
-from rlvr.models import load_policy
+from rlvr.models import load_policy, lora
 from rlvr.train.batching import ForwardSpec
 from rlvr.train.common import resolve_model_dir
 from rlvr.train.objective import forward_logprobs
@@ -25,14 +25,30 @@ from rlvr.train.objective import forward_logprobs
 
 class ReferencePolicy:
     """Frozen copy of the policy (or nothing when algo.kl_coef == 0); with a teacher (teacher.model, on-policy
-    distillation) the teacher is the reference."""
+    distillation) the teacher is the reference.
+
+    A LoRA policy (model.lora_rank > 0) is its own reference: the same module with its adapter off (peft's
+    disable_adapter()), i.e. the frozen base, so no second copy is held. Its reference cannot be refreshed
+    (the base never changes): algo.ref_refresh_every is refused with it."""
 
     def __init__(self, model, *, enabled: bool, refresh_every: int = 0, teacher=None):
         self.refresh_every = refresh_every
         self.model = None
+        self.adapter_off = False  # the reference is `model` with its LoRA adapter disabled
         if enabled:
-            self.model = (teacher if teacher is not None else copy.deepcopy(model)).eval()
-            self.model.requires_grad_(False)
+            if teacher is not None:
+                self.model = teacher.eval()
+                self.model.requires_grad_(False)
+            elif lora.is_lora(model):
+                if refresh_every > 0:
+                    raise ConfigError(
+                        f"algo.ref_refresh_every={refresh_every} with model.lora_rank>0: the reference of a LoRA "
+                        "policy is its frozen base (the adapter switched off), which no refresh can move; set "
+                        "algo.ref_refresh_every=0, or model.lora_rank=0 to train (and refresh from) every weight")
+                self.model, self.adapter_off = model, True
+            else:
+                self.model = copy.deepcopy(model).eval()
+                self.model.requires_grad_(False)
 
     def logprobs(self, batch, fwd: ForwardSpec) -> torch.Tensor | None:
         """(N, T) reference logprobs of `batch`, or None without a reference; under the sampling
@@ -40,7 +56,16 @@ class ReferencePolicy:
         (the policy's shared prefix is its own forward's saving)."""
         if self.model is None:
             return None
-        return forward_logprobs(self.model, batch, dataclasses.replace(fwd, shared_prefix=False))
+        fwd = dataclasses.replace(fwd, shared_prefix=False)
+        if not self.adapter_off:
+            return forward_logprobs(self.model, batch, fwd)
+        was = self.model.training
+        self.model.eval()
+        try:
+            with self.model.disable_adapter():
+                return forward_logprobs(self.model, batch, fwd)
+        finally:
+            self.model.train(was)
 
     # -- refresh and snapshots -------------------------------------------------------------------
     @property
