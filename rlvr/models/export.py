@@ -19,7 +19,11 @@ def push_tensors(model) -> Iterable[tuple[str, torch.Tensor]]:
     A plain module: model.named_parameters(), the learner's own storage, so an in-process HF generator
     sharing the module copies nothing. A LoRA (peft) learner: rlvr.models.lora.LoraPush, the merged
     weights W + scaling * B @ A under the base model's HF names (the learner's module unchanged); a
-    generator sharing the module sees push.module is its own model and copies nothing."""
+    generator sharing the module sees push.module is its own model and copies nothing. A sharded learner
+    (distributed.learner=fsdp2): each parameter gathered whole, one at a time, as the stream is read (a
+    collective: every rank reads it to the end, rlvr.train.sharded.ShardedSource)."""
     if lora.is_lora(model):
         return lora.LoraPush(model)
+    if any(hasattr(p, "full_tensor") for p in model.parameters()):  # a sharded (FSDP2) learner: gathered
+        return ((name, lora.full(p).detach()) for name, p in model.named_parameters())
     return model.named_parameters()

@@ -32,6 +32,7 @@ import torch
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 BASE_DIR = "base_model"  # RUN/base_model: the frozen base of a LoRA run, saved once
+_PREFIX = "base_model.model."  # peft's prefix before the wrapped model's own names (its state_dict keys)
 
 
 def is_lora(model) -> bool:
@@ -91,23 +92,46 @@ def _is_adapter_param(name: str) -> bool:
     return ".lora_" in name or name.startswith("lora_")
 
 
-def _named_base_weights(model, merged: bool) -> Iterator[tuple[str, torch.Tensor]]:
+def full(t: torch.Tensor) -> torch.Tensor:
+    """The whole tensor of a (possibly sharded: FSDP2's DTensor) parameter; a collective when sharded."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+def _delta(layer, adapter: str, weight_of) -> torch.Tensor:
+    """scaling * B @ A of one adapter of a LoRA Linear, from full tensors (weight_of: parameter -> full tensor),
+    as peft's get_delta_weight computes it (transposed for fan_in_fan_out layers)."""
+    a, b = weight_of(layer.lora_A[adapter].weight), weight_of(layer.lora_B[adapter].weight)
+    delta = (b.float() @ a.float()) * layer.scaling[adapter]
+    return delta.T if getattr(layer, "fan_in_fan_out", False) else delta
+
+
+def _named_base_weights(model, merged: bool, state: dict[str, torch.Tensor] | None = None
+                        ) -> Iterator[tuple[str, torch.Tensor]]:
+    """(base HF name, tensor) of every base weight, merged with the active adapters when `merged`. The tensors
+    come from the module (gathered one at a time when sharded: every rank must iterate) or, given `state`, from
+    a full state dict of the peft model (its own names: base_model.model.<name>)."""
     base = model.get_base_model()
     layers = _lora_layers(base) if merged else {}
+    if state is None:
+        weight_of = full
+    else:
+        names = {id(p): _PREFIX + n for n, p in base.named_parameters()}
+
+        def weight_of(p):
+            return state[names[id(p)]]
+
     for name, p in base.named_parameters():
         if _is_adapter_param(name):
             continue
+        w = weight_of(p).detach()
         if merged and name.endswith(".base_layer.weight"):
             layer = layers.get(name[: -len(".base_layer.weight")])
             if layer is not None and not getattr(layer, "merged", False):
-                w = p.detach()
                 with torch.no_grad():
                     for adapter in layer.active_adapters:
                         if adapter in layer.lora_A:
-                            w = w + layer.get_delta_weight(adapter).to(w.dtype)
-                yield _hf_name(name), w
-                continue
-        yield _hf_name(name), p.detach()
+                            w = w + _delta(layer, adapter, weight_of).to(w.dtype)
+        yield _hf_name(name), w
 
 
 class LoraPush:
@@ -156,18 +180,20 @@ class _Weights:
                   str(Path(path) / "model.safetensors"), metadata={"format": "pt"})
 
 
-def save_base(model, tokenizer, path: str | Path) -> Path:
-    """The frozen base of a LoRA model as a plain HF folder (load_policy loads it)."""
+def save_base(model, tokenizer, path: str | Path, state: dict[str, torch.Tensor] | None = None) -> Path:
+    """The frozen base of a LoRA model as a plain HF folder (load_policy loads it); `state`: a full state dict of
+    the peft model to read instead of the module (a sharded learner's, gathered)."""
     from rlvr.models.loading import save_policy
 
     base = model.get_base_model()
-    return save_policy(_Weights(base.config, dict(base_tensors(model))), tokenizer, path)
+    return save_policy(_Weights(base.config, dict(_named_base_weights(model, False, state))), tokenizer, path)
 
 
-def save_adapter(model, path: str | Path, *, base_ref: str) -> None:
-    """peft's adapter files into `path`, with base_model_name_or_path = base_ref (relative: to `path`)."""
+def save_adapter(model, path: str | Path, *, base_ref: str, state: dict[str, torch.Tensor] | None = None) -> None:
+    """peft's adapter files into `path`, with base_model_name_or_path = base_ref (relative: to `path`); `state`:
+    a full state dict of the peft model to take the adapter from (a sharded learner's, gathered)."""
     path = Path(path)
-    model.save_pretrained(str(path))
+    model.save_pretrained(str(path), **({} if state is None else {"state_dict": state}))
     cfg_file = path / ADAPTER_CONFIG
     cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
     cfg["base_model_name_or_path"] = base_ref

@@ -300,21 +300,22 @@ def _resolve(path_or_run_dir: Any) -> Path:
     return found
 
 
-def _save_lora(model: Any, tokenizer: Any, model_dir: Path, run_path: Path) -> None:
+def _save_lora(model: Any, tokenizer: Any, model_dir: Path, run_path: Path, state_dict: Any = None) -> None:
     """A LoRA model's checkpoint: peft's adapter files (+ tokenizer) in model/, the frozen base written once
-    per run in RUN/base_model (rlvr.models.lora, module doc), named relative to model/ in adapter_config.json."""
+    per run in RUN/base_model (rlvr.models.lora, module doc), named relative to model/ in adapter_config.json.
+    state_dict: the peft model's full state dict to write from (a sharded learner's, gathered on this rank)."""
     base = run_path / lora.BASE_DIR
     if not (base / "config.json").exists():
         tmp = run_path / f".tmp-{lora.BASE_DIR}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         if tokenizer is None:
             raise ValueError("save_checkpoint of a LoRA model needs its tokenizer (the base model folder holds it)")
-        lora.save_base(model, tokenizer, tmp)
+        lora.save_base(model, tokenizer, tmp, state_dict)
         _fsync_tree(tmp)
         shutil.rmtree(base, ignore_errors=True)  # a base folder without config.json: an interrupted write
         os.replace(tmp, base)
         _fsync_dir(run_path)
-    lora.save_adapter(model, model_dir, base_ref=f"../../../{lora.BASE_DIR}")
+    lora.save_adapter(model, model_dir, base_ref=f"../../../{lora.BASE_DIR}", state=state_dict)
     if tokenizer is not None:
         tokenizer.save_pretrained(model_dir)
 

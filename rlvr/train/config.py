@@ -893,6 +893,7 @@ class TrainConfig:
         _check_asynchronous(self)
         _check_sharded(self)
         _check_teacher(self)
+        _check_lora(self)
         self.judge.check_reward(self.data, self.distributed)
 
     def loss_length_cap(self) -> int:
@@ -1328,6 +1329,17 @@ def _check_sharded(cfg: TrainConfig) -> None:
     if a.ref_refresh_every:
         raise ConfigError("distributed.learner='fsdp2' keeps the reference frozen at the start policy: "
                           "algo.ref_refresh_every must be 0")
+    if cfg.model.lora_rank and cfg.rollout.backend == "vllm":
+        raise ConfigError("distributed.learner='fsdp2' with model.lora_rank > 0 and rollout.backend=vllm: the "
+                          "adapter-only push from shards is not built yet (use rollout.backend=hf, or lora_rank=0)")
+
+
+def _check_lora(cfg: TrainConfig) -> None:
+    """model.lora_rank > 0: the reference is the frozen base (the adapter off), which no refresh can move."""
+    if cfg.model.lora_rank and cfg.algo.ref_refresh_every:
+        raise ConfigError(f"algo.ref_refresh_every={cfg.algo.ref_refresh_every} with model.lora_rank>0: the reference "
+                          "of a LoRA policy is its frozen base (the adapter switched off), which no refresh can move; "
+                          "set algo.ref_refresh_every=0, or model.lora_rank=0 to train (and refresh from) every weight")
 
 
 def _check_teacher(cfg: TrainConfig) -> None:
@@ -1343,6 +1355,9 @@ def _check_teacher(cfg: TrainConfig) -> None:
                           "algo.ref_refresh_every must be 0")
     if cfg.distributed.learner == "fsdp2":
         raise ConfigError("teacher.model with distributed.learner=fsdp2 is not built yet (the teacher is not sharded)")
+    if cfg.model.lora_rank:
+        raise ConfigError("teacher.model with model.lora_rank > 0: a LoRA run's reference is its own base (the "
+                          "adapter off); a separate teacher is not combined with it yet")
 
 
 # ------------------------------------------------------------------------------- offline distillation

@@ -135,7 +135,7 @@ def build_learner(cfg: TrainConfig, model, objective: Objective, plan: BatchPlan
     grad_fn, step_fn = placement.learners(model, accumulate_gradients) or accumulate_gradients, clip_and_step
     if shards is not None:
         sharded.shard(model, cfg.model)
-        if reference.model is not None:
+        if reference.model is not None and not reference.adapter_off:  # (LoRA: the reference is the policy itself)
             sharded.shard(reference.model, cfg.model)
         grad_fn, step_fn = sharded.ShardedGradients(shards), sharded.clip_and_step
     optimizer, scheduler = optimizer_from_config(

@@ -40,6 +40,8 @@ import torch.distributed as dist
 
 from rlvr.algo import loss_normalizers
 from rlvr.distributed.dp import shard_bounds
+from rlvr.models import lora
+from rlvr.models.export import push_tensors
 from rlvr.runs import checkpoint as ckpt_mod
 from rlvr.train.batching import micro_batches
 from rlvr.train.objective import StepStats, accumulate_gradients
@@ -140,7 +142,11 @@ def shard(model, mcfg) -> None:
     warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
     mp = MixedPrecisionPolicy()
     if mcfg.dtype == "bfloat16" and mcfg.master_weights == "float32":
-        model.float()
+        # the trained parameters become the float32 masters; a LoRA model's frozen base stays bfloat16 (peft keeps
+        # its adapters in float32 already), so only what trains is float32 (FSDP2 needs one dtype for those)
+        for p in model.parameters():
+            if p.requires_grad:
+                p.data = p.data.float()
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for layer in layers_of(model):
         fully_shard(layer, mp_policy=mp)
@@ -151,12 +157,6 @@ def is_sharded(model) -> bool:
     from torch.distributed.fsdp import FSDPModule
 
     return isinstance(model, FSDPModule)
-
-
-def full_tensors(model):
-    """(name, full tensor) of every parameter, gathered one at a time (a collective: every rank iterates)."""
-    for name, p in model.named_parameters():
-        yield name, (p.full_tensor() if hasattr(p, "full_tensor") else p).detach()
 
 
 # ------------------------------------------------------------------------------------- the update
@@ -270,7 +270,7 @@ class ShardedSource:
         self._push(step, model)
 
     def _push(self, step: int, model) -> None:
-        tensors = full_tensors(model)
+        tensors = iter(push_tensors(model))  # one stream: gathered (and merged, LoRA) one parameter at a time
         if self.shards.main:
             self.inner.engine.update_weights(tensors, version=step)
         for _ in tensors:  # ranks > 0 (and whatever the engine left): the gathers pair up
@@ -325,7 +325,8 @@ class ShardedRunLoop(RunLoop):
         dtype = getattr(torch, self.cfg.model.dtype)  # the export in the model's dtype (bf16 masters are fp32)
 
         def write(full, staging):
-            full = {k: v.to(dtype) if v.is_floating_point() else v for k, v in full.items()}
+            if not lora.is_lora(self.model):  # (a LoRA run's base is in its dtype, its adapter float32 as peft keeps it)
+                full = {k: v.to(dtype) if v.is_floating_point() else v for k, v in full.items()}
             ckpt_mod.save_checkpoint(self.run, step, model=self.model, tokenizer=self.tokenizer, optimizer=None,
                                      scheduler=self.scheduler, trainer_state=trainer_state,
                                      keep=self.cfg.run.keep_checkpoints, extras=self.extras, state_dict=full,
