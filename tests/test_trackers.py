@@ -169,3 +169,21 @@ def test_resume_reopens_the_trackers_as_a_resume_and_a_raising_loop_closes_them_
     assert Recorder.configs == [{"a": 1}, {"a": 2}]
     assert Recorder.rows == [(1, {"loss": 1.0}), (2, {"loss": 0.5})]
     assert Recorder.closed == [False, True]
+
+
+def test_sft_reports_through_the_same_key(tmp_path, fakes):
+    """`rlvr sft` shares the run loop: run.report_to reaches its trackers with every row and the config."""
+    from rlvr.train.sft import train_sft
+
+    out = tmp_path / "sft"
+    cfg = load_config(SFTConfig, None, [
+        "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
+        "data.num_train=16", "data.num_eval=4", "data.digits=1", "algo.batch_size=4", "run.steps=2",
+        "run.progress=false", "run.num_threads=1", "sampling.max_tokens=3", f"run.out_dir={out}",
+        "run.report_to=mlflow"])
+    train_sft(cfg)
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2]
+    assert Recorder.rows == [(r["step"], numeric_metrics(r)) for r in rows] and "loss" in Recorder.rows[0][1]
+    assert Recorder.configs[0]["run"]["report_to"] == "mlflow" and Recorder.closed == [False]
+    assert not (out / "tb").exists()
