@@ -320,7 +320,8 @@ class Trackers:
 
     def _fail(self, tracker_name: str, what: str, exc: BaseException, step: int | None = None) -> None:
         at = f" at step {step}" if step is not None else ""
-        why = f"{type(exc).__name__}: {exc}".strip()
+        why = " ".join(f"{type(exc).__name__}: {exc}".split())  # one line
+        why = why if len(why) <= 400 else why[:400] + " ..."
         self.failed[tracker_name] = why
         warnings.warn(f"run.report_to={tracker_name}: {what} failed{at} ({why}); this tracker is off for the "
                       "rest of the run, training goes on and metrics.jsonl keeps every row",
