@@ -166,7 +166,7 @@ class Tracker:
 class WandbTracker(Tracker):
     """Weights & Biases, offline unless WANDB_MODE is set: RUN/wandb/offline-run-<time>-<id>/ (WANDB_DIR
     moves it). The id is kept in RUN/trackers.json and a resume reopens it with resume="allow"; each
-    process writes its own offline-run folder and `wandb sync` of them all lands in one run."""
+    process writes its own offline-run folder of that id, and `wandb sync` sends each to that run."""
 
     name = "wandb"
 
