@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.rlvr-installed
 
-.PHONY: demo test test-slow test-scale test-cli test-docs-learn test-ray test-vllm vllm-venv lint bench bench-vs-trl studies clean-venv
+.PHONY: demo test test-slow test-scale test-trackers test-cli test-docs-learn test-ray test-vllm vllm-venv lint bench bench-vs-trl studies clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,13 @@ test-slow: $(STAMP)
 # processes against one process (tests/test_sharded.py), LoRA's learning test, `rlvr distill` (tests/test_distill.py).
 test-scale: $(STAMP)
 	$(BIN)/python -m pytest -q -m scale
+
+# run.report_to with the real experiment trackers, offline (marker trackers, about 2 min on 2 cores):
+# installs the wandb, trackio and mlflow extras, then `rlvr train` to all of them, read back with each
+# backend's own reader and compared with metrics.jsonl (tests/test_trackers_backends.py).
+test-trackers: $(STAMP)
+	$(BIN)/pip install --disable-pip-version-check -q -e ".[wandb,trackio,mlflow]"
+	$(BIN)/python -m pytest -q -m trackers
 
 # The first-hour subprocess CLI tests (marker cli, about 5 min on 2 cores): each runs `rlvr` as a user would.
 test-cli: $(STAMP)

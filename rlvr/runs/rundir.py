@@ -6,7 +6,9 @@ Layout (docs/runs.md has the full description and the metric schema):
       config.yaml          resolved config (loads back with rlvr.config.load_config)
       metrics.jsonl        one JSON object per logged step: {"step", "time", <metric>: number, ...}
       samples.jsonl        a few generations per logged step: {"step", "prompt", "response", ...}
-      tb/                  TensorBoard events (when tensorboard is installed)
+      tb/                  TensorBoard events (run.report_to has tensorboard, the default, and it is installed)
+      trackers.json        the wandb / mlflow run ids a resume continues (run.report_to; rlvr.runs.trackers)
+      wandb/ trackio/ mlflow.db   the offline files of those trackers (rlvr.runs.trackers)
       checkpoints/         step_000010/ ..., `latest` pointer (rlvr.runs.checkpoint)
       plots/               PNGs written by plot_run / `rlvr plot RUN_DIR`
 
@@ -29,8 +31,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rlvr.config import dump_yaml
+from rlvr.config import dump_yaml, to_dict
 from rlvr.runs.checkpoint import checkpoint_name, list_checkpoints
+from rlvr.runs.trackers import STATE_FILE, Trackers, numeric_metrics, parse_report_to
 
 log = logging.getLogger(__name__)
 
@@ -122,12 +125,22 @@ class RunDir:
     """Writer of one run directory. Use `RunDir.create(...)` for a new run and
     `RunDir.resume(path, step)` to continue one from a checkpoint.
 
+    `report_to` (run.report_to: 'tensorboard', 'wandb,mlflow', 'none', ...) chooses where metrics go
+    besides metrics.jsonl, and then decides TensorBoard too; None keeps the `tensorboard` flag alone.
+    The external trackers (rlvr.runs.trackers) open at the first write_config or log_metrics and
+    close with the RunDir; one that fails warns and is dropped, never the run.
+
     Not thread-safe; one writer per directory.
     """
 
     def __init__(self, path: str | Path, *, tensorboard: bool = True, time_offset: float = 0.0,
-                 purge_step: int | None = None):
+                 purge_step: int | None = None, report_to: str | Sequence[str] | None = None,
+                 resume: bool = False):
         self.path = Path(path)
+        self.report_to = report_to
+        names = parse_report_to(report_to) if report_to is not None else (["tensorboard"] if tensorboard else [])
+        tensorboard = "tensorboard" in names
+        self.trackers = Trackers(self.path, [n for n in names if n != "tensorboard"], resume=resume)
         self.path.mkdir(parents=True, exist_ok=True)
         self.checkpoints_dir.mkdir(exist_ok=True)
         self._t0 = time.monotonic()
@@ -164,33 +177,39 @@ class RunDir:
     # -------------------------------------------------------------------------- construction
     @classmethod
     def create(cls, path: str | Path | None = None, *, root: str | Path = "runs", name: str = "run",
-               config: Any = None, tensorboard: bool = True, exist_ok: bool = False) -> RunDir:
+               config: Any = None, tensorboard: bool = True, exist_ok: bool = False,
+               report_to: str | Sequence[str] | None = None) -> RunDir:
         """A new run directory at `path`, or `root/<name>-<timestamp>` when path is None; writes
         `config` (a config dataclass or a mapping) to config.yaml. An existing non-empty run
         directory is refused unless exist_ok; then the old run's metrics, samples, events,
-        checkpoints and plots are deleted first (a fresh run must not resume from stale files)."""
+        checkpoints, plots and tracker files are deleted first (a fresh run must not resume from stale
+        files). `report_to`: see the class."""
         path = Path(path) if path is not None else default_run_path(root, name)
         if (path / "metrics.jsonl").exists() or (path / "checkpoints").exists():
             if not exist_ok:
                 raise FileExistsError(
                     f"{path} already holds a run; resume it or choose another directory (or overwrite it)"
                 )
-            for p in (path / "metrics.jsonl", path / "samples.jsonl", path / "config.yaml"):
+            for p in (path / "metrics.jsonl", path / "samples.jsonl", path / "config.yaml", path / STATE_FILE,
+                      path / "mlflow.db"):
                 p.unlink(missing_ok=True)
-            for d in ("checkpoints", "tb", "plots"):
+            for d in ("checkpoints", "tb", "plots", "wandb", "trackio", "mlartifacts"):
                 shutil.rmtree(path / d, ignore_errors=True)
-        run = cls(path, tensorboard=tensorboard)
+        run = cls(path, tensorboard=tensorboard, report_to=report_to)
         if config is not None:
             run.write_config(config)
         return run
 
     @classmethod
-    def resume(cls, path: str | Path, step: int, *, tensorboard: bool = True) -> RunDir:
+    def resume(cls, path: str | Path, step: int, *, tensorboard: bool = True,
+               report_to: str | Sequence[str] | None = None) -> RunDir:
         """Reopen a run at checkpoint `step`: metrics.jsonl and samples.jsonl keep only rows with
         step <= `step` (what the uninterrupted run had written by then), TensorBoard events from
         later steps are purged, checkpoints of later steps are deleted (they belong to the abandoned
         continuation; keeping them would let "keep last k" and `latest` pick them over the new
-        ones), and `time` continues from the last kept metrics row."""
+        ones), and `time` continues from the last kept metrics row. The trackers of `report_to` continue
+        their runs (RUN/trackers.json); rows a tracker got after `step` before the run stopped stay there
+        (only TensorBoard's can be purged)."""
         path = Path(path)
         if not path.is_dir():
             raise FileNotFoundError(f"no run directory at {path}")
@@ -199,12 +218,13 @@ class RunDir:
         _truncate_jsonl(path / "samples.jsonl", step)
         rows = read_jsonl(path / "metrics.jsonl")
         offset = max((float(r["time"]) for r in rows if isinstance(r.get("time"), int | float)), default=0.0)
-        return cls(path, tensorboard=tensorboard, time_offset=offset, purge_step=step + 1)
+        return cls(path, tensorboard=tensorboard, time_offset=offset, purge_step=step + 1, report_to=report_to,
+                   resume=True)
 
     def open_for_resume(self, step: int) -> RunDir:
         """Same as `RunDir.resume(self.path, step)`, for a RunDir already open: closes this one."""
         self.close()
-        return RunDir.resume(self.path, step, tensorboard=self._tb is not None)
+        return RunDir.resume(self.path, step, tensorboard=self._tb is not None, report_to=self.report_to)
 
     def _open_tensorboard(self, purge_step: int | None):
         global _TB_NOTICE_SHOWN
@@ -225,14 +245,18 @@ class RunDir:
     def write_config(self, config: Any) -> Path:
         """Write the resolved config: a config dataclass via rlvr.config.dump_yaml, or a mapping."""
         if dataclasses.is_dataclass(config) and not isinstance(config, type):
-            return dump_yaml(config, self.config_path)
+            dump_yaml(config, self.config_path)
+            self.trackers.log_config(_jsonable(to_dict(config)))
+            return self.config_path
         import yaml
 
         self.config_path.write_text(yaml.safe_dump(_jsonable(dict(config)), sort_keys=False))
+        self.trackers.log_config(_jsonable(dict(config)))
         return self.config_path
 
     def log_metrics(self, step: int, metrics: Mapping[str, Any], *, time_s: float | None = None) -> dict:
-        """Append one row {"step", "time", **metrics} to metrics.jsonl (flushed) and TensorBoard.
+        """Append one row {"step", "time", **metrics} to metrics.jsonl (flushed), TensorBoard and the
+        trackers of run.report_to (the row's numeric fields, rlvr.runs.trackers.numeric_metrics).
         Values may be floats, ints, 0-d tensors or numpy scalars. Returns the row written."""
         if "step" in metrics or "time" in metrics:
             raise ValueError("metric names 'step' and 'time' are reserved")
@@ -245,6 +269,7 @@ class RunDir:
                 if k != "step" and isinstance(v, int | float) and not isinstance(v, bool):
                     self._tb.add_scalar(k, v, global_step=int(step))
             self._tb.flush()
+        self.trackers.log(int(step), numeric_metrics(row))
         return row
 
     def log_samples(self, step: int, samples: Iterable[Mapping[str, Any]]) -> int:
@@ -268,7 +293,10 @@ class RunDir:
         self._samples_f.flush()
         return read_jsonl(self.samples_path)
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
+        """Close the files and finish the tracker runs (`failed`: the training raised; mlflow and wandb
+        mark the run so)."""
+        self.trackers.close(failed=failed)
         for f in (self._metrics_f, self._samples_f):
             if not f.closed:
                 f.close()
@@ -280,7 +308,7 @@ class RunDir:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        self.close(failed=exc[0] is not None)
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"

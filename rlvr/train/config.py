@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from rlvr.config import ConfigError
+from rlvr.runs.trackers import report_to_problems
 from rlvr.train.batching import BatchConfigError, BatchPlan, plan_batches
 from rlvr.train.schedules import LR_SCHEDULES
 
@@ -748,6 +749,8 @@ class RunConfig:
     """How many recent checkpoints to keep on disk."""
     progress: bool = True
     """Show a live progress bar."""
+    report_to: str = "tensorboard"
+    """Where metrics go besides metrics.jsonl, a comma list: tensorboard (RUN/tb), wandb (offline in RUN/wandb unless WANDB_MODE is set), trackio (RUN/trackio unless TRACKIO_DIR is set), mlflow (sqlite:///RUN/mlflow.db unless MLFLOW_TRACKING_URI is set), none. Each but tensorboard an extra: pip install 'rlvr[wandb]' (docs/runs.md, "Experiment trackers")."""
     peak_tflops: float = 0.0
     """The device's bf16 dense peak TFLOP/s that perf/mfu divides by; 0 = from the GPU's name (rlvr.runtime.PEAK_BF16_TFLOPS: H100/H200 989, A100 312, ...; on CPU or an unknown GPU perf/mfu is not logged). Read by `rlvr train` (RL) only."""
 
@@ -765,6 +768,8 @@ class RunConfig:
         c.at_least("num_log_samples", self.num_log_samples, 0)
         c.at_least("checkpoint_every", self.checkpoint_every, 0)
         c.at_least("keep_checkpoints", self.keep_checkpoints, 0)
+        for problem in report_to_problems(self.report_to):
+            c.error(problem)
         c.done()
 
 

@@ -107,7 +107,7 @@ def open_run(cfg, *, resume: bool, model, optimizer, scheduler, verbose: bool = 
         state = ckpt_mod.load_checkpoint(r.out_dir, model=model, optimizer=optimizer, scheduler=scheduler,
                                          extras=extras)
         start = int(state["step"])
-        run = RunDir.resume(r.out_dir, start)
+        run = RunDir.resume(r.out_dir, start, report_to=r.report_to)
         run.write_config(cfg)
         say(f"resuming {r.out_dir} at step {start} of {r.steps}", verbose)
         return run, start, state
@@ -116,7 +116,7 @@ def open_run(cfg, *, resume: bool, model, optimizer, scheduler, verbose: bool = 
     if not overwrite and (out / "metrics.jsonl").exists() and checkpoint_step(out) is None:
         say(f"note: {out} holds a run that stopped before its first checkpoint; starting it over", verbose)
         overwrite = True
-    run = RunDir.create(out, config=cfg, exist_ok=overwrite)
+    run = RunDir.create(out, config=cfg, exist_ok=overwrite, report_to=r.report_to)
     return run, 0, {}
 
 
@@ -388,7 +388,7 @@ class RunLoop:
     def __exit__(self, *exc) -> None:
         self.stop.restore()
         self.progress.close()
-        self.run.close()
+        self.run.close(failed=exc[0] is not None)
         for fn in self._closers:
             fn()
 
