@@ -25,8 +25,8 @@ rlvr/train/reference.py, rlvr/train/sharded.py on the fsdp2 branch):
   LoRA: the base is frozen (no grads, no optimizer state) in the model's dtype (bf16, 2) on one GPU; the
       adapters are trainable in --adapter-dtype (default float32, peft's autocast_adapter_dtype=True), so
       they take the float32 path above; no reference copy (the reference is the base with the adapter
-      disabled). LoRA + FSDP2 was not built when this was written: its rows assume it goes through
-      shard() as it is, which casts the frozen base to float32 as well (4 bytes / N).
+      disabled). LoRA + FSDP2: shard() makes only the trained parameters float32 (the adapters), the frozen
+      base stays in the model's dtype and is sharded (2 bytes / N for bf16).
 
 Not sharded by FSDP2, so NOT divided by N (columns "gathered" and the activation table):
   - the gathered parameters: the root unit (embedding, final norm, LM head) stays gathered for the whole
@@ -204,7 +204,7 @@ def learner_row(c: Counts, *, lora_rank: int = 0, gpus: int = 1, dtype: str = "b
     adapters = c.lora[lora_rank]
     a_dtype = "float32" if fsdp and bf16_masters else adapter_dtype
     o = optimizer_bytes(adapters, a_dtype, master_weights, gpus)
-    frozen = DTYPE_BYTES[stored] * base
+    frozen = DTYPE_BYTES[dtype] * base  # the frozen base keeps the model's dtype, sharded or not
     return Row(c.name, f"LoRA r={lora_rank}", gpus, sum(map(numel, adapters)), frozen + o["weights"], o["grads"],
                o["master"], o["adam"], reference=0, gathered=gathered)
 

@@ -63,6 +63,8 @@ def test_teacher_needs_the_kl_term_and_its_own_tokenizer(tmp_path):
     base = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64"]
     with pytest.raises(ConfigError, match=r"teacher\.model=.*algo\.kl_coef"):
         load_config(TrainConfig, None, [*base, "teacher.model=somewhere"])
+    with pytest.raises(ConfigError, match=r"teacher\.model with model\.lora_rank"):
+        load_config(TrainConfig, None, [*base, "teacher.model=x", "algo.kl_coef=0.1", "model.lora_rank=4"])
     with pytest.raises(ConfigError, match=r"algo\.ref_refresh_every"):
         load_config(TrainConfig, None, [*base, "teacher.model=x", "algo.kl_coef=0.1", "algo.ref_refresh_every=2"])
     (tmp_path / "empty").mkdir()
