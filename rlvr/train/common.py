@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from rlvr.config import ConfigError
 from rlvr.models import build_tiny_model, load_policy, lora
 from rlvr.models.loading import ATTN_IMPLEMENTATIONS, enable_gradient_checkpointing
 from rlvr.models.loading import disable_dropout as _disable_dropout
@@ -157,6 +158,27 @@ def resolve_model_dir(path: str | Path) -> Path:
     raise FileNotFoundError(
         f"model.init_from={str(path)!r}: not a model folder, checkpoint folder or run directory with a checkpoint"
     )
+
+
+def load_model_at(spec: str, *, dtype: str, device: str, key: str):
+    """(model, tokenizer, what was loaded) of a model given by a config key other than model.* (teacher.model,
+    judge.model): a model folder, a run directory or checkpoint (a LoRA one merged), or a hub id. What cannot be
+    loaded raises ConfigError naming `key`."""
+    where: str | Path = spec
+    try:
+        where = resolve_model_dir(spec)
+    except FileNotFoundError:
+        if Path(spec).exists():  # a local path that holds no model: say so, not a hub lookup's error
+            raise ConfigError(f"{key}={spec!r}: not a model folder, checkpoint or run directory with a "
+                              "checkpoint") from None
+    try:
+        if lora.is_adapter_dir(where):
+            model, tok = lora.load_merged(where, dtype=dtype, device=device)
+        else:
+            model, tok = load_policy(where, dtype=dtype, device=device)
+    except (OSError, ValueError) as exc:  # no such hub id (offline), a folder without weights, ...
+        raise ConfigError(f"{key}={spec!r}: cannot load it: {exc}") from None
+    return model, tok, str(where)
 
 
 def eval_prefixed(metrics: dict[str, float], name: str = "eval") -> dict[str, float]:

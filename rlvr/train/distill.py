@@ -30,12 +30,11 @@ from typing import Any
 from rlvr import rollout
 from rlvr.config import ConfigError, to_dict
 from rlvr.data import get_task, write_jsonl
-from rlvr.models import load_policy
 from rlvr.rewards.batch import score_rollouts
 from rlvr.rollout.types import SamplingSpec
 from rlvr.runs.progress import Progress
 from rlvr.runtime import set_num_threads
-from rlvr.train.common import quiet_transformers, resolve_model_dir, step_seed
+from rlvr.train.common import load_model_at, quiet_transformers, step_seed
 from rlvr.train.config import DistillConfig, _error_text
 from rlvr.train.ei import select_verified
 from rlvr.train.session import TrainResult, say
@@ -63,17 +62,8 @@ def _settings(cfg: DistillConfig) -> dict[str, Any]:
 def _teacher(cfg: DistillConfig):
     """(model, tokenizer, the folder or hub id it came from) of teacher.model; ConfigError naming the key."""
     t = cfg.teacher
-    where = t.model
-    try:
-        where = str(resolve_model_dir(t.model))
-    except FileNotFoundError:
-        if Path(t.model).exists():
-            raise ConfigError(f"teacher.model={t.model!r}: not a model folder, checkpoint or run directory with a "
-                              "checkpoint") from None
-    try:
-        model, tok = load_policy(where, dtype=t.dtype or cfg.model.dtype, device=t.device or cfg.model.device)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"teacher.model={t.model!r}: cannot load it: {exc}") from None
+    model, tok, where = load_model_at(t.model, dtype=t.dtype or cfg.model.dtype, device=t.device or cfg.model.device,
+                                      key="teacher.model")
     return model.eval(), tok, where
 
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import torch
 
 from rlvr.config import ConfigError
-from rlvr.models import load_policy, lora
+from rlvr.models import lora
 from rlvr.train.batching import ForwardSpec
-from rlvr.train.common import resolve_model_dir
+from rlvr.train.common import load_model_at
 from rlvr.train.objective import forward_logprobs
 
 
@@ -113,17 +113,8 @@ def load_teacher(tcfg, mcfg, tokenizer):
     found, not loadable, another vocabulary) raises ConfigError naming teacher.model."""
     if not tcfg.model:
         return None
-    where = tcfg.model
-    try:
-        where = str(resolve_model_dir(tcfg.model))
-    except FileNotFoundError:
-        if Path(tcfg.model).exists():  # a local path that holds no model: say so, not a hub lookup's error
-            raise ConfigError(f"teacher.model={tcfg.model!r}: not a model folder, checkpoint or run directory "
-                              "with a checkpoint") from None
-    try:
-        teacher, t_tok = load_policy(where, dtype=tcfg.dtype or mcfg.dtype, device=tcfg.device or mcfg.device)
-    except (OSError, ValueError) as exc:  # no such hub id (offline), a folder without weights, ...
-        raise ConfigError(f"teacher.model={tcfg.model!r}: cannot load it: {exc}") from None
+    teacher, t_tok, _ = load_model_at(tcfg.model, dtype=tcfg.dtype or mcfg.dtype, device=tcfg.device or mcfg.device,
+                                      key="teacher.model")
     if t_tok.get_vocab() != tokenizer.get_vocab():
         raise ConfigError(f"teacher.model={tcfg.model!r}: its tokenizer is not the student's (model.name="
                          f"{mcfg.name!r}); the teacher scores the student's tokens, so both need the same one")
