@@ -50,6 +50,10 @@ def eval(  # noqa: A001 - the command is called `eval`
         "", "--thinking-budget",
         help="Comma-separated thinking budgets in tokens (0 = no thinking, -1 = off), one table row each; "
              "overrides sampling.thinking_budget."),
+    thinking_mode: str = typer.Option(
+        "", "--thinking-mode",
+        help="Comma-separated thinking modes (think, no_think: Qwen3's /think and /no_think tags on each question; "
+             "no_think also starts the answer with a closed, empty think block), one table row each."),
 ) -> None:
     """Evaluate a policy on held-out problems: accuracy, pass@k, maj@k, format rate, lengths, timing.
 
@@ -57,7 +61,8 @@ def eval(  # noqa: A001 - the command is called `eval`
 
     Examples: `rlvr eval runs/sft` (= model.init_from=runs/sft), `rlvr eval model.init_from=runs/grpo sampling.n=8
     sampling.temperature=1 run.out=eval.json`, `rlvr eval model.name=Qwen/Qwen3-1.7B data.task=math
-    data.eval_path=math500.jsonl --thinking-budget 0,256,1024`.
+    data.eval_path=math500.jsonl --thinking-budget 0,256,1024`, `... --thinking-mode think,no_think` (Qwen3's
+    mode switch, side by side).
     """
     from rlvr.eval import comparison_text, results_text
     from rlvr.rewards.errors import error_summary
@@ -71,13 +76,19 @@ def eval(  # noqa: A001 - the command is called `eval`
     if not cfg.model.init_from and name != "tiny" and Path(name).is_dir() and not (Path(name) / "config.json").exists():
         extra.append(f"model.init_from={name}")  # model.name=RUN: a run directory or checkpoint is not a model folder
     cfg, _run_dir = load_from_run(EvalConfig, args, extra, training=False)
+    modes = [m.strip() for m in thinking_mode.split(",") if m.strip()]
+    if modes and thinking_budget:
+        fail("--thinking-mode and --thinking-budget: give one of them (a mode row sets its own budget)")
     budgets = parse_budgets(thinking_budget) if thinking_budget else [cfg.sampling.thinking_budget]
-    ev = run_stage(evaluate_policy, cfg, budgets=budgets)
+    ev = run_stage(evaluate_policy, cfg, budgets=None if modes else budgets, modes=modes or None)
+    budgets = ev.budgets  # the rows: thinking budgets, or thinking modes
 
     title = f"{ev.task}: {ev.problems} held-out problems"
     if len(budgets) == 1:
         label = "greedy" if cfg.sampling.temperature == 0 else f"T={cfg.sampling.temperature:g}, n={cfg.sampling.n}"
-        if budgets[0] >= 0:
+        if isinstance(budgets[0], str):
+            label += f", {budgets[0]}"
+        elif budgets[0] >= 0:
             label += f", budget {budgets[0]}"
         typer.echo(comparison_text({label: ev.metrics()}, title=title))
     else:
@@ -86,11 +97,12 @@ def eval(  # noqa: A001 - the command is called `eval`
         columns = ["accuracy", *(f"pass@{k}" for k in ks), "maj@*", "format_rate", "reward", "len/mean",
                    "len/correct", "len/incorrect", "truncated_rate", "time/eval_s"]
         typer.echo(results_text({budget_label(b): ev.metrics(b) for b in budgets}, columns, title=title,
-                                label="thinking budget"))
+                                label="thinking mode" if modes else "thinking budget"))
     for budget in budgets:  # a reward that raised scored 0: say how often, and why (its first message)
         smp = ev.results[budget].samples
         if (line := error_summary(smp, [x.example_id for x in smp])) is not None:
-            typer.echo(line if len(budgets) == 1 else f"thinking budget {budget_label(budget)}: {line}")
+            typer.echo(line if len(budgets) == 1 else
+                       f"thinking {'mode' if modes else 'budget'} {budget_label(budget)}: {line}")
     n_samples = sum(len(r.samples) for r in ev.results.values())
     eval_s = sum(r.seconds for r in ev.results.values())
     typer.echo(f"time: loading {ev.load_s:.1f} s, generation and scoring {eval_s:.1f} s "

@@ -116,3 +116,20 @@ def empty_think_block(prompt: str, style: str, think_start: str = "<think>", thi
         return think_close(style, think_end) if opened else f"{think_start}{think_close(style, think_end)}"
     _check_style(style)
     return f"\n\n{think_end}\n\n" if opened else f"{think_start}\n\n{think_end}\n\n"
+
+
+# Qwen3's thinking-mode switch: one model, a reasoning mode and an instant-answer mode, chosen per request by a
+# tag at the end of the user's turn. rlvr appends the tag to the question the template renders
+# (data.thinking_mode, `rlvr eval --thinking-mode`); no_think also closes an empty think block at the start of
+# the response (sampling.thinking_budget=0, rlvr.rollout.thinking), as Qwen3's chat template does with
+# enable_thinking=False.
+THINKING_MODES = ("think", "no_think")
+
+
+def mode_tagged(question: str, mode: str) -> str:
+    """`question` with the thinking-mode tag ("/think" or "/no_think") appended; '' = unchanged."""
+    if not mode:
+        return question
+    if mode not in THINKING_MODES:
+        raise ValueError(f"unknown thinking mode {mode!r}; known: {', '.join(THINKING_MODES)}")
+    return f"{question} /{mode}"

@@ -148,6 +148,9 @@ class DataConfig:
     '' = the task's own name ("answer")."""
     template: str = ""
     """Prompt template name (r1_zero, question_only, ...); '' = the task's default."""
+    thinking_mode: str = ""
+    """Qwen3's mode switch: think or no_think appends '/think' or '/no_think' to each question (no_think needs
+    sampling.thinking_budget=0: the response starts with a closed, empty think block); '' = no tag."""
     reward: str = ""
     """Reward function: a name from rlvr.rewards, a weighted sum 'r1_zero:1,language:0.1', or your own
     'module:function' ((response, example) -> Reward, importable); '' = the task's default checker."""
@@ -235,6 +238,8 @@ class DataConfig:
         task = TASKS.get(self.task)
         if task is None:
             c.one_of("task", self.task, sorted(TASKS))
+        if self.thinking_mode and self.thinking_mode not in ("think", "no_think"):
+            c.one_of("thinking_mode", self.thinking_mode, ["", "think", "no_think"])
         template_ok = not self.template or self.template in PROMPT_TEMPLATES or "{question}" in self.template
         if not template_ok:
             c.error(f"data.template={self.template!r} is unknown; known: "
@@ -840,6 +845,20 @@ class DistributedConfig:
 # ---------------------------------------------------------------------------------------- trainers
 
 
+
+def _check_thinking_mode(data: DataConfig, sampling, command: str = "") -> None:
+    """data.thinking_mode: no_think closes the think block at once (sampling.thinking_budget=0, rlvr.rollout.
+    thinking); a command that trains on fixed targets (sft, distill) cannot switch its targets' mode."""
+    mode = data.thinking_mode
+    if not mode:
+        return
+    if command:
+        raise ConfigError(f"data.thinking_mode={mode!r}: `{command}` trains on fixed targets whose thinking does not "
+                          "follow a tag; the switch is for sampling commands (rlvr train, eval, ei, filter)")
+    if mode == "no_think" and sampling.thinking_budget != 0:
+        raise ConfigError(f"data.thinking_mode=no_think answers without reasoning: set sampling.thinking_budget=0 (the "
+                          f"closed, empty think block starts the response; it is {sampling.thinking_budget})")
+
 @dataclass
 class TeacherConfig:
     """On-policy distillation (`rlvr train`): the KL reference is a teacher model instead of the start policy."""
@@ -893,6 +912,7 @@ class TrainConfig:
         and the trainer again (validate_train_config) for a config built in Python, before any model."""
         self.data.check_problem_counts(("train", "test"))
         self.rollout.check_placement(self.model)
+        _check_thinking_mode(self.data, self.sampling)
         _check_policy_gradient(self)
         self.batch_plan()
         _check_asynchronous(self)
@@ -980,6 +1000,7 @@ class SFTConfig:
         aggregation name, the batch arithmetic, steps and learning rate (also for a config built in Python:
         rlvr.train.sft.validate_sft_config runs this)."""
         _refuse_judge(self.data, "rlvr sft")
+        _check_thinking_mode(self.data, self.sampling, "rlvr sft")
         self.data.check_problem_counts(("train", "test"))
         self.rollout.check_placement(self.model)
         from rlvr.algo import LOSS_AGGREGATIONS  # imports torch: only here
@@ -1068,6 +1089,7 @@ class EvalConfig:
 
     def validate(self) -> None:
         """After the sections' own checks: evaluation reads only held-out problems."""
+        _check_thinking_mode(self.data, self.sampling)
         self.data.check_problem_counts(("test",))
         self.rollout.check_placement(self.model)
         self.judge.check_reward(self.data)
@@ -1418,6 +1440,7 @@ class DistillConfig:
 
     def validate(self) -> None:
         _refuse_judge(self.data, "rlvr distill")
+        _check_thinking_mode(self.data, self.sampling, "rlvr distill")
         if not self.teacher.model:
             raise ConfigError("teacher.model is required: the folder, run directory, checkpoint or hub id of the "
                               "model whose answers the student learns from")
@@ -1505,6 +1528,7 @@ class EIConfig:
         """After the sections' own checks: expert iteration reads both splits, G > 1 identical greedy
         samples would only repeat one answer, and rlvr train's online problem selection is refused."""
         _refuse_judge(self.data, "rlvr ei")
+        _check_thinking_mode(self.data, self.sampling)
         if self.sampling.mask_truncated:
             raise ConfigError("sampling.mask_truncated masks the policy-gradient loss of `rlvr train`; expert "
                               "iteration fine-tunes on verified answers only (leave it false)")
@@ -1649,6 +1673,7 @@ class FilterConfig:
 
     def validate(self) -> None:
         _refuse_judge(self.data, "rlvr filter")
+        _check_thinking_mode(self.data, self.sampling)
         self.data.check_problem_counts(("train",))
 
 

@@ -21,13 +21,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from rlvr import rollout
 from rlvr.config import ConfigError
 from rlvr.data import get_task
+from rlvr.data.templates import THINKING_MODES
 from rlvr.eval import CPU_EVAL_TOKENS, EvalResult, cpu_chunks, evaluate
 from rlvr.models.positions import check_positions
 from rlvr.rewards.judge import judge_metrics
@@ -38,14 +39,22 @@ from rlvr.train.common import no_new_adapter, policy_from_config, quiet_transfor
 from rlvr.train.config import DataConfig, EvalConfig, _error_text
 from rlvr.train.run_settings import find_run_dir, run_settings
 from rlvr.train.session import say
-from rlvr.train.tasks import TaskDataError, check_data_files, eval_examples, load_task_data, task_scorer
+from rlvr.train.tasks import (
+    TaskDataError,
+    check_data_files,
+    eval_examples,
+    load_task_data,
+    mode_prompt,
+    task_scorer,
+)
 
 
 @dataclass
 class PolicyEvaluation:
-    """The results of one evaluation: one rlvr.eval.EvalResult per thinking budget (-1 = off)."""
+    """The results of one evaluation: one rlvr.eval.EvalResult per row, a thinking budget (-1 = off) or a thinking
+    mode (think / no_think: `rlvr eval --thinking-mode`)."""
 
-    results: dict[int, EvalResult]
+    results: dict[int | str, EvalResult]
     task: str  # the task's name
     problems: int  # held-out problems evaluated
     load_s: float  # loading the model and starting the engine
@@ -61,18 +70,31 @@ class PolicyEvaluation:
         return {**r.metrics(), **self.judge.get(b, {}), "time/eval_s": r.seconds}
 
 
-def budget_label(budget: int) -> str:
+def budget_label(budget: int | str) -> str:
+    """A row's label: a thinking budget ("off" for -1) or a thinking mode (think / no_think)."""
+    if isinstance(budget, str):
+        return budget
     return "off" if budget < 0 else str(budget)
 
 
-def evaluate_policy(cfg: EvalConfig, *, budgets: Sequence[int] | None = None,
+def evaluate_policy(cfg: EvalConfig, *, budgets: Sequence[int] | None = None, modes: Sequence[str] | None = None,
                     resume: bool = False) -> PolicyEvaluation:
     """Evaluate cfg.model on the first data.num_eval held-out problems of cfg.data with cfg.sampling's decoding
     (greedy by default), once per thinking budget (default: sampling.thinking_budget); print what is evaluated
     (stdout) and the progress (stderr); write run.out and its .samples.jsonl when set. resume is accepted for
     the stage contract and has no effect: an evaluation is re-run whole."""
     del resume
-    budgets = list(dict.fromkeys(budgets)) if budgets else [cfg.sampling.thinking_budget]
+    if modes:  # one row per thinking mode (Qwen3's /think, /no_think): the rows tag the questions themselves
+        modes = list(dict.fromkeys(modes))
+        bad = [m for m in modes if m not in THINKING_MODES]
+        if bad or budgets:
+            raise ConfigError(f"--thinking-mode {','.join(modes)}: " + (
+                f"known modes are {', '.join(THINKING_MODES)}" if bad else "not together with --thinking-budget"))
+        cfg = replace(cfg, data=replace(cfg.data, thinking_mode=""))
+        budget_of = {m: 0 if m == "no_think" else cfg.sampling.thinking_budget for m in modes}
+    else:
+        budget_of = {b: b for b in (dict.fromkeys(budgets) if budgets else [cfg.sampling.thinking_budget])}
+    budgets = list(budget_of)  # the rows: thinking budgets, or thinking modes
     init_from, name = cfg.model.init_from, cfg.model.name
     model_dir = resolve_model_dir(init_from) if init_from else None  # FileNotFoundError before any work
     run_dir = find_run_dir(init_from) if init_from else None
@@ -106,15 +128,18 @@ def evaluate_policy(cfg: EvalConfig, *, budgets: Sequence[int] | None = None,
         raise ConfigError(str(exc)) from None
     model.eval()
     examples = eval_examples(task, cfg.data.num_eval)
-    prompts = [task.prompt(ex) for ex in examples]
+    prompts_of = {k: [(mode_prompt(task.prompt, k) if modes else task.prompt)(ex) for ex in examples] for k in budgets}
+    prompts = prompts_of[budgets[-1]]
     spec = SamplingSpec.for_task(task, cfg.sampling, seed=cfg.run.seed, logprobs=False)
     tokens, keys = cfg.sampling.max_tokens, f"sampling.max_tokens={cfg.sampling.max_tokens}"
-    if max(budgets) > 0:
-        tokens, keys = tokens + max(budgets), f"{keys} + a thinking budget of {max(budgets)}"
+    if max(budget_of.values()) > 0:
+        top = max(budget_of.values())
+        tokens, keys = tokens + top, f"{keys} + a thinking budget of {top}"
     # before any generation: prompt + response within the model's positions
-    named = [(str(getattr(ex, "id", i)), p) for i, (ex, p) in enumerate(zip(examples, prompts, strict=True))]
-    check_positions(model, tok, named, tokens, response_keys=keys,
-                    model_desc=f"model.init_from={init_from}" if init_from else f"model.name={name}")
+    for rows in prompts_of.values():
+        named = [(str(getattr(ex, "id", i)), p) for i, (ex, p) in enumerate(zip(examples, rows, strict=True))]
+        check_positions(model, tok, named, tokens, response_keys=keys,
+                        model_desc=f"model.init_from={init_from}" if init_from else f"model.name={name}")
 
     reward = cfg.data.reward or get_task(cfg.data.task).reward_name(task.template)
     count = f"{len(examples)} held-out problems" + (
@@ -122,7 +147,8 @@ def evaluate_policy(cfg: EvalConfig, *, budgets: Sequence[int] | None = None,
     what = f"{source} (run {run_dir})" if run_dir is not None else source
     if model_source is None:
         what = "a fresh tiny model (model.name=tiny, random weights)"
-    budget_note = "" if budgets == [-1] else f", thinking budget {'/'.join(budget_label(b) for b in budgets)}"
+    budget_note = "" if budgets == [-1] else (f", thinking mode {'/'.join(budgets)}" if modes else
+                                              f", thinking budget {'/'.join(budget_label(b) for b in budgets)}")
     print(f"evaluating {what} on {task.name} (template {task.template}, reward {reward}): {count}, "
           f"{_decoding(cfg, spec)}{budget_note}{_taken(cfg, run_dir)}")
 
@@ -143,7 +169,9 @@ def evaluate_policy(cfg: EvalConfig, *, budgets: Sequence[int] | None = None,
     say(f"loaded in {load_s:.1f} s; generating {len(examples)} x {spec.n} responses, {how} ...")
     results, judged = {}, {}
     for budget in budgets:
-        generator = with_thinking_budget(base_gen, budget, cfg.sampling.stop_thinking_text, template=task.template)
+        generator = with_thinking_budget(base_gen, budget_of[budget], cfg.sampling.stop_thinking_text,
+                                         template=task.template)
+        prompts = prompts_of[budget]
         started = time.perf_counter()
 
         def progress(done: int, total: int, started=started) -> None:
@@ -201,13 +229,16 @@ def _write(cfg: EvalConfig, ev: PolicyEvaluation) -> None:
     if len(ev.budgets) == 1:
         payload: dict[str, Any] = {**ev.metrics(), "time/load_s": ev.load_s, "problems": ev.problems}
     else:
-        payload = {f"thinking_budget={b}": ev.metrics(b) for b in ev.budgets}
+        payload = {(f"thinking_mode={b}" if isinstance(b, str) else f"thinking_budget={b}"): ev.metrics(b)
+                   for b in ev.budgets}
     out.write_text(json.dumps(_json_safe(payload), indent=1))
     samples_path = out.with_suffix(".samples.jsonl")
     with open(samples_path, "w", encoding="utf-8") as f:
         for budget in ev.budgets:
             for row in ev.results[budget].sample_rows():
-                if budget >= 0:
+                if isinstance(budget, str):
+                    row["thinking_mode"] = budget
+                elif budget >= 0:
                     row["thinking_budget"] = budget
                 row["correct"] = row["status"] == "correct"
                 f.write(json.dumps(row) + "\n")

@@ -6,6 +6,7 @@ data section's verifier limits (`task_scorer`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,6 +14,7 @@ from rlvr.data import get_task, load_hf
 from rlvr.data.jsonl import DataError, scan_jsonl
 from rlvr.data.task_data import TaskData, TaskDataError  # noqa: F401 - re-exported
 from rlvr.data.tasks.base import _source_keys, map_columns
+from rlvr.data.templates import mode_tagged
 from rlvr.envs.task import env_task_data
 from rlvr.eval import cpu_chunks, evaluate
 from rlvr.rewards import score_batch
@@ -149,12 +151,20 @@ def _load_task_data(data_cfg, tokenizer=None, need_train: bool = True, judge=Non
         name=task.name,
         train=train,
         eval=held_out,
-        prompt=lambda ex: task.prompt(ex, template, tokenizer),
+        prompt=mode_prompt(lambda ex: task.prompt(ex, template, tokenizer), getattr(data_cfg, "thinking_mode", "")),
         reward_fn=reward_fn,
         target=lambda ex: task.target(ex, template),
         stop=task.stop_strings(template),
         template=template,
     )
+
+
+def mode_prompt(prompt, mode: str):
+    """The prompt function with Qwen3's thinking-mode tag appended to each question (rlvr.data.templates.mode_tagged;
+    '' = `prompt` itself)."""
+    if not mode:
+        return prompt
+    return lambda ex: prompt(dataclasses.replace(ex, question=mode_tagged(ex.question, mode)))
 
 
 def _difficulty(data_cfg) -> dict:
