@@ -24,7 +24,7 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
-# Scale and memory (issue 28) and the slower learning tests (about 5 min on 2 cores): the sharded learner under torchrun with 2 gloo
+# Scale and memory (issue 28) and the slower learning tests (about 8 min on 2 cores): the sharded learner under torchrun with 2 gloo
 # processes against one process (tests/test_sharded.py), LoRA's learning test, `rlvr distill` (tests/test_distill.py).
 test-scale: $(STAMP)
 	$(BIN)/python -m pytest -q -m scale

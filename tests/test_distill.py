@@ -4,7 +4,7 @@ the only one).
 
 Offline distillation (`rlvr distill`): the teacher's verified answers become the student's SFT data.
 
-On-policy learning test (default tier, reuses the session's SFT runs of tests/conftest.py: 3 seeds of a tiny model on
+On-policy learning test (`make test-scale`, reuses the session's SFT runs of tests/conftest.py: 3 seeds of a tiny model on
 sums of three digits): the teacher is a seed's step-200 checkpoint, the student its step-100 checkpoint (partly
 right). 30 steps of pure distillation raise the student's held-out greedy accuracy; the same 30 steps with the
 start policy as the reference (no teacher) leave it where it was, so the gain is the teacher's.
@@ -44,6 +44,7 @@ def _distil(task, sft_run: Path, seed: int, out: Path, teacher: bool) -> list[di
     return _rows(train(cfg, data=task).run_dir)
 
 
+@pytest.mark.scale  # ~50 s beyond the shared SFT runs: make test-scale (in .ci/run)
 def test_a_student_distils_its_teacher_on_policy(arith3_task, arith3_sft_runs, tmp_path):
     # measured (seeds 0-2): greedy gains +28.5 / +16 / +11 points with the teacher, +7.5 / -0.5 / +0.5 without
     gains, control, kl_drop = [], [], []

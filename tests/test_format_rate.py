@@ -46,3 +46,4 @@ def test_no_format_part_is_not_a_rate():
 class _Ro:
     response_ids = [1, 2]
     finish_reason = "stop"
+    text = "42"
