@@ -48,7 +48,7 @@ test-docs-learn: $(STAMP)
 # The source documents' claims measured (docs/studies/): each study is one command, minutes on 2 cores.
 # Results go to runs/studies/results/; STUDY_ARGS=--publish replaces the committed benchmarks/results/studies/.
 studies: $(STAMP)
-	for s in one_minus_1_over_g std_normalization length_normalization off_policy thinking_budget; do \
+	for s in one_minus_1_over_g std_normalization length_normalization off_policy thinking_budget reflection; do \
 		$(BIN)/python benchmarks/studies/$$s.py $(STUDY_ARGS) || exit 1; done
 
 # rlvr vs TRL's GRPOTrainer, interleaved (docs/benchmarks.md); TRL comes with the bench extra

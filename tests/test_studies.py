@@ -165,3 +165,26 @@ def test_add_merges_seeds_only_with_the_same_settings(tmp_path):
     assert res["runs"] == {"0": {"a": 1}, "1": {"a": 2}} and header["earlier_commands"] == ["first"]
     with pytest.raises(SystemExit, match="steps"):
         _common.merge_previous("x", {"steps": 20, "runs": {"1": {}}}, {}, ("steps",), results=tmp_path)
+
+
+def test_reflective_targets_write_a_wrong_step_then_wait_then_the_right_one():
+    import random
+
+    from reflection import REFLECTION, reflective_target
+
+    from rlvr.eval.reflection import has_reflection
+    from rlvr.rewards.types import Status
+    from rlvr.train.config import DataConfig
+    from rlvr.train.tasks import load_task_data
+
+    task = load_task_data(DataConfig(task="sum_steps", num_train=50, num_eval=0))
+    rng = random.Random(0)
+    for ex in task.train:
+        plain = task.target(ex)
+        t = reflective_target(plain, rng)
+        lines = t.split("\n")
+        assert lines[1] == REFLECTION and lines[2:] == plain.split("\n")  # the right steps follow, unchanged
+        wrong, right = lines[0].split("=")[1], lines[2].split("=")[1]
+        assert wrong != right and len(wrong) == len(right) and 1 <= abs(int(wrong) - int(right)) <= 3
+        assert has_reflection(t) and not has_reflection(plain)
+        assert task.reward_fn(t, ex).status is Status.CORRECT  # the outcome reads the last line

@@ -49,8 +49,10 @@ FIGURES: list[tuple[str, str, list[tuple[str, str, list[str]]]]] = [
         ("Truncated at max_tokens", "fraction", ["len/truncated_frac", "eval/truncated_rate", "val/truncated_rate",
                                                  "masked_truncated_frac"]),
         ("Length spread", "tokens", ["len/median", "len/max", "eval/len/median", "eval/len/max"]),
+        ("Reflection phrases", "fraction of responses", ["text/*", "eval/text/*", "val/text/*"]),
     ]),
     ("optimization.png", "step", [
+        ("Entropy mask", "fraction of tokens kept", ["loss/entropy_kept_frac"]),
         ("Loss", "loss", ["loss", "loss/*"]),
         ("Gradient norm (before clipping)", "L2 norm", ["grad_norm"]),
         ("Entropy", "nats / token", ["entropy"]),
@@ -69,6 +71,7 @@ FIGURES: list[tuple[str, str, list[tuple[str, str, list[str]]]]] = [
         ("Tokens per step", "tokens", ["tokens/*"]),
         ("Memory", "GiB", ["mem/*"]),
         ("Verifier failures", "count", ["verifier/*"]),
+        ("Model judge", "count / fraction", ["judge/*", "eval/judge/*"]),
         ("Zero-variance groups", "groups", ["zero_var_groups"]),
         ("Rollouts kept for the loss", "fraction", ["kept_frac"]),
         ("Rollout staleness", "policy versions behind", ["rollout/staleness"]),
