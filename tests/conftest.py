@@ -158,8 +158,10 @@ def vllm_engine(vllm_base):
     from rlvr.rollout.vllm_generator import VLLMGenerator
 
     _, tok, path = vllm_base
+    # An explicit KV-cache size: the CPU engine otherwise sizes it as gpu_memory_utilization x RAM minus this
+    # process's RSS, which an earlier test of the session (a LoRA engine, peft models) can push past the budget.
     return VLLMGenerator(str(path), tokenizer=tok, dtype="float32", enforce_eager=True, gpu_memory_utilization=0.04,
-                         max_model_len=512, seed=0)
+                         max_model_len=512, seed=0, kv_cache_memory_bytes=256 * 2**20)
 
 
 @pytest.fixture
