@@ -59,6 +59,33 @@ def test_verdict_parsing_last_word_counts_and_not_equivalent_is_different():
     assert parse_verdict("yes") is None and parse_verdict("") is None and parse_verdict(None) is None
 
 
+@pytest.mark.parametrize(
+    ("reply", "verdict"),
+    [
+        # issue 36, item 4: a negated verdict word reads as its opposite ("not different" was DIFFERENT)
+        ("The answers are equivalent, not different.", True),
+        ("The answers are different, not equivalent.", False),
+        ("not different", True),
+        ("NOT DIFFERENT", True),
+        ("They are not really different: EQUIVALENT... no, not equivalent", False),
+        ("The answer isn't different from the reference.", True),
+        ("These aren't equivalent.", False),
+        ("not at all different", True),
+        ("NOT_EQUIVALENT", False),
+        ("non-equivalent", False),
+        ("Inequivalent", False),
+        # the last verdict wins, after reasoning; a negation must touch the word
+        ("Is 0.5 the same as 1/2? Converting, 1/2 = 0.5. Verdict: EQUIVALENT", True),
+        ("1/2 and 0.4 could look equivalent at a glance, but they are not. DIFFERENT", False),
+        ("Equivalent or not? DIFFERENT", False),
+        ("<think>not different</think> DIFFERENT", False),
+        ("equivalently", None),
+    ],
+)
+def test_verdict_parsing_reads_a_negated_word_as_its_opposite(reply, verdict):
+    assert parse_verdict(reply) is verdict
+
+
 def test_prompt_fill_keeps_latex_braces_and_checks_placeholders():
     p = fill_prompt("Q={question} R={reference} A={answer}", question="{x}", reference="\\frac{1}{2}",
                     answer="{reference}", response="unused")
@@ -175,12 +202,128 @@ def test_timeout_http_error_and_garbage_fall_back_and_are_counted():
         assert judge_metrics(judge)["judge/fallbacks"] == 1
 
 
+def test_unscored_fallback_is_an_error_reward_out_of_the_baseline():
+    """judge.fallback=unscored (issue 36, item 4): a sample whose judge request failed is Status.ERROR with
+    total 0 (the trainer keeps it out of its group's baseline), the others are judged as usual."""
+    with JudgeServer(lambda answer, reference: ("status", 500) if answer == "0.5" else semantic(answer, reference)) \
+            as server:
+        judge = http_judge(server, fallback="unscored")
+        rewards = score_batch(judge, ["The answer is 0.5.", "The answer is one half.", "none"], [HALF, HALF, HALF])
+    assert [r.status for r in rewards] == [Status.ERROR, Status.CORRECT, Status.UNPARSABLE]
+    assert rewards[0].total == 0.0 and rewards[0].parts["answer"] == 0.0 and rewards[0].answer == "0.5"
+    assert rewards[0].info.startswith("judge failed (HTTP 500") and "judge.fallback=unscored" in rewards[0].info
+    m = judge_metrics(judge)
+    assert m["judge/failures"] == 1 and m["judge/fallbacks"] == 1
+    with pytest.raises(ValueError, match="known: symbolic, incorrect, unscored"):
+        JudgeReward(ScriptedBackend(set()), math_reward, fallback="retry")
+
+
+class ScriptedBackend:
+    """A judge backend without a server: EQUIVALENT to every prompt, except those whose answer is in `fail`,
+    which fail with `reason` (an unreachable judge)."""
+
+    label = "judge.url=http://127.0.0.1:9/v1"
+
+    def __init__(self, fail: set[str], reason: str = "cannot reach the judge: Connection refused"):
+        self.fail, self.reason = fail, reason
+
+    def judge(self, prompts):
+        out = []
+        for p in prompts:
+            answer = re.search(r"Student's final answer: (.*)", p).group(1)
+            out.append(JudgeReply(None, self.reason) if answer in self.fail else JudgeReply("EQUIVALENT"))
+        return out
+
+
+def _step(judge, answers, *, log, step):
+    """One training step as `rlvr train` does it: score the batch, RewardErrorLog.observe, then take judge/*."""
+    examples = [ex(f"q{i}", "7", i) for i in range(len(answers))]
+    rewards = score_batch(judge, [f"The answer is {a}." for a in answers], examples)
+    try:
+        log.observe(step, rewards, examples)
+    finally:
+        metrics = judge_metrics(judge)  # pg.py takes the counts after observe
+    return rewards, metrics
+
+
+def test_most_of_a_steps_judge_requests_failing_stops_the_run():
+    """Issue 36, item 4: an unreachable judge is said at its first failure (one line: judge.url, the reason) and
+    stops the run when more than half of a step's requests fail; an occasional failure keeps the fallback."""
+    from rlvr.rewards.errors import JudgeFailuresStop, RewardErrorLog, RewardErrorsStop
+
+    lines: list[str] = []
+    judge = JudgeReward(ScriptedBackend({"1", "2", "3", "11"}), math_reward)
+    log = RewardErrorLog("judge", None, key="data.reward", say=lines.append, judge=judge)
+    # step 1: every request succeeds: nothing said
+    _step(judge, ["4", "5", "6", "7"], log=log, step=1)
+    assert lines == []
+    # step 2: 1 of 4 fails: the fallback scores it, one line names the judge and the reason, the run goes on
+    rewards, m = _step(judge, ["1", "8", "9", "10"], log=log, step=2)
+    assert m["judge/failures"] == 1 and m["judge/fallbacks"] == 1
+    assert rewards[0].status is Status.INCORRECT and "cannot reach the judge" in rewards[0].info  # symbolic: 1 != 7
+    assert len(lines) == 1, lines
+    for needle in ("judge.url=http://127.0.0.1:9/v1", "cannot reach the judge: Connection refused", "step 2",
+                   "judge.fallback=symbolic"):
+        assert needle in lines[0], (needle, lines[0])
+    # step 3: 2 of 4 fail, exactly half: not more than half, and the first failure is not said again
+    _step(judge, ["2", "11", "12", "13"], log=log, step=3)
+    assert len(lines) == 1
+    # step 4: 3 of 4 fail: the run stops (a RewardErrorsStop: `error: ...`, exit 1 in the commands)
+    with pytest.raises(JudgeFailuresStop) as stop:
+        _step(judge, ["1", "2", "3", "14"], log=log, step=4)
+    assert isinstance(stop.value, RewardErrorsStop)
+    for needle in ("step 4", "3 of 4 judge requests failed", "judge.url=http://127.0.0.1:9/v1",
+                   "cannot reach the judge: Connection refused"):
+        assert needle in str(stop.value), (needle, str(stop.value))
+
+
+def test_a_failed_request_among_cached_verdicts_does_not_stop_the_run():
+    """One request of a step, failed, while most of the step's samples have cached verdicts: the fallback
+    scores one sample of many; no stop (the stop needs most requests AND most judged samples to fail)."""
+    from rlvr.rewards.errors import RewardErrorLog
+
+    lines: list[str] = []
+    judge = JudgeReward(ScriptedBackend({"1"}), math_reward)
+    log = RewardErrorLog("judge", None, key="data.reward", say=lines.append, judge=judge)
+    _step(judge, ["4", "5", "6", "7"], log=log, step=1)
+    _, m = _step(judge, ["4", "5", "6", "1"], log=log, step=2)  # 3 cache hits, 1 request that fails
+    assert m["judge/calls"] == 1 and m["judge/failures"] == 1 and m["judge/cache_hits"] == 3
+    assert len(lines) == 1 and "cannot reach the judge" in lines[0]
+
+
+def test_unscored_judge_failures_are_not_reported_as_the_reward_raising():
+    from rlvr.rewards.errors import JudgeFailuresStop, RewardErrorLog
+
+    lines: list[str] = []
+    judge = JudgeReward(ScriptedBackend({"1", "2", "3"}), math_reward, fallback="unscored")
+    log = RewardErrorLog("judge", None, key="data.reward", say=lines.append, judge=judge)
+    rewards, _ = _step(judge, ["1", "5", "6", "7"], log=log, step=1)
+    assert rewards[0].status is Status.ERROR
+    assert len(lines) == 1 and "judge.fallback=unscored" in lines[0] and "raised" not in lines[0]
+    with pytest.raises(JudgeFailuresStop):
+        _step(judge, ["1", "2", "3", "8"], log=log, step=2)
+
+
+def test_eval_failure_note_names_the_judge_and_the_reason():
+    from rlvr.rewards.judge import judge_failure_note
+
+    judge = JudgeReward(ScriptedBackend({"1", "2"}), math_reward)
+    assert judge_failure_note(judge) is None
+    score_batch(judge, ["The answer is 1.", "The answer is 2.", "The answer is 7."], [SEVEN, HALF, SEVEN])
+    note = judge_failure_note(judge)
+    assert note is not None and "2 of 3 judge requests failed" in note and "judge.url=http://127.0.0.1:9/v1" in note
+    assert "cannot reach the judge: Connection refused" in note
+    assert judge_metrics(judge)["judge/failures"] == 2  # the note peeked: the counts are still there
+    assert judge_failure_note(judge) is None  # taken
+
+
 def test_unreachable_endpoint_falls_back_without_raising():
     with JudgeServer(semantic) as server:
         url = server.url
     judge = JudgeReward(HTTPJudge(url, "m", timeout_s=2.0), math_reward)  # the server is gone
     r = judge("The answer is 0.5.", HALF)
-    assert r.status is Status.CORRECT and "cannot reach the judge" in r.info
+    assert r.status is Status.CORRECT and "cannot reach the judge: Connection refused" in r.info  # no "[Errno 111]"
+    assert judge.label == f"judge.url={url}"
     assert judge_metrics(judge)["judge/failures"] == 1
 
 

@@ -60,6 +60,27 @@ def test_rlvr_train_with_a_loopback_judge_logs_judge_metrics(tmp_path, monkeypat
     assert not undocumented, f"metrics logged but not in docs/runs.md: {undocumented}"
 
 
+def test_rlvr_train_with_an_unreachable_judge_stops_at_the_first_step(tmp_path, monkeypatch):
+    """Issue 36, item 4 (in process; tests/test_cli_judge_failures.py runs the script): every judge request of
+    step 1 fails (connection refused), so the run says so once and stops with `error: ...` (exit 1), before
+    any update, instead of training on the symbolic fallback."""
+    import socket
+
+    monkeypatch.setenv("RLVR_PROGRESS", "plain")
+    with socket.socket() as s:  # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    run = tmp_path / "run"
+    res = CliRunner().invoke(app, ["train", *TINY, "data.reward=judge", f"judge.url={url}", "judge.model=m",
+                                   f"run.out_dir={run}"])
+    assert res.exit_code == 1, res.output
+    said = [x for x in res.output.splitlines() if x.startswith("warning: the judge failed")]
+    assert len(said) == 1 and f"judge.url={url}" in said[0] and "cannot reach the judge" in said[0], res.output
+    errors = [x for x in res.output.splitlines() if x.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith("error: step 1: ") and "judge requests failed" in errors[0]
+    assert not (run / "metrics.jsonl").exists() or not (run / "metrics.jsonl").read_text().strip()
+
+
 def test_rlvr_train_refuses_a_judge_reward_without_a_judge(tmp_path):
     res = CliRunner().invoke(app, ["train", *TINY, "data.reward=judge:1,format:0.1", f"run.out_dir={tmp_path / 'x'}"])
     assert res.exit_code == 2 and "set judge.url" in res.output

@@ -114,9 +114,13 @@ def test_k1_in_the_loss_is_refused(extra):
     # E_{y~pi}[grad (logp - ref)] = sum_y grad pi(y) = 0: k1 in the loss regularises nothing
     with pytest.raises(ConfigError, match=r"algo.kl_estimator='k1' with algo.kl_in=loss.*k2.*algo.kl_in=reward"):
         load_config(TrainConfig, None, ["algo.kl_coef=0.1", "algo.kl_estimator=k1", *extra])
-    # what the message suggests loads; so does k1 with no KL term at all (the estimator is unused)
-    for ok in (["algo.kl_estimator=k2"], ["algo.kl_in=reward"], ["algo.kl_coef=0"]):
+    # what the message suggests loads
+    for ok in (["algo.kl_estimator=k2"], ["algo.kl_in=reward"]):
         load_config(TrainConfig, None, ["algo.kl_coef=0.1", "algo.kl_estimator=k1", *ok])
+    # k1 with no KL term at all: the estimator is unused, refused as inert naming both keys (issue 36)
+    with pytest.raises(ConfigError, match=r"algo.kl_estimator='k1' picks the estimator of the KL term, which "
+                                          r"algo.kl_coef=0 turns off"):
+        load_config(TrainConfig, None, ["algo.kl_coef=0.1", "algo.kl_estimator=k1", "algo.kl_coef=0", *extra])
 
 
 TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",

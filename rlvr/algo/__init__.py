@@ -48,11 +48,13 @@ from rlvr.algo.length import dapo_overlong_penalty, kimi_length_reward
 from rlvr.algo.logprobs import (
     IGNORE_INDEX,
     TRUNCATED_LOGPROB,
+    TokenScores,
     Truncation,
     entropy_from_logits,
     kept_mask,
     logprobs_and_entropy,
     token_logprobs_from_logits,
+    token_scores,
 )
 from rlvr.algo.losses import (
     POLICY_LOSSES,
@@ -104,6 +106,8 @@ __all__ = [
     "kl_shaped_rewards",
     "last_valid_index",
     "logprobs_and_entropy",
+    "TokenScores",
+    "token_scores",
     "lookup",
     "loss_normalizers",
     "masked_count",

@@ -2,7 +2,7 @@
 
 Outcome estimators share ONE signature and live in ``ADVANTAGE_ESTIMATORS``:
 
-    fn(rewards, group_size, *, eps=1e-6, std="population") -> advantages
+    fn(rewards, group_size, *, eps=1e-6, std="population", valid=None) -> advantages
 
     rewards:    (N,) float, one scalar reward per response, N = num_prompts * group_size, the
                 G responses of a prompt contiguous (rows [k*G, (k+1)*G) form group k).
@@ -11,6 +11,13 @@ Outcome estimators share ONE signature and live in ``ADVANTAGE_ESTIMATORS``:
                 that do not divide).
     std:        "population" (1/G, as in the DeepSeekMath formula and the seeds' worked numbers)
                 or "sample" (1/(G-1), what torch.std and the CS336 assignment use).
+    valid:      None, or (N,) bool: False marks an UNSCORED response (its checker failed: it raised, the
+                judge was unreachable, the environment crashed; not a wrong answer, not a verifier
+                timeout). An unscored response is left out of every statistic (its group's mean and std,
+                the leave-one-out mean, the batch std) and gets advantage 0; each group's statistics are
+                those of its scored responses (a group of G with one unscored has the advantages of the
+                group of G - 1 without it). A group with fewer scored responses than the estimator needs
+                (one for a mean, two for a leave-one-out or a sample std) gets 0.
     returns     (N,) float32 (float64 for float64 rewards), detached; all tokens of a response
                 get the same advantage (broadcast it over tokens in the loss).
 
@@ -53,37 +60,71 @@ def _std(x: torch.Tensor, dim: int, std: str) -> torch.Tensor:
     return x.std(dim=dim, keepdim=True, correction=1 if std == "sample" else 0)
 
 
-def no_baseline(rewards, group_size, *, eps=1e-6, std="population"):
+def _valid_groups(valid: torch.Tensor | None, r: torch.Tensor) -> torch.Tensor | None:
+    """valid (N,) bool -> (N // G, G) bool like r, or None when absent or all True (the unmasked formulas,
+    bit for bit)."""
+    if valid is None:
+        return None
+    v = torch.as_tensor(valid, dtype=torch.bool, device=r.device)
+    if v.shape != (r.numel(),):
+        raise ValueError(f"valid must be (N,) = ({r.numel()},) bool, got shape {tuple(v.shape)}")
+    return None if bool(v.all()) else v.reshape(r.shape)
+
+
+def _masked_stats(r: torch.Tensor, v: torch.Tensor, std: str, dims) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(count, mean, std) of r over the True entries of v along dims (keepdim); std 0 where too few entries."""
+    if std not in STD_KINDS:
+        raise ValueError(f"std must be one of {STD_KINDS}, got {std!r}")
+    vf = v.to(r.dtype)
+    n = vf.sum(dim=dims, keepdim=True)
+    mean = (r * vf).sum(dim=dims, keepdim=True) / n.clamp_min(1)
+    ddof = 1 if std == "sample" else 0
+    var = (((r - mean) * vf) ** 2).sum(dim=dims, keepdim=True) / (n - ddof).clamp_min(1)
+    return n, mean, torch.where(n > ddof, var.sqrt(), torch.zeros_like(var))
+
+
+def no_baseline(rewards, group_size, *, eps=1e-6, std="population", valid=None):
     """A_i = r_i (vanilla REINFORCE; G may be 1)."""
-    return _groups(rewards, group_size).reshape(-1).clone()
+    r = _groups(rewards, group_size)
+    v = _valid_groups(valid, r)
+    out = r if v is None else torch.where(v, r, torch.zeros_like(r))
+    return out.reshape(-1).clone()
 
 
-def zero(rewards, group_size, *, eps=1e-6, std="population"):
+def zero(rewards, group_size, *, eps=1e-6, std="population", valid=None):
     """A_i = 0: no outcome signal. With a teacher (teacher.model, algo.kl_in=reward) the per-token reverse KL
     to the teacher is the whole signal: pure on-policy distillation (G may be 1)."""
     return torch.zeros_like(_groups(rewards, group_size)).reshape(-1)
 
 
-def group_mean(rewards, group_size, *, eps=1e-6, std="population"):
+def group_mean(rewards, group_size, *, eps=1e-6, std="population", valid=None):
     """A_i = r_i - mean_group(r). Dr. GRPO's advantage (no std division).
 
     Its expected gradient is (1 - 1/G) times the true gradient (the baseline includes r_i).
     """
     r = _groups(rewards, group_size)
-    return (r - r.mean(dim=1, keepdim=True)).reshape(-1)
+    v = _valid_groups(valid, r)
+    if v is None:
+        return (r - r.mean(dim=1, keepdim=True)).reshape(-1)
+    _, mean, _ = _masked_stats(r, v, "population", 1)
+    return torch.where(v, r - mean, torch.zeros_like(r)).reshape(-1)
 
 
-def grpo(rewards, group_size, *, eps=1e-6, std="population"):
+def grpo(rewards, group_size, *, eps=1e-6, std="population", valid=None):
     """A_i = (r_i - mean_group(r)) / (std_group(r) + eps). DeepSeekMath GRPO (outcome supervision).
 
     A group with identical rewards gets exactly 0 (numerator 0, denominator eps > 0).
     """
     r = _groups(rewards, group_size)
-    centered = r - r.mean(dim=1, keepdim=True)
-    return (centered / (_std(r, 1, std) + eps)).reshape(-1)
+    v = _valid_groups(valid, r)
+    if v is None:
+        centered = r - r.mean(dim=1, keepdim=True)
+        return (centered / (_std(r, 1, std) + eps)).reshape(-1)
+    _, mean, sd = _masked_stats(r, v, std, 1)
+    return torch.where(v, (r - mean) / (sd + eps), torch.zeros_like(r)).reshape(-1)
 
 
-def rloo(rewards, group_size, *, eps=1e-6, std="population"):
+def rloo(rewards, group_size, *, eps=1e-6, std="population", valid=None):
     """A_i = r_i - mean_{j != i} r_j (REINFORCE leave-one-out; unbiased). Needs G >= 2.
 
     Equal to G/(G-1) * (r_i - mean_group(r)).
@@ -91,11 +132,16 @@ def rloo(rewards, group_size, *, eps=1e-6, std="population"):
     if group_size < 2:
         raise ValueError("rloo needs group_size >= 2 (the leave-one-out mean of one response is empty)")
     r = _groups(rewards, group_size)
-    loo_mean = (r.sum(dim=1, keepdim=True) - r) / (group_size - 1)
-    return (r - loo_mean).reshape(-1)
+    v = _valid_groups(valid, r)
+    if v is None:
+        loo_mean = (r.sum(dim=1, keepdim=True) - r) / (group_size - 1)
+        return (r - loo_mean).reshape(-1)
+    n, mean, _ = _masked_stats(r, v, "population", 1)
+    loo_mean = (mean * n - r) / (n - 1).clamp_min(1)
+    return torch.where(v & (n > 1), r - loo_mean, torch.zeros_like(r)).reshape(-1)
 
 
-def batch_std(rewards, group_size, *, eps=1e-6, std="population"):
+def batch_std(rewards, group_size, *, eps=1e-6, std="population", valid=None):
     """A_i = (r_i - mean_group(r)) / (std_batch(r) + eps): group-mean centering, batch-level scale.
 
     std_batch is the standard deviation of the RAW rewards over all N responses of the batch
@@ -107,6 +153,11 @@ def batch_std(rewards, group_size, *, eps=1e-6, std="population"):
     a small spread is not up-weighted, unlike GRPO's per-group std.
     """
     r = _groups(rewards, group_size)
+    v = _valid_groups(valid, r)
+    if v is not None:
+        _, mean, _ = _masked_stats(r, v, "population", 1)
+        _, _, s = _masked_stats(r, v, std, (0, 1))
+        return torch.where(v, (r - mean) / (s + eps), torch.zeros_like(r)).reshape(-1)
     centered = r - r.mean(dim=1, keepdim=True)
     flat = r.reshape(-1)
     if std == "sample" and flat.numel() < 2:
@@ -128,11 +179,15 @@ ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {
 
 
 def compute_advantages(
-    name: str, rewards: torch.Tensor, group_size: int, *, eps: float = 1e-6, std: str = "population"
+    name: str, rewards: torch.Tensor, group_size: int, *, eps: float = 1e-6, std: str = "population",
+    valid: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Look up ``name`` in ADVANTAGE_ESTIMATORS and apply it. (N,) -> (N,)."""
+    """Look up ``name`` in ADVANTAGE_ESTIMATORS and apply it. (N,) -> (N,). valid (N,) bool: False = an
+    unscored response, out of every statistic, advantage 0 (module docstring)."""
     fn = lookup(ADVANTAGE_ESTIMATORS, name, "advantage estimator")
-    return fn(rewards, group_size, eps=eps, std=std)
+    if valid is None:  # an estimator registered without the keyword still works on fully scored batches
+        return fn(rewards, group_size, eps=eps, std=std)
+    return fn(rewards, group_size, eps=eps, std=std, valid=valid)
 
 
 def process_supervision_advantages(

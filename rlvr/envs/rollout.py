@@ -24,7 +24,7 @@ import torch
 
 from rlvr.envs.base import Environment, EpisodeLog
 from rlvr.envs.format import TurnFormat
-from rlvr.rewards.types import Reward
+from rlvr.rewards.types import Reward, Status
 from rlvr.rollout.types import Rollout, SamplingSpec
 
 
@@ -52,6 +52,30 @@ class _State:
     turns: list[str]
     done: bool = False
     stop_reason: str | None = None
+    crashed: str = ""  # the environment's exception ("Type: message"): the episode is unscored
+
+
+def _step(s: _State, text: str):
+    """s.env.step(text), or None when the environment itself raised (a bug of the environment, not a tool
+    error it reports to the model): the episode ends and is unscored (its Reward's status is ERROR, so it is
+    kept out of its group's baseline, counted and printed by the run's reward error log)."""
+    try:
+        return s.env.step(text)
+    except Exception as exc:  # noqa: BLE001 - one crashed episode must not end the run
+        s.crashed = f"environment {getattr(s.env, 'name', type(s.env).__name__)} crashed in step(): " \
+                    f"{type(exc).__name__}: {exc}"[:300]
+        return None
+
+
+def _final_reward(s: _State) -> Reward:
+    """The episode's Reward: the environment's, or an unscored one (Status.ERROR) when it crashed."""
+    if not s.crashed:
+        try:
+            return s.env.final_reward()
+        except Exception as exc:  # noqa: BLE001
+            s.crashed = f"environment {getattr(s.env, 'name', type(s.env).__name__)} crashed in final_reward(): " \
+                        f"{type(exc).__name__}: {exc}"[:300]
+    return Reward(0.0, {}, Status.ERROR, s.crashed)
 
 
 def _turn_seed(base: int, turn: int) -> int:
@@ -108,9 +132,12 @@ def run_episodes(generator, make_env: Callable[[], Environment], examples: Seque
                     s.env.log.turns += 1
                     if ro.finish_reason == "length" and len(s.resp) >= max_tokens_total:
                         s.env.log.truncated = True  # the budget cut this turn (the env still sees it)
-                results = list(pool.map(lambda sr: sr[0].env.step(sr[1].text), stepped)) if pool else \
-                    [s.env.step(ro.text) for s, ro in stepped]
+                results = list(pool.map(lambda sr: _step(sr[0], sr[1].text), stepped)) if pool else \
+                    [_step(s, ro.text) for s, ro in stepped]
                 for (s, ro), res in zip(stepped, results, strict=True):
+                    if res is None:  # the environment raised: the episode ends unscored (s.crashed)
+                        s.done = True
+                        continue
                     s.env.add_parts(res.reward_parts)
                     if res.done:
                         s.done = True
@@ -131,7 +158,7 @@ def run_episodes(generator, make_env: Callable[[], Environment], examples: Seque
                 pool.shutdown()
         episodes = []
         for s in states:
-            reward = s.env.final_reward()
+            reward = _final_reward(s)
             ro = Rollout(prompt=s.prompt, prompt_ids=s.prompt_ids, response_ids=s.resp,
                          text=tokenizer.decode(s.resp, skip_special_tokens=True),
                          logprobs=s.lps if spec.logprobs else None,

@@ -31,6 +31,7 @@ from rlvr.models.positions import prompt_lengths
 from rlvr.rewards.batch import score_batch
 from rlvr.rewards.extract import final_answer
 from rlvr.rewards.types import Reward, Status, format_rate
+from rlvr.rollout.types import sampled_length, unsampled_length
 
 BatchScorer = Callable[[Sequence[str], Sequence[Any]], Sequence[Reward]]
 
@@ -48,10 +49,11 @@ class EvalSample:
     reward: float  # Reward.total
     parts: dict[str, float]  # Reward.parts
     status: str  # Status value: correct / incorrect / unparsable / timeout / error
-    num_tokens: int  # response length in tokens (len(response_ids))
+    num_tokens: int  # response length in tokens: the sampled ones (rlvr.rollout.types.sampled_length)
     finish_reason: str  # "stop" | "length"
     info: str = ""  # Reward.info (why it was judged so)
     answer: str | None = None  # the graded answer maj@k votes with; None when not graded (see graded_answer)
+    unsampled_tokens: int = 0  # response tokens the policy did not sample (a thinking budget's forced text)
 
     @property
     def graded(self) -> bool:
@@ -299,10 +301,11 @@ def evaluate(
                     reward=float(rew.total),
                     parts={k: float(v) for k, v in dict(rew.parts).items()},
                     status=Status(rew.status).value,
-                    num_tokens=len(ro.response_ids),
+                    num_tokens=sampled_length(ro),
                     finish_reason=str(ro.finish_reason),
                     info=str(rew.info),
                     answer=graded_answer(rew, ro.text),
+                    unsampled_tokens=unsampled_length(ro),
                 )
             )
         if on_chunk is not None:

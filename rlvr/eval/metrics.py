@@ -28,8 +28,9 @@ Definitions (docs/runs.md repeats them):
   not logged): a reward without a format term says nothing about format, and counting
   extractable answers as "formatted" would print a number that means something else (the
   unparsable count says how many had no answer).
-- lengths are response lengths in tokens (len(response_ids), EOS/stop tokens included, prompt
-  excluded); `truncated_rate` is the fraction that hit max_tokens (finish_reason == "length").
+- lengths are response lengths in tokens the policy sampled (EOS/stop tokens included, prompt excluded;
+  a thinking budget's forced "stop thinking" text is not counted: rlvr.rollout.types.sampled_length);
+  `truncated_rate` is the fraction that hit max_tokens (finish_reason == "length").
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlvr.algo.logprobs import DEFAULT_CHUNK_SIZE, Truncation, logprobs_and_entropy
+from rlvr.algo.logprobs import DEFAULT_CHUNK_SIZE, TokenScores, Truncation, token_scores
 from rlvr.models.cascade import SharedPrefixKV, attention, forward_params
 from rlvr.models.cascade import supported as cascade_supported
 from rlvr.models.scoring import ScoreOutput, score_tokens
@@ -122,19 +122,19 @@ def score_shared_prefix(
         raise RuntimeError("shared-prefix scoring needs the model's KV cache, but its forward returned none "
                            "(use_cache off?); set algo.shared_prefix=false")
     dist = {"temperature": temperature, "truncation": truncation}  # the distribution scored, for all three parts
-    pre_lp, pre_ent = logprobs_and_entropy(out.logits, pre_lab, chunk_size=chunk_size, with_entropy=with_entropy,
-                                           **dist)  # (g, P)
+    pre = token_scores(out.logits, pre_lab, chunk_size=chunk_size, with_entropy=with_entropy, **dist)  # (g, P)
     Sr = S[gor]  # (b,)
     # the first response token of each row, from its group's logits at input S (one (b, V) gather)
     first_logits = out.logits[torch.arange(g, device=dev), S].index_select(0, gor).unsqueeze(1)  # (b, 1, V)
-    first_lp, first_ent = logprobs_and_entropy(first_logits, lab[rows, Sr].unsqueeze(1), chunk_size=chunk_size,
-                                               with_entropy=with_entropy, **dist)  # (b, 1)
+    first = token_scores(first_logits, lab[rows, Sr].unsqueeze(1), chunk_size=chunk_size, with_entropy=with_entropy,
+                         **dist)  # (b, 1)
     del out, first_logits
 
     # suffix: row r's inputs S_r + 1 .. n_r - 1 (its response tokens but the last), right-padded to Lsuf
     suf_len = n - Sr - 1  # >= 0
     Lsuf = int(suf_len.max())
-    suf_lp = suf_ent = torch.zeros((b, 0), device=dev)
+    empty = torch.zeros((b, 0), device=dev)
+    suf = TokenScores(empty, empty, empty if pre.full_logp is not None else None)
     if Lsuf > 0:
         cs = torch.arange(Lsuf, device=dev)
         real_suf = cs.unsqueeze(0) < suf_len.unsqueeze(1)  # (b, Lsuf)
@@ -152,8 +152,7 @@ def score_shared_prefix(
             full_am = torch.cat([pre_am[gor], real_suf.long()], dim=1)
             out = model(input_ids=suf_ids, attention_mask=full_am, position_ids=suf_pos, use_cache=True,
                         **{cache_kw: cache})
-        suf_lp, suf_ent = logprobs_and_entropy(out.logits, suf_lab, chunk_size=chunk_size, with_entropy=with_entropy,
-                                               **dist)  # (b, Lsuf)
+        suf = token_scores(out.logits, suf_lab, chunk_size=chunk_size, with_entropy=with_entropy, **dist)  # (b, Lsuf)
         del out
     del cache
 
@@ -171,9 +170,10 @@ def score_shared_prefix(
         flat = torch.cat([pre.reshape(-1), first.reshape(-1), suf.reshape(-1), pre.new_zeros(1)])
         return flat.index_select(0, idx.reshape(-1)).view(b, T)  # backward: index_add, no sort
 
-    logprobs = place(pre_lp, first_lp, suf_lp)
-    entropy = place(pre_ent, first_ent, suf_ent) if with_entropy else None
-    return ScoreOutput(logprobs=logprobs, entropy=entropy)
+    logprobs = place(pre.logp, first.logp, suf.logp)
+    entropy = place(pre.entropy, first.entropy, suf.entropy) if with_entropy else None
+    full = place(pre.full_logp, first.full_logp, suf.full_logp) if pre.full_logp is not None else None
+    return ScoreOutput(logprobs=logprobs, entropy=entropy, full_logprobs=full)
 
 
 def _select_rows(cache, rows: torch.Tensor) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from rlvr.algo import LOSS_AGGREGATIONS, loss_normalizers
-from rlvr.algo.logprobs import DEFAULT_CHUNK_SIZE, Truncation, logprobs_and_entropy
+from rlvr.algo.logprobs import DEFAULT_CHUNK_SIZE, Truncation, token_scores
 
 
 @dataclass
@@ -25,6 +25,15 @@ class ScoreOutput:
     logprobs: torch.Tensor  # (B, T) float32, log p(labels[b, t] | input_ids[b, :t+1]) in nats
     entropy: torch.Tensor | None = None  # (B, T) float32 entropy of the next-token distribution (nats)
     hidden: torch.Tensor | None = None  # (B, T, H) last hidden state (with_hidden=True): a value head reads it
+    # (B, T) float32 log p(labels) under the UNtruncated softmax(logits / temperature), set only when a
+    # truncation (top-k / top-p) was scored: the KL penalty reads it (rlvr.algo.logprobs.token_scores)
+    full_logprobs: torch.Tensor | None = None
+
+    @property
+    def model_logprobs(self) -> torch.Tensor:
+        """The labels' logprobs under the model's untruncated distribution (at the temperature): full_logprobs
+        under a truncation, else logprobs (the same thing)."""
+        return self.logprobs if self.full_logprobs is None else self.full_logprobs
 
 
 def _position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -52,8 +61,8 @@ def score_tokens(
     skipped (exact: a causal model never looks right). Positions where attention_mask is 0 get
     logprob 0 and entropy 0. temperature divides the logits (use the sampling temperature to
     score under the sampled distribution). truncation: the sampler's top-k / top-p
-    (rlvr.algo.logprobs.Truncation): score the truncated, renormalized distribution it sampled from;
-    None = the full softmax. Gradients flow if called with grad enabled.
+    (rlvr.algo.logprobs.Truncation): score the truncated, renormalized distribution it sampled from
+    (and full_logprobs: the untruncated one, for the KL penalty); None = the full softmax. Gradients flow if called with grad enabled.
     with_hidden: also return the last hidden state at each position (the state that predicts
     labels[:, t]), from the same forward, for a value head on the policy's trunk.
     Returns ScoreOutput(logprobs (B, T) float32, entropy (B, T) float32 | None, hidden (B, T, H) | None).
@@ -71,7 +80,7 @@ def score_tokens(
     if mb <= 0:
         raise ValueError(f"micro_batch_size must be > 0, got {micro_batch_size}")
     device = next(model.parameters()).device
-    lp_parts, ent_parts, hid_parts = [], [], []
+    lp_parts, ent_parts, hid_parts, full_parts = [], [], [], []
     for s in range(0, B, mb):
         ids = input_ids[s : s + mb].to(device)
         lab = labels[s : s + mb].to(device)
@@ -90,23 +99,26 @@ def score_tokens(
         if with_hidden:
             hid = out.hidden_states[-1]  # (mb, L, H)
             hid_parts.append(torch.nn.functional.pad(hid, (0, 0, 0, T - L)) if L < T else hid)
-        lp, ent = logprobs_and_entropy(
-            logits, lab[:, :L], chunk_size=chunk_size, with_entropy=with_entropy, temperature=temperature,
-            truncation=truncation,
-        )
+        scored = token_scores(logits, lab[:, :L], chunk_size=chunk_size, with_entropy=with_entropy,
+                              temperature=temperature, truncation=truncation)
+        lp, ent, full = scored.logp, scored.entropy, scored.full_logp
         if attention_mask is not None:
             keep = am.bool()
             lp = torch.where(keep, lp, torch.zeros_like(lp))
             ent = torch.where(keep, ent, torch.zeros_like(ent)) if ent is not None else None
+            full = torch.where(keep, full, torch.zeros_like(full)) if full is not None else None
         if L < T:  # pad the skipped all-pad columns back with zeros
             lp = torch.nn.functional.pad(lp, (0, T - L))
             ent = torch.nn.functional.pad(ent, (0, T - L)) if ent is not None else None
+            full = torch.nn.functional.pad(full, (0, T - L)) if full is not None else None
         lp_parts.append(lp)
         ent_parts.append(ent)
+        full_parts.append(full)
     logprobs = torch.cat(lp_parts, dim=0)
     entropy = torch.cat(ent_parts, dim=0) if with_entropy else None
     hidden = torch.cat(hid_parts, dim=0) if with_hidden else None
-    return ScoreOutput(logprobs=logprobs, entropy=entropy, hidden=hidden)
+    full_logprobs = torch.cat(full_parts, dim=0) if full_parts and full_parts[0] is not None else None
+    return ScoreOutput(logprobs=logprobs, entropy=entropy, hidden=hidden, full_logprobs=full_logprobs)
 
 
 def sft_loss(model, batch, aggregation: str, micro_batch_size: int, norm_length: int = 0) -> float:

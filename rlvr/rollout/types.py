@@ -184,4 +184,29 @@ def answer_length(ro: Rollout) -> int:
     not its tool output or forced text)."""
     if ro.answer_tokens is not None:
         return ro.answer_tokens
-    return len(ro.response_ids) if ro.loss_mask is None else sum(map(bool, ro.loss_mask))
+    return sampled_length(ro)
+
+
+def sampled_length(ro: Rollout) -> int:
+    """The tokens of `ro` the policy sampled (loss_mask True; every token when loss_mask is None): what the
+    reported lengths count (samples.jsonl's `length`, len/*, eval's num_tokens). A thinking budget's forced
+    "stop thinking" text and an episode's tool output are in the response but were not sampled. (A rollout-like
+    object without a loss_mask, as a scripted generator of rlvr.eval.evaluate may return: every token.)"""
+    mask = getattr(ro, "loss_mask", None)
+    return len(ro.response_ids) if mask is None else sum(map(bool, mask))
+
+
+def unsampled_length(ro: Rollout) -> int:
+    """The tokens of `ro`'s response the policy did not sample (loss_mask False): forced text, tool output."""
+    return len(ro.response_ids) - sampled_length(ro)
+
+
+def sampled_mean_logprob(ro: Rollout) -> float | None:
+    """Mean sampler logprob (Rollout.logprobs) over the sampled tokens only: a forced token's 0.0 (or an
+    episode's tool output) is no choice of the policy's. None without logprobs or without a sampled token."""
+    lps = getattr(ro, "logprobs", None)
+    if not lps:
+        return None
+    mask = getattr(ro, "loss_mask", None) or [True] * len(lps)
+    sampled = [lp for lp, m in zip(lps, mask, strict=True) if m]
+    return sum(sampled) / len(sampled) if sampled else None

@@ -14,9 +14,11 @@ figure per theme, and returns the PNG paths under RUN_DIR/plots/:
     other.png         numeric keys outside the schema (at most 12), only when there are some
 
 A series that stays at one value (clip fraction 0, ratio 1, no verifier failure, a constant lr) is not
-drawn: the figure's footnote names it with its value, and a panel left empty is dropped. A series equal
-to one drawn before it in the same figure (reward/answer = reward/mean for a one-part reward,
-eval/accuracy = eval/reward for a 0/1 reward) is drawn once, its legend naming both.
+drawn: the figure's footnote names it with its value, and a panel left empty is dropped. The reward
+itself (reward/mean, eval/reward, val/reward: ALWAYS_DRAWN) is drawn even when flat: a reward stuck at 0
+is the plot a run most needs to show. A series equal to one drawn before it in the same figure
+(reward/answer = reward/mean for a one-part reward, eval/accuracy = eval/reward for a 0/1 reward) is
+drawn once, its legend naming both.
 rollout/policy_version is not drawn (it rises with the step; rollout/staleness is its lag). The demo's
 SFT run logs its stopping check on a validation slice as val/* (not eval/*: those are held-out).
 
@@ -80,6 +82,9 @@ FIGURES: list[tuple[str, str, list[tuple[str, str, list[str]]]]] = [
 # Logged but never drawn: the oldest rollout's policy version rises with the step by construction
 # (rollout/staleness, its lag behind the learner, is what carries information).
 NOT_DRAWN = ("rollout/policy_version",)
+# Drawn even when constant: the reward curves, where a flat line (no response ever scored, no learning
+# signal) is the finding, not a detail for the footnote.
+ALWAYS_DRAWN = ("reward/mean", "eval/reward", "val/reward")
 MAX_OTHER = 12
 # Two series are "the same" (one is drawn, labelled "= the other") or one is "constant" (not drawn,
 # named in the figure's footnote) within this relative tolerance.
@@ -133,8 +138,9 @@ def _short(v: float) -> str:
 
 
 class _Plan:
-    """Which keys a run's figures draw: constant series are left out (named in a footnote), a series equal
-    to one already drawn is left out too and named in that one's legend ("accuracy = reward/mean")."""
+    """Which keys a run's figures draw: constant series are left out (named in a footnote) except the reward
+    curves (ALWAYS_DRAWN), a series equal to one already drawn is left out too and named in that one's legend
+    ("accuracy = reward/mean", also for a flat reward/mean drawn anyway)."""
 
     def __init__(self, rows: Sequence[Mapping[str, Any]]):
         self.rows = rows
@@ -154,12 +160,12 @@ class _Plan:
                 ser = self.series[k]
                 if not ser[0]:
                     continue
-                if _constant(ser):
-                    constants.append(f"{k} = {_short(ser[1][0])}")
-                    continue
                 twin = next((d for d in drawn if _same(self.series[d], ser)), None)
                 if twin is not None:
                     self.alias.setdefault(twin, []).append(k)
+                    continue
+                if _constant(ser) and k not in ALWAYS_DRAWN:
+                    constants.append(f"{k} = {_short(ser[1][0])}")
                     continue
                 drawn.append(k)
                 keep.append(k)

@@ -31,7 +31,7 @@ from rlvr.data import get_task
 from rlvr.data.templates import THINKING_MODES
 from rlvr.eval import CPU_EVAL_TOKENS, EvalResult, cpu_chunks, evaluate
 from rlvr.models.positions import check_positions
-from rlvr.rewards.judge import judge_metrics
+from rlvr.rewards.judge import judge_failure_note, judge_metrics
 from rlvr.rollout import with_thinking_budget
 from rlvr.rollout.types import SamplingSpec
 from rlvr.runtime import set_num_threads
@@ -183,6 +183,9 @@ def evaluate_policy(cfg: EvalConfig, *, budgets: Sequence[int] | None = None, mo
                                        chunks=chunks, scorer=task_scorer(task, cfg.data), on_chunk=progress)
         except ValueError as exc:  # e.g. a thinking budget with a backend that cannot take prompt ids
             raise ConfigError(str(exc)) from None
+        # data.reward=judge: failed judge requests are said (an unreachable judge graded nothing), then counted
+        if (note := judge_failure_note(task.reward_fn)) is not None:
+            say(note if len(budgets) == 1 else f"thinking {'mode' if modes else 'budget'} {budget_label(budget)}: {note}")
         judged[budget] = judge_metrics(task.reward_fn)
     out = PolicyEvaluation(results=results, task=task.name, problems=len(examples), load_s=load_s, budgets=budgets,
                            judge={b: m for b, m in judged.items() if m})

@@ -22,9 +22,11 @@ class GeneratorJudge:
     every reply of the batch a failure with its reason. Bounded by max_tokens (a local forward cannot be
     interrupted, so judge.timeout_s does not apply)."""
 
-    def __init__(self, generator, tokenizer, *, max_tokens: int = 16, chat: bool | None = None):
+    def __init__(self, generator, tokenizer, *, max_tokens: int = 16, chat: bool | None = None,
+                 label: str = "the local judge model"):
         self.generator, self.tokenizer, self.max_tokens = generator, tokenizer, int(max_tokens)
         self.chat = bool(getattr(tokenizer, "chat_template", None)) if chat is None else chat
+        self.label = label  # what the messages call this judge (judge.model=...)
 
     def __repr__(self) -> str:
         return f"GeneratorJudge({type(self.generator).__name__}, max_tokens={self.max_tokens})"
@@ -67,7 +69,7 @@ def build_judge_backend(jcfg, *, device: str = "cpu", seed: int = 0):
     model.eval()
     rcfg = SimpleNamespace(backend="hf", batch_size=jcfg.batch_size, shared_prefix=True, cuda_graphs="false")
     generator = build_generator(rcfg, model, tokenizer, seed=seed, default_batch_size=jcfg.batch_size)
-    return GeneratorJudge(generator, tokenizer, max_tokens=jcfg.max_tokens)
+    return GeneratorJudge(generator, tokenizer, max_tokens=jcfg.max_tokens, label=f"judge.model={jcfg.model}")
 
 
 def build_judge(jcfg, symbolic: RewardFn, *, device: str = "cpu", seed: int = 0, backend=None) -> JudgeReward:

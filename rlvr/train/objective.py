@@ -13,9 +13,12 @@ The per-token loss is assembled from parts resolved once (`LossParts.from_algo`)
 weights sampler -> trainer, rlvr.algo.correction), the aggregation, an optional KL term, an
 optional entropy bonus and an optional value term (PPO's critic, rlvr.train.critic).
 
-Every forward (training, old, reference) scores the distribution the sampler drew from: softmax of
-the logits / sampling.temperature, truncated to sampling.top_k / top_p when those are on
-(`Objective.truncation`, rlvr.algo.logprobs.Truncation).
+The policy's forwards (training, old) score the distribution the sampler drew from: softmax of the
+logits / sampling.temperature, truncated to sampling.top_k / top_p when those are on
+(`Objective.truncation`, rlvr.algo.logprobs.Truncation); that is what the importance ratio reads. The KL
+penalty is a divergence between the policy and the reference (or a teacher) as models: both sides are
+scored untruncated at the temperature (the training forward's ScoreOutput.model_logprobs, the reference's
+forward without the truncation, and with algo.kl_in=reward the old policy's too: Objective.kl_forward).
 
 It declares what it needs: `needs_old_logprobs(plan)` (a separate no-grad forward before the
 first update, which on-policy with one optimizer step equals logp.detach() of the training
@@ -145,20 +148,42 @@ class Shaping:
     def __call__(self, rewards: list[Reward], lengths: torch.Tensor, step: int | None = None
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
         """(shaped rewards (N,), advantages (N,), keep (N,) bool, share of zero-variance groups); step None:
-        the length term is on."""
+        the length term is on.
+
+        An UNSCORED reward (`unscored`: its checker failed, Status.ERROR) is not a 0: it is left out of its
+        group's statistics and gets advantage 0 (rlvr.algo.advantages, `valid`), and a group's variance is
+        that of its scored rewards. With a critic (advantage=gae, no group baseline) its row leaves the loss
+        instead (keep False), so the critic never regresses on a made-up return."""
         group_size = self.group_size
         total = torch.tensor([r.total for r in rewards], dtype=torch.float32)  # (N,)
         correct = torch.tensor([r.status is Status.CORRECT for r in rewards])
+        scored = ~unscored(rewards)  # (N,)
+        valid = None if bool(scored.all()) else scored
         term = self.length_term(lengths, correct)
         warming = step is not None and step <= self.warmup_steps
         shaped = total + (0.0 if warming else self.length_coef) * term.float()
-        adv = shaped.clone() if self.estimator is None else self.estimator(shaped, group_size)
-        groups = total.view(-1, group_size)
-        zero_var = groups.max(dim=1).values == groups.min(dim=1).values  # (n_prompts,)
+        if self.estimator is None:
+            adv = shaped.clone() if valid is None else torch.where(valid, shaped, torch.zeros_like(shaped))
+        else:
+            adv = self.estimator(shaped, group_size, valid=valid)
+        groups, ok = total.view(-1, group_size), scored.view(-1, group_size)
+        inf = torch.tensor(float("inf"))
+        hi = torch.where(ok, groups, -inf).max(dim=1).values
+        lo = torch.where(ok, groups, inf).min(dim=1).values
+        zero_var = ~(hi > lo)  # (n_prompts,): equal scored rewards (or fewer than two scored) carry no signal
         keep = torch.ones_like(total, dtype=torch.bool)
         if self.filter_zero_variance:
             keep = (~zero_var).repeat_interleave(group_size)
+        if self.estimator is None and valid is not None:  # the critic's targets: an unscored row leaves the loss
+            keep = keep & valid
         return shaped, adv, keep, float(zero_var.float().mean())
+
+
+def unscored(rewards: Sequence[Reward]) -> torch.Tensor:
+    """(N,) bool: the rewards that could not be computed (Status.ERROR: the reward function raised, the judge
+    failed with judge.fallback=unscored, the environment crashed). A wrong answer, an unparsable one and a
+    verifier timeout are scored (the policy owns those)."""
+    return torch.tensor([Status(r.status) is Status.ERROR for r in rewards], dtype=torch.bool)
 
 
 def shape_and_advantage(
@@ -297,18 +322,14 @@ def micro_batch_loss(
     logp, entropy = out.logprobs.float(), out.entropy.float()  # (b, T) each; fp32 loss math under bf16
     mask = batch.response_mask
     old = logp.detach() if old_logp is None else old_logp.to(device)
-    per_token, meta = parts.policy(logp, old, advantages, mask)
-    stats = {k: v.detach() for k, v in meta.items()}
-    if mb.policy_keep is not None:  # algo.entropy_mask_quantile: the policy term on the high-entropy tokens only
-        selected = mb.policy_keep.to(device)
-        per_token = torch.where(selected, per_token, torch.zeros((), dtype=per_token.dtype, device=device))
-        stats["entropy_kept_frac"] = masked_mean(selected.float(), mask)
     keep = None  # response tokens that stay in the loss; None = all of them (no truncation, no correction)
     if truncation is not None and truncation.active:
         # a label outside the trainer's kept set has no probability under pi_K: its logprob is the floor,
         # without gradient (rlvr.algo.logprobs), and the token leaves the loss
         keep = mask.bool() & (logp.detach() > TRUNCATED_LOGPROB) & (old > TRUNCATED_LOGPROB)
     sampler = batch.sampler_logprobs.to(device) if batch.sampler_logprobs is not None else None
+    stats: dict[str, torch.Tensor] = {}
+    corr = None
     if sampler is not None:
         # |sampler - trainer| logprob of the sampled tokens, against the policy that sampled them
         seen = mask if keep is None else keep
@@ -318,21 +339,33 @@ def micro_batch_loss(
         if parts.correction is not None:  # importance weights sampler -> trainer (rlvr.algo.correction)
             mode, cap, low = parts.correction
             corr = rollout_correction(mode, old, sampler, mask, cap=cap, low=low)
-            per_token = per_token * corr.weight
             keep = corr.keep if keep is None else keep & corr.keep
             stats.update(corr.stats)
+    # the policy term over the tokens that stay in the loss: its ratio and clip statistics are theirs (a token
+    # already out of the loss, e.g. outside the trainer's top-p set with ratio ~0, would drag ratio/min to 0)
+    per_token, meta = parts.policy(logp, old, advantages, mask if keep is None else keep)
+    stats.update({k: v.detach() for k, v in meta.items()})
+    if corr is not None:
+        per_token = per_token * corr.weight
+    if mb.policy_keep is not None:  # algo.entropy_mask_quantile: the policy term on the high-entropy tokens only
+        selected = mb.policy_keep.to(device)
+        per_token = torch.where(selected, per_token, torch.zeros((), dtype=per_token.dtype, device=device))
+        stats["entropy_kept_frac"] = masked_mean(selected.float(), mask)
     if parts.kl is not None:
         estimator, coef, in_loss = parts.kl
         if ref_logp is None:
             raise ValueError("algo.kl_coef > 0 needs reference logprobs")
         ref_logp = ref_logp.to(device)
+        # a divergence between the two models: the policy's untruncated logprobs against the reference's
+        # (ReferencePolicy scores it untruncated), whatever the sampler's top-k / top-p (docs/algorithms.md)
+        model_logp = out.model_logprobs.float()
         if in_loss:
-            kl = kl_estimate(estimator, logp, ref_logp)  # (b, T)
+            kl = kl_estimate(estimator, model_logp, ref_logp)  # (b, T)
             per_token = per_token + coef * kl
         else:
             # the penalty is already in the advantages (token_advantages); only the metric here,
             # with the same meaning as in the loss mode: KL of the current policy to the reference
-            kl = kl_estimate(estimator, logp.detach(), ref_logp)  # (b, T)
+            kl = kl_estimate(estimator, model_logp.detach(), ref_logp)  # (b, T)
         stats["kl"] = masked_mean(kl.detach(), mask if keep is None else keep)
     if parts.entropy_coef > 0:
         per_token = per_token - parts.entropy_coef * entropy
@@ -545,6 +578,15 @@ class Objective:
     @property
     def needs_reference(self) -> bool:
         return self.algo.kl_coef > 0
+
+    def kl_forward(self, fwd: ForwardSpec) -> ForwardSpec | None:
+        """The forward of the KL-in-the-reward penalty's policy side when it differs from the old logprobs'
+        (algo.kl_in=reward under a sampler truncation: the penalty compares the models untruncated, the
+        old logprobs of the ratio are truncated), else None (the old logprobs serve both)."""
+        if self.algo.kl_coef > 0 and self.algo.kl_in == "reward" and fwd.truncation is not None \
+                and fwd.truncation.active:
+            return dataclasses.replace(fwd, truncation=None)
+        return None
 
     @property
     def needs_old_logprobs(self) -> bool:

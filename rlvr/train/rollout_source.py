@@ -32,7 +32,7 @@ import torch
 from rlvr.distributed.partial import PartialRollouts
 from rlvr.distributed.staleness import AheadSampler, BehaviourPolicy
 from rlvr.models.export import push_tensors
-from rlvr.rewards.types import Reward
+from rlvr.rewards.types import Reward, Status
 from rlvr.rollout import with_thinking_budget
 from rlvr.rollout.push_check import PushCheck
 from rlvr.rollout.types import SamplingSpec, answer_length
@@ -269,15 +269,17 @@ def sample_groups(source: RolloutSource, task, cfg, objective, step: int, data_p
         shaped, adv, keep, zero_var = objective.advantages(rewards, lengths, step)
         if rounds > 1 or a.refill_rounds:
             # at most n_prompts groups with a spread: the first ones sampled
-            keep_groups = keep.view(-1, s.group_size)[:, 0]
+            keep_groups = keep.view(-1, s.group_size).any(dim=1)  # (a critic's unscored rows are out one by one)
             over = torch.nonzero(keep_groups).squeeze(1)[s.n_prompts:]
             keep_groups[over] = False
-            keep = keep_groups.repeat_interleave(s.group_size)
+            keep = keep & keep_groups.repeat_interleave(s.group_size)
     return Sampled(rollouts=rollouts, examples=examples, rewards=rewards, lengths=lengths, shaped=shaped,
                    adv=adv, keep=keep, zero_var=zero_var, data_pos=data_pos, rounds=rounds)
 
 
 def _spread_groups(rewards: list[Reward], group_size: int) -> int:
-    """Groups (consecutive runs of group_size rewards) whose task rewards are not all equal."""
-    totals = [r.total for r in rewards]
-    return sum(len(set(totals[i:i + group_size])) > 1 for i in range(0, len(totals), group_size))
+    """Groups (consecutive runs of group_size rewards) whose scored task rewards are not all equal (an unscored
+    reward, Status.ERROR, is no value: rlvr.train.objective.Shaping)."""
+    totals = [None if Status(r.status) is Status.ERROR else r.total for r in rewards]
+    return sum(len({t for t in totals[i:i + group_size] if t is not None}) > 1
+               for i in range(0, len(totals), group_size))

@@ -3,10 +3,32 @@ solution unless the row carries an explicit answer."""
 
 from __future__ import annotations
 
+import math
+import numbers
+
 from rlvr.data.example import Example
 from rlvr.data.jsonl import DataError
 from rlvr.data.tasks.base import Task
 from rlvr.rewards.extract import last_boxed
+
+
+def answer_reference(value, where: str) -> str:
+    """The reference of an explicit `answer` value: a string non-empty after strip, or a finite number (int,
+    float). Anything else could never be matched by a response ("", NaN -> 'nan', Infinity -> 'inf',
+    true -> 'True', {"a": 1} -> "{'a': 1}"): DataError naming `where` (file:line, or dataset[split]:row)."""
+    if isinstance(value, str):
+        ref = value.strip()
+        if not ref:
+            raise DataError(f"{where}: 'answer' is empty" + (" (only whitespace)" if value else "")
+                            + "; every response would be scored wrong: give the final answer, or drop the row")
+        return ref
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        shown = repr(value)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise DataError(f"{where}: 'answer' must be a string or a number, got {type(value).__name__} {shown}")
+    if not math.isfinite(float(value)):
+        raise DataError(f"{where}: 'answer' is {value!r}, not a finite number; no response can match it")
+    return str(value).strip()
 
 
 def parse_row(row: dict, where: str, index: int) -> Example:
@@ -15,7 +37,7 @@ def parse_row(row: dict, where: str, index: int) -> Example:
         raise DataError(f'{where}: missing key "problem" (or "question")')
     solution = row.get("solution")
     if row.get("answer") is not None:
-        ref = str(row["answer"]).strip()
+        ref = answer_reference(row["answer"], where)
     elif solution is not None:
         ref = last_boxed(str(solution))
         if ref is None:
