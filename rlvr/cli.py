@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
+
 import typer
+from rich.markup import escape
 
 from rlvr.commands.demo import demo
 from rlvr.commands.distill import distill
@@ -24,17 +27,32 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-app.command()(demo)
-app.command()(train)
-app.command()(sft)
-app.command()(ei)
-app.command()(distill)
-app.command(name="eval")(eval_cmd)
-app.command(name="filter")(filter_cmd)
-app.command()(grade)
-app.command()(pipeline)
-app.command()(recipes)
-app.command()(plot)
+
+def plain_help(fn):
+    """`fn` with its docstring and every option's help escaped for rich's markup, which typer's --help
+    renders: `pip install 'rlvr[lora]'` would otherwise print as `pip install 'rlvr'` (rich reads `[lora]`
+    as a style tag and drops it)."""
+    if fn.__doc__ and not getattr(fn, "_rlvr_help_escaped", False):
+        fn.__doc__ = escape(inspect.cleandoc(fn.__doc__))
+        for param in inspect.signature(fn).parameters.values():
+            info = param.default
+            if isinstance(info, typer.models.ParameterInfo) and isinstance(info.help, str):
+                info.help = escape(info.help)
+        fn._rlvr_help_escaped = True
+    return fn
+
+
+app.command()(plain_help(demo))
+app.command()(plain_help(train))
+app.command()(plain_help(sft))
+app.command()(plain_help(ei))
+app.command()(plain_help(distill))
+app.command(name="eval")(plain_help(eval_cmd))
+app.command(name="filter")(plain_help(filter_cmd))
+app.command()(plain_help(grade))
+app.command()(plain_help(pipeline))
+app.command()(plain_help(recipes))
+app.command()(plain_help(plot))
 
 
 def main() -> None:

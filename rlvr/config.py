@@ -115,43 +115,113 @@ _Loader.add_constructor(  # no YAML 1.1 octal/sexagesimal
 )
 
 
-def _yaml_load(text: str) -> Any:
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+# A YAML document is read within these bounds: its values counted as the aliases expand them (an alias
+# is walked again each time it is used, as the loaded data would be), and its nesting. A config or
+# pipeline file holds a few hundred values; a "billion laughs" file (9 anchors of 9 aliases each: 9^9
+# values) is refused at the first value past the bound, before it is built, instead of hanging rlvr and
+# eating memory. Anchors and aliases themselves are allowed (as Docker Compose, GitLab CI and Kubernetes
+# allow them; go-yaml and SnakeYAML bound their expansion too).
+MAX_YAML_VALUES = 20_000
+MAX_YAML_DEPTH = 100
+
+
+def _compose(text: str, source: str):
+    """(node or None, loader) of one YAML document. Its nesting is checked first, on the parser's events
+    (PyYAML's composer recurses: a document nested thousands deep would end in a slow RecursionError)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_YAML_DEPTH:
+                raise ConfigError(f"{source}:{event.start_mark.line + 1}: YAML nested too deeply (more than "
+                                  f"{MAX_YAML_DEPTH} levels)")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+    loader = _Loader(text)
+    try:
+        return loader.get_single_node(), loader
+    except BaseException:
+        loader.dispose()
+        raise
+
+
+def _bounded_walk(node: yaml.Node, source: str, visit=None) -> None:
+    """Walk `node` as its aliases expand it (each alias walked where it is used), calling
+    visit(node, prefix, depth) on each collection; ConfigError naming the source and line as soon
+    as the walk passes MAX_YAML_VALUES values or MAX_YAML_DEPTH levels."""
+    budget = [MAX_YAML_VALUES]
+    top = [node.start_mark.line + 1]  # the line of the top-level entry being walked: where the expansion is
+
+    def walk(n: yaml.Node, prefix: str, depth: int) -> None:
+        budget[0] -= 1
+        line = n.start_mark.line + 1
+        if depth == 1:
+            top[0] = line
+        if budget[0] < 0:
+            line = top[0]
+            raise ConfigError(
+                f"{source}:{line}: YAML anchors and aliases expand this document past {MAX_YAML_VALUES:,} values "
+                "(an alias bomb?); rlvr reads a config or pipeline file only up to that size: write the values out, "
+                "or alias fewer of them")
+        if depth > MAX_YAML_DEPTH:
+            raise ConfigError(f"{source}:{line}: YAML nested too deeply (more than {MAX_YAML_DEPTH} levels)")
+        if isinstance(n, yaml.SequenceNode):
+            if visit is not None:
+                visit(n, prefix)
+            for i, item in enumerate(n.value):
+                walk(item, f"{prefix}{i}.", depth + 1)
+        elif isinstance(n, yaml.MappingNode):
+            if visit is not None:
+                visit(n, prefix)
+            for key_node, value_node in n.value:
+                walk(key_node, prefix, depth + 1)
+                walk(value_node, f"{prefix}{key_node.value}." if isinstance(key_node, yaml.ScalarNode)
+                     else prefix, depth + 1)
+
+    walk(node, "", 0)
+
+
+def _yaml_load(text: str, source: str = "YAML value") -> Any:
+    """The strict loader's value of `text`, bounded as a file is (MAX_YAML_VALUES, MAX_YAML_DEPTH)."""
+    node, loader = _compose(text, source)
+    try:
+        if node is None:
+            return None
+        _bounded_walk(node, source)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
 
 
 def _read_yaml(text: str, source: str) -> tuple[Any, dict[str, int]]:
-    """(data, {dotted key: 1-based line}) of a YAML document, parsed once; rejects duplicate keys."""
-    loader = _Loader(text)
-    try:
-        node = loader.get_single_node()
-        data = loader.construct_document(node) if node is not None else None
-    finally:
-        loader.dispose()
+    """(data, {dotted key: 1-based line}) of a YAML document, parsed once; rejects duplicate keys, and a
+    document whose aliases expand past MAX_YAML_VALUES values (checked before it is built)."""
+    node, loader = _compose(text, source)
     lines: dict[str, int] = {}
     errors: list[str] = []
 
-    def walk(n: yaml.Node, prefix: str) -> None:
+    def visit(n: yaml.Node, prefix: str) -> None:
         if isinstance(n, yaml.SequenceNode):  # list items by index ("stages.2.kind"), for files with lists
             for i, item in enumerate(n.value):
-                lines[f"{prefix}{i}"] = item.start_mark.line + 1
-                walk(item, f"{prefix}{i}.")
-            return
-        if not isinstance(n, yaml.MappingNode):
+                lines.setdefault(f"{prefix}{i}", item.start_mark.line + 1)
             return
         seen: set[str] = set()
-        for key_node, value_node in n.value:
+        for key_node, _value_node in n.value:
             key = prefix + str(key_node.value)
             if key in seen:
                 errors.append(f"{source}:{key_node.start_mark.line + 1}: duplicate key '{key}'")
             seen.add(key)
-            lines[key] = key_node.start_mark.line + 1
-            walk(value_node, key + ".")
+            lines.setdefault(key, key_node.start_mark.line + 1)
 
-    if node is not None:
-        walk(node, "")
-    if errors:
-        raise ConfigError(errors)
-    return data, lines
+    try:
+        if node is None:
+            return None, lines
+        _bounded_walk(node, source, visit)
+        if errors:
+            raise ConfigError(list(dict.fromkeys(errors)))
+        return loader.construct_document(node), lines
+    finally:
+        loader.dispose()
 
 
 # ---------------------------------------------------------------------------------------- schema
@@ -355,8 +425,21 @@ class _Builder:
                 self.errors.append(f"{where}: config key '{key}' is a section; expected a mapping "
                                    f"of its keys, got {_show(value)}")
 
-    def add_override(self, text: str) -> None:
-        """Add one `dotted.key=value` override; the value is parsed as YAML."""
+    def add_override(self, text: str | tuple) -> None:
+        """Add one `dotted.key=value` override (the value is parsed as YAML), or one typed override
+        `(key, value)` / `(key, value, origin)` whose value is taken as it is (a path from a flag)."""
+        if isinstance(text, tuple):
+            if len(text) not in (2, 3) or not isinstance(text[0], str):
+                raise TypeError(f"a typed override is (key, value) or (key, value, origin), got {text!r}")
+            key, value = text[0], text[1]
+            origin = text[2] if len(text) == 3 else f"{key}={value}"
+            if key not in self.schema:
+                self._unknown(key, origin)
+            elif _is_section(self.schema[key][0]):
+                self.errors.append(f"{origin}: config key '{key}' is a section; set its keys")
+            else:
+                self.leaves[key] = _Leaf(value, origin)
+            return
         origin = f"override '{text}'"
         try:
             key, raw, value = parse_override(text)
@@ -434,18 +517,43 @@ def _run_validate(cfg: Any, prefix: str) -> None:
 # ------------------------------------------------------------------------------------ public API
 
 
+def _hashes(value: Any) -> int:
+    """How many '#' the strings (keys included) of a loaded YAML value hold."""
+    if isinstance(value, str):
+        return value.count("#")
+    if isinstance(value, Mapping):
+        return sum(_hashes(k) + _hashes(v) for k, v in value.items())
+    if isinstance(value, list):
+        return sum(_hashes(v) for v in value)
+    return 0
+
+
 def parse_override(text: str) -> tuple[str, str, Any]:
     """`'optim.lr=1e-4'` -> ('optim.lr', '1e-4', 1e-4). The value is parsed as (strict) YAML, so
-    lists and mappings work: `sampling.stop=["</answer>"]`, `optim={lr: 1e-3}`."""
+    lists and mappings work: `sampling.stop=["</answer>"]`, `optim={lr: 1e-3}`. A value that YAML would cut
+    at a comment (`run.out_dir=runs/exp2 #b` reads as `runs/exp2`) is refused, not truncated: quote it.
+    A path from a flag is never parsed: it is a typed override, `(key, value)` (load_config)."""
     key, eq, raw = text.partition("=")
     key = key.strip()
     if not eq or not re.fullmatch(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", key):
         raise ConfigError(f"bad override {text!r}: expected dotted.key=value, e.g. optim.lr=1e-4")
     try:
-        value = _yaml_load(raw) if raw.strip() else None
+        value = _yaml_load(raw, f"override '{text}'") if raw.strip() else None
     except yaml.YAMLError as exc:
         raise ConfigError(f"bad override {text!r}: value is not valid YAML ({exc.problem})") from exc
+    if raw.count("#") > _hashes(value):  # a '#' that is in no string of the value began a YAML comment
+        starts = [m.end() - 1 for m in re.finditer(r"(?:^|\s)#", raw)]
+        unquoted = [i for i in starts if raw[:i].count("'") % 2 == 0 and raw[:i].count('"') % 2 == 0]
+        cut = raw[(unquoted or starts or [raw.index("#")])[0]:].strip()
+        raise ConfigError(f"bad override {text!r}: YAML reads {cut!r} as a comment and would drop it (the value "
+                          f"would be {_show(value)}); quote the value to keep it, e.g. \"{key}={_quote(raw.strip())}\" "
+                          "(the outer quotes are the shell's), or leave the comment out")
     return key, raw.strip(), value
+
+
+def _quote(text: str) -> str:
+    """`text` as a single-quoted YAML scalar."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 def read_yaml(path: str | Path, what: str = "config file") -> tuple[Any, dict[str, int]]:
@@ -456,6 +564,9 @@ def read_yaml(path: str | Path, what: str = "config file") -> tuple[Any, dict[st
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read {what} ({exc.strerror or exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: cannot read {what}: it is not UTF-8 text ({exc.reason} at byte {exc.start})") \
+            from None
     try:
         return _read_yaml(text, str(path))
     except yaml.YAMLError as exc:
@@ -466,15 +577,19 @@ def read_yaml(path: str | Path, what: str = "config file") -> tuple[Any, dict[st
 
 def load_config(
     cls: type[T],
-    path: str | Path | None = None,
-    overrides: Sequence[str] = (),
+    path: str | Path | Sequence[str | Path] | None = None,
+    overrides: Sequence[str | tuple] = (),
     base: Mapping[str, Any] | None = None,
 ) -> T:
-    """Build `cls` from defaults < `base` < YAML file at `path` < dotted `overrides`.
+    """Build `cls` from defaults < `base` < YAML file at `path` < `overrides`.
 
-    Raises ConfigError (listing every problem found) before anything is constructed if a key is
-    unknown or a value has the wrong type; then section `__post_init__`/`validate()` errors.
-    `base` may be nested (`{"algo": {"loss": "x"}}`) or dotted (`{"algo.loss": "x"}`).
+    `path` may be several files, later ones winning (a resumed run's config.yaml, then a file of the
+    user's). An override is a `"dotted.key=value"` string, its value parsed as YAML, or a typed
+    `(key, value)` / `(key, value, origin)` tuple whose value is taken as it is: a path from a flag
+    (`--resume DIR`) is never parsed (`runs/exp2 #b` stays that path). Raises ConfigError (listing every
+    problem found) before anything is constructed if a key is unknown or a value has the wrong type;
+    then section `__post_init__`/`validate()` errors. `base` may be nested (`{"algo": {"loss": "x"}}`)
+    or dotted (`{"algo.loss": "x"}`).
     """
     if not _is_section(cls):
         raise TypeError(f"load_config needs a dataclass type, got {cls!r}")
@@ -483,10 +598,11 @@ def load_config(
     builder = _Builder(cls)
     if base:
         builder.add_mapping(base, "base config")
-    if path is not None:
-        data, lines = read_yaml(path)
+    paths = [] if path is None else [path] if isinstance(path, str | Path) else list(path)
+    for one in paths:
+        data, lines = read_yaml(one)
         if data is not None:
-            builder.add_mapping(data, str(path), lines)
+            builder.add_mapping(data, str(one), lines)
     for text in overrides:
         builder.add_override(text)
     return builder.build()
@@ -533,14 +649,15 @@ def config_help(cls: type, width: int = 120) -> str:
     """A rich table (rendered to text) of every key: dotted key, type, default, description."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title=f"{cls.__name__} keys (set in YAML or as dotted key=value overrides)",
                   show_lines=False, expand=False)
     table.add_column("key", style="bold", no_wrap=True)
     for name in ("type", "default", "description"):
         table.add_column(name)
-    for row in config_rows(cls):
-        table.add_row(*row)
+    for row in config_rows(cls):  # Text, not markup: `pip install 'rlvr[lora]'` keeps its brackets
+        table.add_row(*(Text(cell) for cell in row))
     buf = io.StringIO()
     Console(file=buf, width=width, force_terminal=False, color_system=None).print(table)
     return buf.getvalue()
@@ -555,17 +672,20 @@ def config_markdown(cls: type) -> str:
     return "\n".join(lines) + "\n"
 
 
-def split_config_args(args: Sequence[str] | None) -> tuple[Path | None, list[str]]:
+def split_config_args(args: Sequence[str | tuple] | None) -> tuple[Path | None, list[str | tuple]]:
     """Split CLI extra arguments into (YAML path or None, overrides).
 
     For typer: declare `args: list[str] = typer.Argument(None)` and call this, so that
     `rlvr train run.yaml algo.loss=grpo_clip optim.lr=1e-4` works (the path is optional and may
-    stand anywhere). Anything that is neither `key=value` nor a .yaml/.yml path is an error.
+    stand anywhere). Anything that is neither `key=value` nor a .yaml/.yml path is an error. A typed
+    override `(key, value)` (a command's spelling of a path, e.g. `rlvr eval RUN_DIR`) passes as it is.
     """
     path: Path | None = None
-    overrides: list[str] = []
+    overrides: list[str | tuple] = []
     for arg in args or ():
-        if arg.lower().endswith((".yaml", ".yml")):
+        if isinstance(arg, tuple):
+            overrides.append(arg)
+        elif arg.lower().endswith((".yaml", ".yml")) and "=" not in arg:
             if path is not None:
                 raise ConfigError(f"two config files given ({path} and {arg}); pass one and use overrides")
             path = Path(arg)

@@ -12,11 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import needs_shared, shared_path
 from typer.testing import CliRunner
 
 from rlvr.cli import app
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED_DATA = shared_path("data")  # ../shared/data: development data a clone does not have
 # The run's task differs from eval's defaults (digits=3, operands=2, num_eval=200, seed=1234,
 # max_tokens=16), so the printed line and the problems show whose settings were used.
 RUN_DATA = {"task": "arithmetic", "digits": 1, "operands": 3, "num_train": 80, "num_eval": 5, "seed": 7}
@@ -92,13 +93,17 @@ def test_thinking_budget_sweep_prints_one_row_per_budget(run_dir, tmp_path):
     assert "thinking budget" in res.stdout and "accuracy" in res.stdout
     metrics = json.loads(out.read_text())
     assert set(metrics) == {"thinking_budget=0", "thinking_budget=2"}
-    # budget 2: two reasoning tokens, then the forced stop-thinking text, then the answer: longer
-    assert metrics["thinking_budget=2"]["len/mean"] > metrics["thinking_budget=0"]["len/mean"]
     samples = _rows(out.with_suffix(".samples.jsonl"))
     assert [s["thinking_budget"] for s in samples] == [0, 0, 2, 2]
+    # budget 2: two reasoning tokens, then the forced stop-thinking text, then the answer. The lengths count what
+    # the policy sampled (issue 36): at most 2 + max_tokens, the forced text apart (it was 70 tokens of len/*)
+    assert metrics["thinking_budget=2"]["len/max"] <= 2 + RUN_MAX_TOKENS
+    assert all(s["num_tokens"] <= 2 + RUN_MAX_TOKENS for s in samples[2:])
+    assert any(s["unsampled_tokens"] > 0 for s in samples[2:])  # the forced text, counted apart
+    assert all(s["unsampled_tokens"] == 0 for s in samples[:2])  # budget 0: the empty block is in the prompt
 
 
-@pytest.mark.skipif(not (SHARED_DATA / "math500" / "test.jsonl").exists(), reason="needs ../shared/data")
+@needs_shared("data", "math500", "test.jsonl")
 def test_eval_from_an_eval_file_needs_no_training_data(run_dir):
     # issue 16 item 2: math has no built-in data; evaluation reads only data.eval_path
     res = _rlvr("eval", f"model.name={run_dir.parent / 'policy'}", "data.task=math",

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import require_shared
 
 TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
         "data.digits=1", "data.num_train=40", "data.num_eval=4", "sampling.n_prompts=2", "sampling.group_size=2",
@@ -38,7 +39,7 @@ def _rows(run: Path) -> list[dict]:
 def test_gsm8k_without_eval_path_trains_and_says_it_is_not_evaluated(tmp_path):
     """Item 1: no data.eval_path used to end in `TypeError: unsupported format string passed to
     NoneType.__format__` after the whole run."""
-    data = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k"
+    data = require_shared("data", "gsm8k")  # development data (../shared): skipped in a clone
     found = [p for p in sorted(data.glob("*.jsonl")) if "train" in p.name]
     if not found:
         pytest.skip(f"no GSM8K training file under {data} (../shared is for development only)")

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import needs_shared, shared_path
 from test_cli_first_hour import _refused  # exit 2, one error line naming the key
 from test_cli_first_hour_two import _rlvr
 
@@ -171,8 +172,8 @@ def test_absolute_position_model_is_refused_not_an_index_error(gpt2_folder, tmp_
 
 # --- item 7: CPU evaluation sized by tokens --------------------------------------------------------------
 
-MATH500 = Path(__file__).resolve().parents[2] / "shared" / "data" / "math500" / "test.jsonl"
-needs_math500 = pytest.mark.skipif(not MATH500.exists(), reason="needs ../shared/data/math500")
+MATH500 = shared_path("data", "math500", "test.jsonl")  # development data (../shared): skipped in a clone
+needs_math500 = needs_shared("data", "math500", "test.jsonl")
 
 
 def _math_prompt_tokens(n: int) -> list[int]:
@@ -280,16 +281,24 @@ def test_config_yaml_records_the_shape_that_was_trained(sft_run, tmp_path):
     assert "ignored with" not in res.stderr and _config(run)["model"]["hidden_size"] == 32
 
 
-@pytest.mark.parametrize("recipe,needle,shown", [
-    ("dapo", "note: step 1 made no update (loss shows 'skipped'): every group's responses scored alike",
+DENSE = ["data.reward=dense_reward:letter_share"]  # tests/dense_reward.py: a random tiny model's groups differ
+
+
+@pytest.mark.parametrize("recipe,reward,needle,shown", [
+    ("dapo", [], "note: step 1 made no update (loss shows 'skipped'): every group's responses scored alike",
      "loss=skipped"),
-    ("grpo", "is ~0 by construction, not a bug", "loss=0"),
+    ("grpo", DENSE, "is ~0 by construction, not a bug", "loss=0"),
+    # a fresh model solves nothing: every group's rewards are equal, the ~0 loss is no "by construction" (issue 36)
+    ("grpo", [], "warning: no learning signal in step 1: in every group all responses got the same reward", "loss=0"),
 ])
-def test_the_progress_lines_loss_is_explained(tmp_path, recipe, needle, shown):
+def test_the_progress_lines_loss_is_explained(tmp_path, recipe, reward, needle, shown):
     """`--recipe dapo` showed loss=None with no hint (a fresh model solves nothing: every group is dropped);
-    GRPO's on-policy loss of ~1e-9 on the demo's progress line read like a bug."""
-    res = _rlvr("train", "--recipe", recipe, *MODEL, *TASK, *RL, *FAST, "algo.refill_rounds=0", "run.steps=1",
-                f"run.out_dir={tmp_path / 'run'}", RLVR_PROGRESS="plain")
+    GRPO's on-policy loss of ~1e-9 on the demo's progress line read like a bug; a GRPO run without any reward
+    spread was told its ~0 loss was "not a bug" and never warned."""
+    res = _rlvr("train", "--recipe", recipe, *MODEL, *TASK, *RL, *FAST, *reward, "algo.refill_rounds=0", "run.steps=1",
+                f"run.out_dir={tmp_path / 'run'}", RLVR_PROGRESS="plain", PYTHONPATH=str(Path(__file__).parent))
     assert res.returncode == 0, res.stderr
     assert needle in res.stderr, res.stderr
+    if needle.startswith("warning"):
+        assert "not a bug" not in res.stderr, res.stderr
     assert [x for x in res.stdout.splitlines() if x.startswith("rl 1/1")][0].split()[-1].startswith(shown), res.stdout

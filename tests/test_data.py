@@ -5,6 +5,7 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import needs_shared, require_shared, shared_path
 
 from rlvr.data import (
     DataError,
@@ -21,7 +22,7 @@ from rlvr.data import (
 from rlvr.data.tasks.arithmetic import evaluate
 from rlvr.data.tasks.synthetic import ProblemSpaceError, split_of
 
-SHARED = Path("/work/shared/data")
+SHARED = shared_path("data")  # ../shared/data: development data a clone does not have
 
 
 def _write(path: Path, lines: list[str]) -> Path:
@@ -67,6 +68,7 @@ def test_gsm8k_reference_after_hashes_commas_stripped(tmp_path):
         load_gsm8k(bad)
 
 
+@needs_shared("data", "gsm8k", "test.jsonl")
 def test_gsm8k_shared_test_file_loads():
     ex = load_gsm8k(SHARED / "gsm8k" / "test.jsonl")
     assert len(ex) == 1319
@@ -89,6 +91,70 @@ def test_math_reference_from_last_boxed_or_answer(tmp_path):
     )
     with pytest.raises(DataError, match=re.escape(f"{bad}:2: solution has no \\boxed{{}}")):
         load_math(bad)
+
+
+# issue 36, item 6: an answer no response can match ("" -> "", NaN -> "nan", true -> "True") is refused
+BAD_MATH_ANSWERS = [
+    ('""', "'answer' is empty"),
+    ('"   "', "'answer' is empty (only whitespace)"),
+    ("NaN", "'answer' is nan, not a finite number"),
+    ("Infinity", "'answer' is inf, not a finite number"),
+    ("-Infinity", "'answer' is -inf, not a finite number"),
+    ("true", "'answer' must be a string or a number, got bool True"),
+    ('{"a": 1}', "'answer' must be a string or a number, got dict {'a': 1}"),
+    ("[1, 2]", "'answer' must be a string or a number, got list [1, 2]"),
+]
+
+
+@pytest.mark.parametrize(("answer", "message"), BAD_MATH_ANSWERS)
+def test_math_refuses_an_answer_that_can_never_be_scored(tmp_path, answer, message):
+    good = json.dumps({"problem": "1+1?", "answer": "2"})
+    p = _write(tmp_path / "m.jsonl", [good, '{"problem": "2+2?", "answer": ' + answer + "}"])
+    with pytest.raises(DataError, match=re.escape(f"{p}:2: {message}")):
+        load_math(p)
+
+
+def test_math_accepts_numbers_and_non_empty_strings_as_answers(tmp_path):
+    rows = ['{"problem": "a", "answer": 3}', '{"problem": "b", "answer": 0.5}', '{"problem": "c", "answer": -2}',
+            '{"problem": "d", "answer": "  \\\\frac{1}{2} "}', '{"problem": "e", "answer": 0}',
+            '{"problem": "f", "answer": null, "solution": "so \\\\boxed{4}"}']
+    p = _write(tmp_path / "m.jsonl", rows)
+    assert [e.reference for e in load_math(p)] == ["3", "0.5", "-2", "\\frac{1}{2}", "0", "4"]
+
+
+def test_math_bad_answers_are_refused_before_the_model_loads_naming_every_line(tmp_path):
+    """check_data_files (what `rlvr train` / `rlvr eval` run before loading the model) names the key, the file
+    and each bad line."""
+    from rlvr.train.config import DataConfig
+    from rlvr.train.tasks import TaskDataError, check_data_files
+
+    lines = ['{"problem": "p", "answer": "1"}'] + ['{"problem": "p", "answer": ' + a + "}" for a, _ in BAD_MATH_ANSWERS]
+    p = _write(tmp_path / "train.jsonl", lines)
+    with pytest.raises(TaskDataError) as exc:
+        check_data_files(DataConfig(task="math", train_path=str(p)))
+    msg = str(exc.value)
+    assert msg.startswith(f"data.train_path={p}: {len(BAD_MATH_ANSWERS)} bad lines of {len(lines)}"), msg
+    assert "line 2: 'answer' is empty" in msg and "line 4: 'answer' is nan" in msg, msg
+
+
+@pytest.mark.parametrize("value", ["", " \t", float("nan"), float("inf"), True, {"a": 1}])
+def test_math_hf_records_with_a_bad_answer_name_dataset_split_and_row(value):
+    task = get_task("math")
+    rows = [{"problem": "p", "answer": "1"}, {"problem": "q", "answer": value}]
+    with pytest.raises(DataError, match=re.escape("user/math-set[train]:1: 'answer' ")):
+        task.from_rows(rows, source="user/math-set[train]")
+
+
+def test_math_hf_dataset_on_disk_with_a_nan_answer_is_refused(tmp_path):
+    """load_hf (data.hf_dataset) on a saved dataset whose float answer column holds a NaN (a missing value)."""
+    datasets = pytest.importorskip("datasets")
+    from rlvr.data import load_hf
+
+    folder = tmp_path / "ds"
+    datasets.Dataset.from_list([{"problem": "p", "answer": 1.5}, {"problem": "q", "answer": float("nan")}]) \
+        .save_to_disk(str(folder))
+    with pytest.raises(DataError, match=re.escape(f"{folder}[train]:1: 'answer' is nan, not a finite number")):
+        load_hf("math", str(folder), "train")
 
 
 def test_sft_loader(tmp_path):
@@ -120,9 +186,13 @@ def test_sft_loader_refuses_an_empty_file_and_errors_carry_their_parts(tmp_path)
         load_sft(tmp_path)
 
 
-def test_templates_packaged_equal_shared_and_render():
+@needs_shared("data", "prompts")
+def test_templates_packaged_equal_shared():
     for name in ("r1_zero", "question_only"):
         assert template_text(name) == (SHARED / "prompts" / f"{name}.prompt").read_text()
+
+
+def test_templates_render():
     q = "What is {x} + \\frac{1}{2}?"  # braces must survive (no str.format)
     r1 = render_prompt(q, "r1_zero")
     assert r1.endswith(f"User: {q}\nAssistant: <think>")
@@ -236,7 +306,7 @@ def test_task_sft_target_earns_full_reward_under_the_task_checker(task_name, tem
     if task.generate is not None:
         examples = task.generate(30, "train", seed=0)
     else:
-        examples = load_gsm8k(SHARED / "gsm8k" / "train.jsonl")[:30]
+        examples = load_gsm8k(require_shared("data", "gsm8k", "train.jsonl"))[:30]
     reward = task.reward_fn(template)
     pairs = sft_examples(examples, task_name, template)
     for ex, pair in zip(examples, pairs, strict=True):

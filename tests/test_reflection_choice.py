@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
+from conftest import needs_shared, shared_path
 
 from rlvr.data.filters import multiple_choice
 from rlvr.eval.evaluate import EvalSample, summarize
@@ -16,7 +16,7 @@ from rlvr.rewards.types import Reward, Status
 from rlvr.rollout.types import Rollout
 from rlvr.train.session import sample_metrics
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = shared_path("data")  # ../shared/data: development data a clone does not have
 
 
 @pytest.mark.parametrize("question, reference, why", [
@@ -35,6 +35,8 @@ def test_multiple_choice_detects_option_runs_only(question, reference, why):
     assert multiple_choice(question, reference) == why
 
 
+@needs_shared("data", "math500", "test.jsonl")
+@needs_shared("data", "gsm8k", "train.jsonl")
 def test_multiple_choice_finds_exactly_the_three_option_questions_of_math500_and_none_in_gsm8k():
     found = []
     for line in (DATA / "math500" / "test.jsonl").read_text().splitlines():

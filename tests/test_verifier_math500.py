@@ -7,18 +7,17 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
-import pytest
+from conftest import needs_shared, shared_path
 
 from rlvr.rewards import get_reward_fn
 from rlvr.rewards.extract import last_boxed
 from rlvr.rewards.grader import grade_answer
 from rlvr.rewards.types import SimpleExample, Status
 
-TEST_FILE = Path("/work/shared/data/math500/test.jsonl")
+TEST_FILE = shared_path("data", "math500", "test.jsonl")  # development data (../shared): skipped in a clone
 
-pytestmark = pytest.mark.skipif(not TEST_FILE.exists(), reason="MATH-500 dev data not present")
+pytestmark = needs_shared("data", "math500", "test.jsonl")
 
 
 def _rows() -> list[dict]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from rlvr.commands._config_cli import load_or_exit, with_keys_help
+from rlvr.commands._config_cli import load_or_exit, threads_override, with_keys_help
 from rlvr.train.config import DemoConfig
 
 
@@ -19,5 +19,5 @@ def demo(
 
     from rlvr.train.demo import run_demo
 
-    cfg = load_or_exit(DemoConfig, args, extra=[f"num_threads={threads}"] if threads else [])
+    cfg = load_or_exit(DemoConfig, args, extra=threads_override(threads, "num_threads"))
     run_demo(cfg, console=Console())

@@ -21,11 +21,13 @@ from pathlib import Path
 import typer
 
 from rlvr.commands._config_cli import (
+    check_user_reward,
     fail,
     load_from_run,
     load_or_exit,
     policy_positionals,
     run_stage,
+    threads_override,
     with_keys_help,
 )
 from rlvr.train.config import EvalConfig
@@ -69,13 +71,15 @@ def eval(  # noqa: A001 - the command is called `eval`
     from rlvr.train.evaluation import budget_label, evaluate_policy
     from rlvr.train.run_settings import NO_TRAIN
 
-    extra = [f"run.num_threads={threads}"] if threads else []
+    extra = threads_override(threads)
     args = policy_positionals(args)  # `rlvr eval runs/grpo`, `rlvr eval runs/grpo/config.yaml`
     cfg = load_or_exit(EvalConfig, args, base=NO_TRAIN, extra=extra)
     name = cfg.model.name
     if not cfg.model.init_from and name != "tiny" and Path(name).is_dir() and not (Path(name) / "config.json").exists():
-        extra.append(f"model.init_from={name}")  # model.name=RUN: a run directory or checkpoint is not a model folder
+        # model.name=RUN: a run directory or checkpoint is not a model folder (the path as it is, typed)
+        extra.append(("model.init_from", name, f"model.name={name} (a run directory: model.init_from)"))
     cfg, _run_dir = load_from_run(EvalConfig, args, extra, training=False)
+    check_user_reward(cfg.data.reward)  # a reward function of the user's: one call before the model loads
     modes = [m.strip() for m in thinking_mode.split(",") if m.strip()]
     if modes and thinking_budget:
         fail("--thinking-mode and --thinking-budget: give one of them (a mode row sets its own budget)")

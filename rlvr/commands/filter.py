@@ -9,20 +9,27 @@ model is loaded, with exit status 2.
 
 from __future__ import annotations
 
-import json
-
 import typer
 
-from rlvr.commands._config_cli import load_from_run, policy_positionals, run_stage, with_keys_help
+from rlvr.commands._config_cli import (
+    check_user_reward,
+    load_from_run,
+    policy_positionals,
+    run_stage,
+    threads_override,
+    with_keys_help,
+)
 from rlvr.config import field_docs
 from rlvr.train.config import FILTER_FLAGS, FilterConfig, FilterSelectConfig
 
 _DOCS = field_docs(FilterConfig)
 
 
-def _flag_overrides(values: dict) -> list[str]:
-    """filter.KEY=VALUE for each flag given; values as JSON (valid YAML, strings always quoted)."""
-    return [f"filter.{key}={json.dumps(value)}" for key, value in values.items() if value not in (None, [])]
+def _flag_overrides(values: dict) -> list[tuple]:
+    """A typed override filter.KEY=VALUE for each flag given (the value as typer parsed it: a path of
+    --decontaminate-against is never read as YAML)."""
+    return [(f"filter.{key}", value, f"{FILTER_FLAGS[key]} {value}") for key, value in values.items()
+            if value not in (None, [])]
 
 
 def _flag(key: str) -> typer.models.OptionInfo:
@@ -59,13 +66,14 @@ def filter(  # noqa: A001 - the command is called `filter`
     """
     from rlvr.train.filtering import filter_problems
 
-    extra = [f"run.num_threads={threads}"] if threads else []
+    extra = threads_override(threads)
     extra += _flag_overrides({
         "k": k, "band": band, "no_reasoning_k": no_reasoning_k, "no_reasoning_max_rate": no_reasoning_max_rate,
         "decontaminate_against": list(decontaminate_against or []), "ngram": ngram, "overlap": overlap,
         "drop_multiple_choice": drop_multiple_choice or None})
     args = policy_positionals(args)  # `rlvr filter runs/sft`, as `rlvr eval runs/sft`
     cfg, _run_dir = load_from_run(FilterConfig, args, extra, training=True)
+    check_user_reward(cfg.data.reward)  # a reward function of the user's: one call before the model loads
     result = run_stage(filter_problems, cfg)
 
     report = result.report

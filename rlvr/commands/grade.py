@@ -50,15 +50,25 @@ def needs_reference(reward: str) -> bool:
 
 def _read_rows(path: Path, response_key: str, reference_key: str, meta_key: str, need_reference: bool = True):
     """Yield (line_number, row or None, error or None) for every non-blank line. Without
-    need_reference a missing (or non-scalar) reference becomes ""."""
+    need_reference a missing (or non-scalar) reference becomes "". A line over the bounds of
+    rlvr.data.jsonl (MAX_LINE_CHARS characters, MAX_JSON_DEPTH levels of nesting) is a bad line with
+    its reason, like invalid JSON; an over-long line is never held in memory whole."""
+    from rlvr.data.jsonl import JSONLineError, line_too_long, parse_json_line, read_lines
+
     with path.open("r", encoding="utf-8", errors="replace") as f:
-        for lineno, raw in enumerate(f, start=1):
+        for lineno, raw, length in read_lines(f):
+            if raw is None:
+                yield lineno, None, line_too_long(length)
+                continue
             if not raw.strip():
                 continue
             try:
-                obj = json.loads(raw)
+                obj = parse_json_line(raw)
             except json.JSONDecodeError as exc:
                 yield lineno, None, f"invalid JSON ({exc.msg} at column {exc.colno})"
+                continue
+            except JSONLineError as exc:
+                yield lineno, None, str(exc)
                 continue
             if not isinstance(obj, dict):
                 yield lineno, None, f"expected a JSON object, got {type(obj).__name__}"
@@ -140,6 +150,11 @@ def grade(
                 raise fail("stopping (--on-bad-line fail); nothing was scored or written")
         else:
             rows.append((lineno, row))
+    if rows:  # a reward function of the user's: one call on the first line before scoring them all
+        from rlvr.commands._config_cli import check_user_reward
+
+        check_user_reward(reward, "--reward", SimpleExample(rows[0][1]["reference"], rows[0][1]["meta"]),
+                          rows[0][1]["response"])
 
     counters = ScoreCounters()
     rewards = score_batch(

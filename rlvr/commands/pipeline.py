@@ -3,11 +3,12 @@ order, each starting from the previous stage's checkpoint (docs/pipeline.md)."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import typer
 
-from rlvr.commands._config_cli import fail, run_trainer
+from rlvr.commands._config_cli import check_user_reward, fail, run_trainer
 
 
 def pipeline(
@@ -46,7 +47,21 @@ def pipeline(
         spec = load_pipeline(files[0], overrides, threads=threads)
     except ConfigError as exc:
         fail(str(exc))
-    result = run_trainer(run_pipeline, spec, resume=resume)
+    rewards = [spec.shared.get("data.reward"), *(stage.overrides.get("data.reward") for stage in spec.stages)]
+    for reward in dict.fromkeys(r for r in rewards if isinstance(r, str) and r):
+        check_user_reward(reward)  # a reward function of the user's: one call before the first stage starts
+    result = run_trainer(run_pipeline, spec, resume=resume, resume_command=_resume_command(files[0], overrides,
+                                                                                         spec.overwrite, threads))
     summary = Path(result.out_dir) / "summary.md"
     typer.echo(summary.read_text(encoding="utf-8").rstrip())
     typer.echo(f"summary: {summary} (and summary.json)")
+
+
+def _resume_command(file: str, overrides: list[str], overwrite: bool, threads: int) -> str:
+    """The command that continues this pipeline after a Ctrl-C (finished stages skipped, the interrupted one
+    from its checkpoint): the same file and overrides, overwrite=... dropped (a resume keeps what is there)."""
+    kept = [o for o in overrides if o.partition("=")[0].strip() != "overwrite"]
+    if overwrite:  # the file itself says overwrite: true, which --resume refuses
+        kept.append("overwrite=false")
+    extra = [f"--threads={threads}"] if threads else []
+    return shlex.join(["rlvr", "pipeline", file, *kept, *extra, "--resume"])

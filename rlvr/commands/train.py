@@ -20,8 +20,17 @@ def train(
 ) -> None:
     """Policy-gradient RL (GRPO family): sample, score with the verifier, update, repeat.
 
-    Examples: `rlvr train --recipe grpo run.steps=50`, `rlvr train run.yaml algo.loss=grpo_clip`,
-    `rlvr train --resume runs/train`.
+    Example: a tiny model that learns on a CPU in minutes (docs/training.md).
+    GRPO needs a policy that is sometimes right, so it starts from the SFT run
+    of `rlvr sft --help`'s example; --resume trains it further:
+
+    \b
+      rlvr train --recipe grpo model.init_from=runs/sft data.digits=1 \\
+          data.operands=4 data.num_train=4000 sampling.max_tokens=4 \\
+          run.steps=100 run.out_dir=runs/grpo
+      rlvr train --resume runs/grpo run.steps=200
+
+    With a file and overrides: `rlvr train run.yaml algo.loss=grpo_clip`.
     """
     from rlvr.config import config_help
 

@@ -61,6 +61,24 @@ class EpisodeLog:
         return sorted({f.name for f in self.flags})
 
 
+class ToolError(Exception):
+    """A tool call that cannot be carried out as written (a bad path, a directory where a file is needed,
+    a NUL in an argument, ...). Environments raise it from their tools and turn it into the call's
+    observation ("error: <message>"), counted in EpisodeLog.tool_errors: a failing tool call is
+    feedback for the policy, never the end of the episode or of the run. The message is shown to the
+    model, so it names the problem in the agent's own terms (workspace-relative paths)."""
+
+
+def valid_text(text: str) -> str:
+    """`text` with anything UTF-8 cannot encode (lone surrogates) replaced by '?': model text is
+    made encodable once, before any tool writes it to a file, a pipe or a command line."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+
+
 @dataclass
 class StepResult:
     """What `Environment.step` returns. observation: the text shown to the model next (tool

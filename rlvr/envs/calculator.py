@@ -25,7 +25,7 @@ import random
 import re
 
 from rlvr.data.example import Example
-from rlvr.envs.base import Environment, StepResult, register_env
+from rlvr.envs.base import Environment, StepResult, register_env, valid_text
 from rlvr.envs.sandboxed import run_python
 
 _ANSWER = re.compile(r"Answer:\s*(-?\d+)")
@@ -94,6 +94,7 @@ class CalculatorEnv(Environment):
             return f"error: {exc}", False
 
     def step(self, action: str) -> StepResult:
+        action = valid_text(action)
         k = action.find(self.open_tag)
         if k >= 0 and action.find(self.close_tag, k) > k:
             body = action[k + len(self.open_tag): action.find(self.close_tag, k)]

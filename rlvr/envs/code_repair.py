@@ -16,6 +16,11 @@ Tools (one call per model turn; the closing tag ends the turn):
                                                python FILE (sandbox), git status, git diff
     <submit></submit>                          end the episode
 
+A call that cannot be carried out (a directory or a file's child as a write target, a NUL in a path
+or a command, a name over 255 bytes, a path over 1024 bytes, ...) returns "error: <what is wrong>"
+as its observation and counts in the episode's tool_errors (rlvr.envs.base.ToolError): the
+episode goes on, like any tool error the policy has to learn from.
+
 Where things run. Everything that executes agent-written code (python FILE, run_tests) runs in
 rlvr's code sandbox (rlvr.rewards.code.sandbox: a fresh box per call, namespaces, Landlock,
 seccomp, limits): the workspace files are copied in, the run's resulting files copied back and
@@ -58,13 +63,16 @@ import tempfile
 from pathlib import Path
 
 from rlvr.data.example import Example
-from rlvr.envs.base import Environment, StepResult, register_env
+from rlvr.envs.base import Environment, StepResult, ToolError, register_env, valid_text
 from rlvr.envs.sandboxed import run_python
 from rlvr.rewards.code.runner import run_tests
 from rlvr.rewards.code.task import task_from_meta
 
 HIDDEN_NAME = "test_hidden.py"
 OUTPUT_CAP = 2000
+NAME_MAX = 255  # bytes in one path component (Linux's NAME_MAX)
+PATH_MAX_BYTES = 1024  # bytes in a workspace path: far under PATH_MAX (4096) with the episode directory in front
+GIT_TIMEOUT_S = 20
 _TAG = re.compile(r"<(read|write|run_tests|shell|submit)(\s+path=\"([^\"]*)\")?>(.*?)</\1>", re.S)
 SHELL_ALLOWED = {"ls", "cat", "head", "tail", "grep", "wc", "python", "python3", "git"}
 GIT_ALLOWED = {"status", "diff"}
@@ -169,7 +177,7 @@ def _git(repo: Path, *args: str, check: bool = True) -> str:
     if args and args[0] == "diff":
         args = ("diff", "--no-ext-diff", "--no-textconv", *args[1:])
     cmd = ["git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "--no-pager", "-C", str(repo), *args]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=20)
+    r = subprocess.run(cmd, capture_output=True, encoding="utf-8", errors="replace", env=env, timeout=GIT_TIMEOUT_S)
     if check and r.returncode != 0:
         raise RuntimeError(f"git {' '.join(args)} failed: {r.stderr.strip()[:300]}")
     return r.stdout
@@ -177,6 +185,28 @@ def _git(repo: Path, *args: str, check: bool = True) -> str:
 
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _show(path: str) -> str:
+    """A path as an error message quotes it: escaped, at most 60 characters."""
+    return repr(path[:60] + ("..." if len(path) > 60 else ""))
+
+
+def _path_problem(path: str) -> str | None:
+    """Why `path` can never name a workspace file (NUL, not encodable, a name or the whole path too
+    long for the file system), or None. Checked before the path touches the file system, whose
+    errors (ValueError, ENAMETOOLONG) would otherwise end the episode."""
+    if "\0" in path:
+        return f"a path cannot contain a NUL character: {_show(path)}"
+    try:
+        raw = os.fsencode(path)
+    except UnicodeError:
+        return f"a path must be UTF-8 text: {_show(path)}"
+    if any(len(part) > NAME_MAX for part in raw.split(b"/")):
+        return f"a file or directory name is longer than {NAME_MAX} bytes: {_show(path)}"
+    if len(raw) > PATH_MAX_BYTES:
+        return f"a path is longer than {PATH_MAX_BYTES} bytes: {_show(path)}"
+    return None
 
 
 @register_env
@@ -239,12 +269,16 @@ class CodeRepairEnv(Environment):
         for p in self.repo.rglob("*"):
             rel = p.relative_to(self.repo).as_posix()
             if p.is_file() and not p.is_symlink() and not rel.startswith(".git/") and "__pycache__" not in rel:
-                out[rel] = p.read_text(errors="replace")
+                out[rel] = p.read_text(encoding="utf-8", errors="replace")
         return out
 
     def _resolve(self, path: str, writing: bool) -> Path | None:
-        """A workspace path, or None (flagged and blocked) for anything outside it, .git, the hidden tests."""
+        """A workspace path, or None (flagged and blocked) for anything outside it, .git, the hidden tests.
+        A path that cannot name a file at all (NUL, too long) raises ToolError."""
         path = path.strip()
+        problem = _path_problem(path)
+        if problem is not None:
+            raise ToolError(problem)
         if HIDDEN_NAME in path or "hidden" in Path(path).parts:
             self.log.flag("hidden_tests", f"path {path}", blocked=True)
             return None
@@ -261,8 +295,35 @@ class CodeRepairEnv(Environment):
             return None
         return p
 
+    def _rel(self, p: Path) -> str:
+        return p.relative_to(self.repo).as_posix()
+
+    def _read(self, p: Path) -> str:
+        """The text of workspace file `p`; an OS error is a ToolError naming the file."""
+        try:
+            return p.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise ToolError(f"cannot read {self._rel(p)}: {exc.strerror or exc}") from None
+
+    def _write(self, p: Path, text: str) -> None:
+        """Write workspace file `p` (creating its directories). A directory in its place, a file where
+        one of its directories would go, or any OS error is a ToolError naming the path; nothing is
+        written then."""
+        rel = self._rel(p)
+        if p == self.repo or p.is_dir():
+            raise ToolError(f"{rel} is a directory: write needs a file path")
+        for q in reversed(p.parents):
+            if (q == self.repo or self.repo in q.parents) and q.exists() and not q.is_dir():
+                raise ToolError(f"{self._rel(q)} is a file, so {rel} cannot be created under it")
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise ToolError(f"cannot write {rel}: {exc.strerror or exc}") from None
+
     # -- the step ---------------------------------------------------------------------------------
     def step(self, action: str) -> StepResult:
+        action = valid_text(action)
         m = _TAG.search(action)
         if m is None:
             return StepResult("no tool call found: use one of <read>, <write path=\"...\">, <run_tests>, <shell>, "
@@ -271,18 +332,24 @@ class CodeRepairEnv(Environment):
         self.log.tool_calls[tool] += 1
         if tool == "submit":
             return StepResult("", done=True)
-        out, ok = getattr(self, f"_tool_{tool}")(body, path)
+        try:
+            out, ok = getattr(self, f"_tool_{tool}")(body, path)
+        except ToolError as exc:  # a call that cannot be carried out: feedback, the episode goes on
+            out, ok = f"error: {exc}", False
         if not ok:
             self.log.tool_errors += 1
-        return StepResult(out[-OUTPUT_CAP:])
+        # file names and program output can hold text UTF-8 cannot encode (which the tokenizer refuses)
+        return StepResult(valid_text(out[-OUTPUT_CAP:]))
 
     def _tool_read(self, body: str, _path) -> tuple[str, bool]:
         p = self._resolve(body, writing=False)
         if p is None:
             return "blocked: only files of the workspace can be read", False
+        if p.is_dir():
+            return f"{self._rel(p)} is a directory (<shell>ls</shell> lists the files)", False
         if not p.is_file():
             return f"no such file: {body.strip()}", False
-        return p.read_text(errors="replace"), True
+        return self._read(p), True
 
     def _tool_write(self, body: str, path: str | None) -> tuple[str, bool]:
         if not path:
@@ -290,11 +357,10 @@ class CodeRepairEnv(Environment):
         p = self._resolve(path, writing=True)
         if p is None:
             return "blocked: only files of the workspace can be written", False
-        rel = p.relative_to(self.repo).as_posix()
+        rel = self._rel(p)
+        self._write(p, body.lstrip("\n"))
         if rel.startswith("tests/"):
             self.log.flag("test_edit", f"write {rel}")  # detected (not prevented): the reward is zeroed
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(body.lstrip("\n"))
         return f"wrote {rel}", True
 
     def _tool_run_tests(self, _body, _path) -> tuple[str, bool]:
@@ -302,6 +368,8 @@ class CodeRepairEnv(Environment):
 
     def _tool_shell(self, body: str, _path) -> tuple[str, bool]:
         cmd = body.strip()
+        if "\0" in cmd:
+            return "error: a command cannot contain a NUL character", False
         verdict = self._rule(cmd)
         if verdict is not None:
             return verdict, False
@@ -322,7 +390,10 @@ class CodeRepairEnv(Environment):
                     return f"blocked: git option {a} is not allowed (allowed: {', '.join(sorted(GIT_FLAGS))})", False
                 if not a.startswith("-") and self._resolve(a, writing=False) is None:
                     return "blocked: only files of the workspace", False
-            return _git(self.repo, *args, check=False) or "(no output)", True
+            try:
+                return _git(self.repo, *args, check=False) or "(no output)", True
+            except subprocess.TimeoutExpired:
+                raise ToolError(f"git {' '.join(args)[:100]} took longer than {GIT_TIMEOUT_S} s") from None
         if name in ("python", "python3"):
             if not args:
                 return "python needs a FILE", False
@@ -344,18 +415,19 @@ class CodeRepairEnv(Environment):
                 if p is None:
                     return "blocked: only files of the workspace can be read", False
                 if p.is_file():
-                    rel = p.relative_to(self.repo).as_posix()
-                    hits += [f"{rel}:{i + 1}:{ln}" for i, ln in enumerate(p.read_text(errors="replace").splitlines())
-                             if pat in ln]
+                    rel = self._rel(p)
+                    hits += [f"{rel}:{i + 1}:{ln}" for i, ln in enumerate(self._read(p).splitlines()) if pat in ln]
             return "\n".join(hits) or "(no match)", True
         texts = []
         for f in files:
             p = self._resolve(f, writing=False)
             if p is None:
                 return "blocked: only files of the workspace can be read", False
+            if p.is_dir():
+                return f"{self._rel(p)} is a directory", False
             if not p.is_file():
                 return f"no such file: {f}", False
-            lines = p.read_text(errors="replace").splitlines()
+            lines = self._read(p).splitlines()
             texts.append({"cat": lines, "head": lines[:10], "tail": lines[-10:],
                           "wc": [f"{len(lines)} {f}"]}[name])
         return "\n".join(ln for t in texts for ln in t), True
@@ -417,28 +489,41 @@ class CodeRepairEnv(Environment):
             after = {str(k): str(v) for k, v in res["files"].items()}
         except (ValueError, KeyError, TypeError, AttributeError):
             return "the run's result could not be read", False
-        self._apply(before, after)
-        return str(res.get("output", "")) or "(no output)", r.ok
+        problems = self._apply(before, after)
+        out = str(res.get("output", "")) or "(no output)"
+        if problems:
+            out += "\nfiles of the run not applied to the workspace:\n" + "\n".join(problems)
+        return out, r.ok and not problems
 
-    def _apply(self, before: dict[str, str], after: dict[str, str]) -> None:
+    def _apply(self, before: dict[str, str], after: dict[str, str]) -> list[str]:
         """Files changed / created / deleted inside the sandbox, checked path by path before they
-        reach the workspace (the run's report is agent-influenced: it is treated as agent writes)."""
-        for rel, text in after.items():
-            if before.get(rel) == text:
-                continue
-            p = self._resolve(rel, writing=True)
-            if p is None:
-                continue
-            if rel.startswith("tests/"):
-                self.log.flag("test_edit", f"run changed {rel}")
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_text(text)
-        for rel in set(before) - set(after):
-            p = self._resolve(rel, writing=True)
+        reach the workspace (the run's report is agent-influenced: it is treated as agent writes).
+        Deletions first, so a file the run replaced by a directory of the same name (or the reverse)
+        makes way; a file that still cannot be written (a bad path, a non-empty directory in its place)
+        is skipped and named in the returned list."""
+        problems = []
+        for rel in sorted(set(before) - set(after)):
+            p = self._resolve(rel, writing=True)  # a name listed by _files(): a real, valid path
             if p is not None and p.is_file():
                 if rel.startswith("tests/"):
                     self.log.flag("test_delete", f"run deleted {rel}")
                 p.unlink()
+        for rel, text in sorted(after.items()):
+            if before.get(rel) == text:
+                continue
+            try:
+                p = self._resolve(rel, writing=True)
+                if p is None:
+                    continue
+                if p.is_dir() and p != self.repo and not any(p.iterdir()):
+                    p.rmdir()  # emptied by the deletions above: the run made it a file
+                self._write(p, text)
+            except ToolError as exc:
+                problems.append(f"{_show(rel)}: {exc}")
+                continue
+            if rel.startswith("tests/"):
+                self.log.flag("test_edit", f"run changed {rel}")
+        return problems
 
     # -- the end ----------------------------------------------------------------------------------
     def check_integrity(self) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rlvr.envs.base import valid_text
 from rlvr.rewards.code.sandbox import Box, SandboxLimits, run_processes
 
 TOOL_LIMITS = SandboxLimits(wall_s=5.0, cpu_s=3, memory_mb=256, output_bytes=64 << 10)
@@ -27,11 +28,13 @@ class ToolRun:
 
 
 def run_python(code: str, stdin: str = "", limits: SandboxLimits = TOOL_LIMITS) -> ToolRun:
-    """Run `code` as a script in a fresh sandbox box; its stdin is `stdin`."""
-    box = Box(code)
+    """Run `code` as a script in a fresh sandbox box; its stdin is `stdin`. Text UTF-8 cannot encode
+    (a lone surrogate in model text) is replaced by '?' first: the call runs, it never raises."""
+    box = Box(valid_text(code))
     leftovers = 0
     try:
-        (r,) = run_processes([{"box": box, "mode": "script", "limits": limits, "stdin": stdin.encode()}],
+        (r,) = run_processes([{"box": box, "mode": "script", "limits": limits,
+                               "stdin": valid_text(stdin).encode("utf-8")}],
                              limits.wall_s)
     finally:
         leftovers = box.close()

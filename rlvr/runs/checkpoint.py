@@ -17,14 +17,23 @@
 Atomicity: everything is written into `checkpoints/.tmp-step_000010-<pid>/`, every file and the
 folder are fsynced, the folder is renamed to `step_000010`, the parent folder is fsynced, and only
 then `latest` is replaced (write `latest.tmp`, fsync, os.replace). A crash at any point leaves the
-previous checkpoint and the previous `latest` intact; leftover `.tmp-*` folders are removed by the
-next save. Loading never trusts `latest` blindly: if it is missing or names an incomplete folder,
-the newest folder with a meta.json is used.
+previous checkpoint and the previous `latest` intact; leftover `.tmp-*` folders (and a LoRA base model's
+interrupted copy, RUN/.tmp-base_model-<pid>) are removed by the next save or resume, whatever pid wrote them
+(a run directory has one writer: rlvr.runs.rundir's lock). An old checkpoint is deleted by renaming it to
+`.tmp-del-...` first, so a crash mid-delete never leaves a half-deleted folder that looks complete. Loading
+never trusts `latest` blindly: if it is missing or names an incomplete folder, the newest folder with a
+meta.json is used.
+
+A save that fails (a full disk: OSError ENOSPC, torch's "PytorchStreamWriter failed writing file") raises
+CheckpointSaveError saying which step was lost and which checkpoint is intact. A checkpoint damaged after the
+fact (a truncated or empty file, garbage JSON) is CheckpointDamaged naming the file; resume_checkpoint then
+takes the previous complete checkpoint (saying so), or says how to.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import random
@@ -44,10 +53,13 @@ FORMAT_VERSION = 1
 _STEP_RE = re.compile(r"^step_(\d+)$")
 
 __all__ = [
+    "CheckpointDamaged",
+    "CheckpointSaveError",
     "checkpoint_name",
     "latest_checkpoint",
     "list_checkpoints",
     "load_checkpoint",
+    "resume_checkpoint",
     "save_checkpoint",
 ]
 
@@ -90,7 +102,10 @@ def _fsync_tree(root: Path) -> None:
         _fsync_dir(Path(dirpath))
 
 
-def _write_atomic_text(path: Path, text: str) -> None:
+def write_text_atomic(path: Path, text: str) -> None:
+    """`path` holds `text` or what it held before, never a part: written to `<path>.tmp`, fsynced, renamed over
+    `path` (os.replace), and the folder fsynced."""
+    path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
@@ -98,6 +113,35 @@ def _write_atomic_text(path: Path, text: str) -> None:
         os.fsync(f.fileno())
     os.replace(tmp, path)
     _fsync_dir(path.parent)
+
+
+_write_atomic_text = write_text_atomic
+
+
+def remove_checkpoint(path: Path) -> None:
+    """Delete a checkpoint folder: renamed to `.tmp-del-<name>-<pid>` first (atomic), then removed, so a crash
+    mid-delete leaves a temporary the next save or resume removes, never a half-deleted step_* with a meta.json."""
+    path = Path(path)
+    trash = path.with_name(f".tmp-del-{path.name}-{os.getpid()}")
+    try:
+        os.rename(path, trash)
+    except OSError:
+        trash = path
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def remove_stale_temporaries(run_path: Path, ckpt_dir: Path | None = None) -> None:
+    """Remove what crashed saves left in a run directory, of any pid: checkpoints/.tmp-* (a checkpoint being
+    written, an old one being deleted or swapped out) and RUN/.tmp-base_model-* (a LoRA run's base being
+    written; a full copy of the base model). Only the run's one writer calls this (rlvr.runs.rundir's lock)."""
+    run_path = Path(run_path)
+    ckpt_dir = run_path / "checkpoints" if ckpt_dir is None else Path(ckpt_dir)
+    stale = [*ckpt_dir.glob(".tmp-*"), *run_path.glob(f".tmp-{lora.BASE_DIR}-*")] if run_path.is_dir() else []
+    for p in stale:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
 
 
 def list_checkpoints(run_dir: Any) -> list[Path]:
@@ -222,9 +266,59 @@ def save_checkpoint(
     except (TypeError, ValueError) as exc:
         raise ValueError(f"trainer_state must be JSON-able (no NaN), got an error: {exc}") from exc
     ckpt_dir = _checkpoints_dir(run_dir)
+    try:
+        return _save(ckpt_dir, step, state_text, model=model, tokenizer=tokenizer, optimizer=optimizer,
+                     scheduler=scheduler, rng=rng, keep=keep, extras=extras, state_dict=state_dict,
+                     move_in=move_in, meta=meta)
+    except (OSError, RuntimeError) as exc:  # a full disk, an I/O error, torch's "file write failed"
+        raise _save_error(ckpt_dir, step, exc) from exc
+    except Exception as exc:
+        if type(exc).__name__ == "SafetensorError":  # safetensors' own write error (not an OSError)
+            raise _save_error(ckpt_dir, step, exc) from exc
+        raise
+
+
+class CheckpointSaveError(OSError, RuntimeError):
+    """A checkpoint could not be written (a full disk, an I/O error). Nothing of it is left behind, and the
+    message says which step was lost and which checkpoint is intact. `step`: the step being saved; `intact`:
+    the newest complete checkpoint (None when there is none); `cause`: the error (an OSError or torch's
+    RuntimeError "PytorchStreamWriter failed writing file", hence both bases)."""
+
+    def __init__(self, message: str, *, step: int, intact: Path | None, cause: BaseException):
+        super().__init__(message)
+        self.step, self.intact, self.cause = step, intact, cause
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _save_error(ckpt_dir: Path, step: int, exc: BaseException) -> CheckpointSaveError:
+    why = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        why = f"the disk is full ({why})"
+    try:
+        free = shutil.disk_usage(ckpt_dir if ckpt_dir.exists() else ckpt_dir.parent).free
+        why += f"; {free / 2**20:.0f} MiB free on its disk now"
+    except OSError:
+        pass
+    intact = latest_checkpoint(ckpt_dir)
+    if intact is not None and intact.name == checkpoint_name(step):  # complete: what failed came after it
+        return CheckpointSaveError(
+            f"saving the checkpoint of step {step} failed ({why}), but {intact} is complete and a resume continues "
+            "from it", step=step, intact=intact, cause=exc)
+    if intact is None:
+        kept = "no earlier checkpoint was saved, so nothing of this run can be resumed"
+    else:
+        kept = (f"the last intact checkpoint is {intact.name} (step {int(intact.name.split('_')[1])}) in "
+                f"{ckpt_dir}: a resume repeats the steps after it")
+    return CheckpointSaveError(f"the checkpoint of step {step} could not be written ({why}): step {step} is lost "
+                               f"and nothing of it was left behind; {kept}", step=step, intact=intact, cause=exc)
+
+
+def _save(ckpt_dir: Path, step: int, state_text: str, *, model, tokenizer, optimizer, scheduler, rng, keep,
+          extras, state_dict, move_in, meta) -> Path:
     ckpt_dir.mkdir(parents=True, exist_ok=True)
-    for stale in ckpt_dir.glob(".tmp-*"):  # left by a save that crashed
-        shutil.rmtree(stale, ignore_errors=True)
+    remove_stale_temporaries(ckpt_dir.parent, ckpt_dir)  # left by a save that crashed
     name = checkpoint_name(step)
     final = ckpt_dir / name
     tmp = ckpt_dir / f".tmp-{name}-{os.getpid()}"
@@ -282,11 +376,11 @@ def save_checkpoint(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    _write_atomic_text(ckpt_dir / "latest", name + "\n")
+    write_text_atomic(ckpt_dir / "latest", name + "\n")
     if keep:
         for old_ckpt in list_checkpoints(ckpt_dir)[:-keep]:
             if old_ckpt != final:
-                shutil.rmtree(old_ckpt, ignore_errors=True)
+                remove_checkpoint(old_ckpt)
     return final
 
 
@@ -320,28 +414,85 @@ def _save_lora(model: Any, tokenizer: Any, model_dir: Path, run_path: Path, stat
         tokenizer.save_pretrained(model_dir)
 
 
+class CheckpointDamaged(FileNotFoundError):
+    """A complete checkpoint (it has its meta.json) whose file cannot be read: truncated, empty, garbage,
+    missing. `path`: the checkpoint folder; `file`: the file. (A FileNotFoundError: no usable checkpoint there,
+    which the commands report as an error without a traceback.)"""
+
+    def __init__(self, message: str, *, path: Path, file: Path):
+        super().__init__(message)
+        self.path, self.file = path, file
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _damaged(ckpt: Path, file: Path, why: str) -> CheckpointDamaged:
+    return CheckpointDamaged(f"checkpoint {ckpt.name} is damaged: {file} {why}", path=ckpt, file=file)
+
+
+def _read(ckpt: Path, file: Path, reader, errors: tuple[type[BaseException], ...] = (Exception,)) -> Any:
+    """reader(file), or CheckpointDamaged naming the file when it cannot be read."""
+    file = Path(file)
+    try:
+        size = file.stat().st_size
+    except FileNotFoundError:
+        raise _damaged(ckpt, file, "is missing") from None
+    if size == 0 and file.is_file():
+        raise _damaged(ckpt, file, "is empty (0 bytes)")
+    try:
+        return reader(file)
+    except errors as exc:
+        raise _damaged(ckpt, file, f"cannot be read ({type(exc).__name__}: {str(exc)[:200] or 'no message'})") from exc
+
+
+def _torch_file(path: Path) -> Any:
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def _json_file(kind: type) -> Any:
+    def read(path: Path) -> Any:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, kind):
+            raise ValueError(f"holds a {type(data).__name__}, not a JSON {'object' if kind is dict else kind.__name__}")
+        return data
+
+    return read
+
+
+def _is_read_error(exc: BaseException) -> bool:
+    return isinstance(exc, OSError | ValueError | EOFError) or type(exc).__name__ == "SafetensorError"
+
+
 def _load_model_weights(model: Any, model_dir: Path) -> None:
     real = _unwrap(model)
+    ckpt = model_dir.parent
     if lora.is_adapter_dir(model_dir):
         if not lora.is_lora(real):
             raise RuntimeError(f"{model_dir} holds a LoRA adapter but the model has none: resume it with the "
                                "model.lora_rank it was trained with")
-        lora.load_adapter(real, model_dir)
+        try:
+            lora.load_adapter(real, model_dir)
+        except Exception as exc:
+            if not _is_read_error(exc):
+                raise
+            file = Path(getattr(exc, "filename", None) or model_dir)
+            raise _damaged(ckpt, file, f"cannot be read ({type(exc).__name__}: {str(exc)[:200]})") from exc
         return
     if lora.is_lora(real):
         raise RuntimeError(f"{model_dir} holds a full model but model.lora_rank > 0: resume it with the config it "
                            "was started with (model.lora_rank=0)")
     if (model_dir / "model.pt").exists():
-        real.load_state_dict(torch.load(model_dir / "model.pt", map_location="cpu", weights_only=True))
+        real.load_state_dict(_read(ckpt, model_dir / "model.pt", _torch_file))
         return
     from safetensors.torch import load_file
 
     shards = sorted(model_dir.glob("*.safetensors"))
     if not shards:
-        raise FileNotFoundError(f"{model_dir}: no model weights (*.safetensors or model.pt)")
+        raise _damaged(ckpt, model_dir, "has no model weights (*.safetensors or model.pt)")
     state: dict[str, torch.Tensor] = {}
     for shard in shards:
-        state.update(load_file(str(shard)))
+        state.update(_read(ckpt, shard, lambda f: load_file(str(f))))
     result = real.load_state_dict(state, strict=False)
     # save_pretrained drops tied copies (lm_head.weight tied to the embedding); those are filled by
     # the tie. Anything else missing or unexpected is a real mismatch.
@@ -362,6 +513,9 @@ def _is_sharded(model: Any) -> bool:
     from torch.distributed.fsdp import FSDPModule
 
     return isinstance(model, FSDPModule)
+
+
+is_sharded_module = _is_sharded  # a sharded learner's module (FSDP2): its ranks load their own files
 
 
 def sharded_state(model: Any, optimizer: Any) -> dict[str, Any]:
@@ -416,7 +570,13 @@ def load_checkpoint(
     folder is `<checkpoint>/model` (`load_policy` can also load it directly: it is a HF folder).
     """
     ckpt = _resolve(path_or_run_dir)
-    meta = json.loads((ckpt / "meta.json").read_text(encoding="utf-8"))
+    meta = _read(ckpt, ckpt / "meta.json", _json_file(dict))
+    for name in meta.get("files", []) if isinstance(meta.get("files"), list) else []:
+        if not (ckpt / str(name)).exists():
+            raise _damaged(ckpt, ckpt / str(name), "is missing (its meta.json lists it)")
+    state = _read(ckpt, ckpt / "trainer_state.json", _json_file(dict))  # read first: damage found before loading
+    rng_js = _read(ckpt, ckpt / "rng.json", _json_file(dict)) if restore_rng and (ckpt / "rng.json").exists() else None
+    rng_tensors = _read(ckpt, ckpt / "rng.pt", _torch_file) if rng_js is not None else None
     if model is not None and (_is_sharded(model) or (optimizer is not None and (ckpt / SHARDED_DIR).is_dir()
                                                      and not (ckpt / "optimizer.pt").exists())):
         load_sharded_state(ckpt, model, optimizer)  # a sharded learner's, or a sharded run resumed by one process
@@ -426,20 +586,65 @@ def load_checkpoint(
     if optimizer is not None:
         if not (ckpt / "optimizer.pt").exists():
             raise FileNotFoundError(f"{ckpt}: no optimizer.pt (saved without an optimizer)")
-        optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", map_location="cpu", weights_only=True))
+        optimizer.load_state_dict(_read(ckpt, ckpt / "optimizer.pt", _torch_file))
     if scheduler is not None:
         if not (ckpt / "scheduler.pt").exists():
             raise FileNotFoundError(f"{ckpt}: no scheduler.pt (saved without a scheduler)")
-        scheduler.load_state_dict(torch.load(ckpt / "scheduler.pt", map_location="cpu", weights_only=True))
+        scheduler.load_state_dict(_read(ckpt, ckpt / "scheduler.pt", _torch_file))
     for name, obj in (extras or {}).items():
         if not (ckpt / f"{name}.pt").exists():
             raise FileNotFoundError(f"{ckpt}: no {name}.pt (the run was saved without a {name}; resume it with "
                                     "the config it was started with)")
-        obj.load_state_dict(torch.load(ckpt / f"{name}.pt", map_location="cpu", weights_only=True))
-    if restore_rng and (ckpt / "rng.json").exists():
-        tensors = torch.load(ckpt / "rng.pt", map_location="cpu", weights_only=True)
-        _set_rng_state(json.loads((ckpt / "rng.json").read_text(encoding="utf-8")), tensors)
-    state = json.loads((ckpt / "trainer_state.json").read_text(encoding="utf-8"))
-    state.setdefault("step", meta["step"])
+        obj.load_state_dict(_read(ckpt, ckpt / f"{name}.pt", _torch_file))
+    if rng_js is not None:
+        try:
+            _set_rng_state(rng_js, rng_tensors)
+        except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+            raise _damaged(ckpt, ckpt / "rng.json", f"does not hold RNG states ({type(exc).__name__}: {exc})") from exc
+    state.setdefault("step", meta.get("step", _step_of(ckpt)))
     state.setdefault("checkpoint_path", str(ckpt))
     return state
+
+
+def _step_of(ckpt: Path) -> int:
+    return int(ckpt.name.split("_")[1])
+
+
+def resume_checkpoint(run_dir: Any, *, fallback: bool = True, say=None, **objects: Any) -> dict[str, Any]:
+    """load_checkpoint(run_dir, **objects) of a run being resumed, from its newest complete checkpoint. When
+    that one is damaged (CheckpointDamaged) and an earlier complete one exists: with `fallback`, the damaged
+    folder is moved aside to `step_N.damaged` (kept for inspection), `latest` names the earlier one, `say`
+    gets a line saying so, and the earlier one is loaded (everything it holds replaces what the damaged one
+    had loaded); without, CheckpointDamaged says how to do that by hand (a sharded run's ranks each read
+    their own files, so rank 0 alone must not decide). No earlier one: CheckpointDamaged saying so."""
+    ckpt = _resolve(run_dir)
+    while True:
+        try:
+            return load_checkpoint(ckpt, **objects)
+        except CheckpointDamaged as exc:
+            earlier = [p for p in list_checkpoints(ckpt.parent) if _step_of(p) < _step_of(ckpt)]
+            if not earlier:
+                raise CheckpointDamaged(
+                    f"{exc}; there is no earlier complete checkpoint to resume from: restore the file, or start the "
+                    "run over (run.overwrite=true)", path=exc.path, file=exc.file) from exc
+            prev = earlier[-1]
+            if not fallback:
+                raise CheckpointDamaged(
+                    f"{exc}; the previous complete checkpoint is {prev.name}: to resume from it, move the damaged one "
+                    f"aside (mv {ckpt} {ckpt}.damaged) and resume again", path=exc.path, file=exc.file) from exc
+            aside = _move_aside(ckpt)
+            write_text_atomic(ckpt.parent / "latest", prev.name + "\n")
+            if say is not None:
+                say(f"warning: {exc}; moved it aside to {aside} and resuming from the previous complete "
+                    f"checkpoint, {prev.name} (step {_step_of(prev)})")
+            ckpt = prev
+
+
+def _move_aside(ckpt: Path) -> Path:
+    aside, n = ckpt.with_name(ckpt.name + ".damaged"), 1
+    while aside.exists():
+        n += 1
+        aside = ckpt.with_name(f"{ckpt.name}.damaged-{n}")
+    os.rename(ckpt, aside)
+    _fsync_dir(ckpt.parent)
+    return aside

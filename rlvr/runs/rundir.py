@@ -11,15 +11,28 @@ Layout (docs/runs.md has the full description and the metric schema):
       wandb/ trackio/ mlflow.db   the offline files of those trackers (rlvr.runs.trackers)
       checkpoints/         step_000010/ ..., `latest` pointer (rlvr.runs.checkpoint)
       plots/               PNGs written by plot_run / `rlvr plot RUN_DIR`
+      .rlvr-lock           marks the folder as an rlvr run; locked (fcntl.lockf) by the process writing it
 
 `time` is wall seconds since the run started, carried across resume: a resumed run continues
 from the time of the last row it keeps, so plots against time have no jump back to 0.
+
+Whose folder: a run is created only in a new or empty folder or in an rlvr run directory (`.rlvr-lock`, or
+for runs written before it, metrics.jsonl or checkpoints/); a folder of other files is refused, so a
+user's own config.yaml is never replaced. Overwriting a run (`exist_ok`, run.overwrite) removes only what a
+run writes (RUN_FILES, and in RUN_FOLDERS the names a run gives its files); anything else stays.
+
+One writer: every RunDir holds RUN/.rlvr-lock locked for its life (a POSIX record lock: the kernel drops
+it when the process dies, so a crashed run never blocks its resume, and a forked child never inherits
+it); a second process that opens the run for writing (a resume of a live run, an overwrite of it) gets
+RunDirInUse naming the folder and the pid holding it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
+import errno
 import json
 import logging
 import math
@@ -27,13 +40,24 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rlvr.config import dump_yaml, to_dict
-from rlvr.runs.checkpoint import checkpoint_name, list_checkpoints
+from rlvr.config import ConfigError, to_dict, to_yaml
+from rlvr.runs.checkpoint import (
+    checkpoint_name,
+    list_checkpoints,
+    remove_checkpoint,
+    remove_stale_temporaries,
+    write_text_atomic,
+)
 from rlvr.runs.trackers import STATE_FILE, Trackers, numeric_metrics, parse_report_to
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: run directories are not locked
+    fcntl = None
 
 log = logging.getLogger(__name__)
 
@@ -101,12 +125,227 @@ def _drop_later_checkpoints(ckpt_dir: Path, step: int) -> None:
         return
     later = [p for p in list_checkpoints(ckpt_dir) if int(p.name.split("_")[1]) > step]
     if later:
-        pointer = ckpt_dir / "latest"
-        pointer_tmp = ckpt_dir / "latest.tmp"
-        pointer_tmp.write_text(checkpoint_name(step) + "\n", encoding="utf-8")
-        os.replace(pointer_tmp, pointer)  # point at the resume step before deleting anything
+        write_text_atomic(ckpt_dir / "latest", checkpoint_name(step) + "\n")  # the resume step, before deleting
         for p in later:
-            shutil.rmtree(p, ignore_errors=True)
+            remove_checkpoint(p)
+
+
+# ------------------------------------------------------------------------------ whose folder, one writer
+
+LOCK_FILE = ".rlvr-lock"
+"""RUN/.rlvr-lock: marks a folder as an rlvr run directory, and is locked by the process writing it."""
+
+RUN_FILES = ("config.yaml", "metrics.jsonl", "samples.jsonl", "reward_errors.jsonl", STATE_FILE, "mlflow.db",
+             "mlflow.db-journal", "mlflow.db-wal", "mlflow.db-shm", "config.yaml.tmp", "metrics.jsonl.tmp",
+             "samples.jsonl.tmp", STATE_FILE + ".tmp")
+"""The files a run writes at the top of its directory (overwrite removes them; LOCK_FILE stays: see _clear_run)."""
+
+RUN_FOLDERS: dict[str, tuple[str, ...]] = {
+    "checkpoints": (r"step_\d+", r"step_\d+\.damaged(-\d+)?", "latest", r"latest\.tmp", r"\.tmp-.*",
+                    r"\.sharded-step_\d+"),
+    "tb": (r"events\.out\.tfevents\..*",),
+    "plots": (r"reward\.png", r"reward_time\.png", r"length\.png", r"optimization\.png", r"system\.png",
+              r"other\.png"),  # the figures plot_run writes (rlvr.runs.plots.FIGURES and other.png)
+    "base_model": (r".*",),  # a LoRA run's frozen base (rlvr.models.lora.BASE_DIR): all of it is the run's
+    "ref_policy": (r"step_\d+\.pt", r"step_\d+\.tmp"),  # the KL reference's snapshots (rlvr.train.reference)
+    "wandb": (r"offline-run-.*", r"run-.*", "latest-run", r"debug(-internal|-cli\..*)?\.log"),
+    "trackio": (r".*\.db(-wal|-shm|-journal)?", r".*\.lock", "media"),
+    "mlartifacts": (r"\d+",),  # MLflow's artifacts, one folder per experiment id
+}
+"""The folders a run writes and, in each, the names (regular expressions) of the entries it writes there:
+overwrite removes those and keeps anything else (a folder left empty is removed)."""
+
+_TOP_PATTERNS = (r"\.tmp-base_model-\d+",)  # a LoRA base model's interrupted write (rlvr.runs.checkpoint)
+
+
+def is_run_dir(path: str | Path) -> bool:
+    """Whether `path` is an rlvr run directory: it has LOCK_FILE, or (a run written before the lock file)
+    metrics.jsonl or checkpoints/."""
+    path = Path(path)
+    return (path / LOCK_FILE).exists() or (path / "metrics.jsonl").is_file() or (path / "checkpoints").is_dir()
+
+
+def _listing(names: Sequence[str], at_most: int = 6) -> str:
+    shown = ", ".join(names[:at_most])
+    return shown + (f" and {len(names) - at_most} more" if len(names) > at_most else "")
+
+
+def _entries(path: Path) -> list[str]:
+    return sorted(p.name + ("/" if p.is_dir() else "") for p in path.iterdir())
+
+
+def check_run_target(path: str | Path, what: str = "") -> None:
+    """Refuse (FileExistsError) to start a run in a folder that is neither new, nor empty, nor an rlvr run
+    directory: its files are someone else's, and a run would replace some (config.yaml) and mix in others.
+    `what` prefixes the folder in the message (e.g. "run.out_dir=")."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise FileExistsError(f"{what}{path} is a file, not a folder: choose a new or empty folder for the run")
+    if not path.is_dir() or is_run_dir(path):
+        return
+    names = _entries(path)
+    if names:
+        raise FileExistsError(
+            f"{what}{path} is not empty and is not an rlvr run directory (it holds {_listing(names)}): a run is "
+            "written only into a new or empty folder or into a run of its own, never among other files (it would "
+            f"replace config.yaml and mix its files with yours). Choose a new or empty folder (e.g. {what}"
+            f"{path / 'run'}), or leave run.out_dir out (runs/<name>-<time>)")
+
+
+def _clear_run(path: Path) -> list[str]:
+    """Remove what a run writes in `path` (RUN_FILES, RUN_FOLDERS' entries); returns what it kept (not the
+    run's). LOCK_FILE stays: it is locked by this process, and removing a locked file would let a second
+    process lock a new one."""
+    kept: list[str] = []
+    for name in RUN_FILES:
+        (path / name).unlink(missing_ok=True)
+    for child in path.iterdir():
+        if any(re.fullmatch(p, child.name) for p in _TOP_PATTERNS):
+            shutil.rmtree(child, ignore_errors=True)
+    for folder in RUN_FOLDERS:
+        d = path / folder
+        if not d.is_dir() or d.is_symlink():
+            continue
+        patterns = RUN_FOLDERS[folder]
+        for child in sorted(d.iterdir()):
+            if any(re.fullmatch(p, child.name) for p in patterns):
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
+            else:
+                kept.append(f"{folder}/{child.name}")
+        with contextlib.suppress(OSError):
+            d.rmdir()  # only when empty
+    return kept
+
+
+_HELD: dict[str, list] = {}  # realpath of a run directory -> [lock fd, holders in this process, pid]
+
+
+def _held(key: str) -> list | None:
+    held = _HELD.get(key)
+    if held is not None and held[2] != os.getpid():  # copied into a forked child, which holds no record lock
+        del _HELD[key]
+        return None
+    return held
+
+
+def _lock_path(path: Path) -> str:
+    return os.path.realpath(path)
+
+
+def _holder(path: Path) -> str:
+    try:
+        pid = (path / LOCK_FILE).read_text(encoding="utf-8").split()[0]
+    except (OSError, IndexError, UnicodeDecodeError):
+        return "another process"
+    return f"process {pid}" if pid.isdigit() else "another process"
+
+
+def _in_use(path: Path) -> RunDirInUse:
+    who = _holder(path)
+    return RunDirInUse(
+        f"{path} is in use: {who} is writing this run (it holds {path / LOCK_FILE}); a second process must not "
+        "resume, overwrite or write it at the same time. Wait for that run to end, or stop it first"
+        + (f" (kill {who.split()[1]})" if who.startswith("process ") else ""))
+
+
+class RunDirInUse(FileExistsError):
+    """Another live process holds the run directory's lock (RUN/.rlvr-lock)."""
+
+
+def acquire_run_lock(path: str | Path) -> None:
+    """Lock run directory `path` (created if needed) for this process, or raise RunDirInUse naming the pid that
+    holds it. Re-entrant within a process (counted; release_run_lock once per acquire). The lock is a POSIX
+    record lock (fcntl.lockf) on RUN/.rlvr-lock: released by the kernel when the process dies (a crashed run
+    never blocks its resume) and not inherited by forked children. On a filesystem without locks it warns
+    and goes on unlocked."""
+    path = Path(path)
+    key = _lock_path(path)
+    if (held := _held(key)) is not None:
+        held[1] += 1
+        return
+    path.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        if fcntl is not None:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EACCES, errno.EAGAIN):
+            os.close(fd)
+            raise _in_use(path) from None
+        log.warning("%s: cannot lock %s (%s): nothing stops a second process from writing this run", path,
+                    LOCK_FILE, exc.strerror or exc)
+    else:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+    _HELD[key] = [fd, 1, os.getpid()]
+
+
+def release_run_lock(path: str | Path) -> None:
+    """Undo one acquire_run_lock of this process; the last one unlocks (the file stays)."""
+    key = _lock_path(Path(path))
+    held = _held(key)
+    if held is None:
+        return
+    held[1] -= 1
+    if held[1] <= 0:
+        del _HELD[key]
+        os.close(held[0])  # closing the descriptor drops the record lock
+
+
+@contextlib.contextmanager
+def hold_run_dir(path: str | Path) -> Iterator[None]:
+    """`with hold_run_dir(path):` the run directory locked by this process (acquire_run_lock) for the block."""
+    acquire_run_lock(path)
+    try:
+        yield
+    finally:
+        release_run_lock(path)
+
+
+def check_not_in_use(path: str | Path) -> None:
+    """Raise RunDirInUse when another live process holds `path`'s lock (a quick check before loading a model;
+    the lock itself is taken when the run directory is opened)."""
+    path = Path(path)
+    if fcntl is None or _held(_lock_path(path)) is not None or not (path / LOCK_FILE).is_file():
+        return
+    try:
+        fd = os.open(path / LOCK_FILE, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EACCES, errno.EAGAIN):
+            raise _in_use(path) from None
+    finally:
+        os.close(fd)
+
+
+def check_run_config(path: str | Path) -> None:
+    """A resume reads its settings from RUN/config.yaml: ConfigError when that file is there but empty, not
+    readable, not YAML or not a mapping of keys (a resume must never fall back to every default)."""
+    import yaml
+
+    cfg = Path(path) / "config.yaml"
+    if not cfg.exists():
+        return
+    fix = (f"a resume needs the run's settings: write them back into {cfg} (the YAML file the run was started "
+           "with, plus its command-line overrides) and resume again, or start over with run.overwrite=true")
+    try:
+        text = cfg.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{cfg} cannot be read ({exc}): {fix}") from exc
+    if not text.strip():
+        raise ConfigError(f"{cfg} is empty ({len(text.encode())} bytes): the run's settings are lost; {fix}")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{cfg} is not valid YAML ({exc.__class__.__name__}); {fix}") from exc
+    if not isinstance(data, dict) or not data:
+        raise ConfigError(f"{cfg} holds no config keys (a {type(data).__name__}); {fix}")
 
 
 def default_run_path(root: str | Path = "runs", name: str = "run") -> Path:
@@ -141,13 +380,18 @@ class RunDir:
         names = parse_report_to(report_to) if report_to is not None else (["tensorboard"] if tensorboard else [])
         tensorboard = "tensorboard" in names
         self.trackers = Trackers(self.path, [n for n in names if n != "tensorboard"], resume=resume)
-        self.path.mkdir(parents=True, exist_ok=True)
-        self.checkpoints_dir.mkdir(exist_ok=True)
-        self._t0 = time.monotonic()
-        self._time_offset = float(time_offset)
-        self._metrics_f = open(self.metrics_path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
-        self._samples_f = open(self.samples_path, "a", encoding="utf-8")  # noqa: SIM115
-        self._tb = self._open_tensorboard(purge_step) if tensorboard else None
+        acquire_run_lock(self.path)  # (creates the folder) held until close(): one writer per run directory
+        self._locked = True
+        try:
+            self.checkpoints_dir.mkdir(exist_ok=True)
+            self._t0 = time.monotonic()
+            self._time_offset = float(time_offset)
+            self._metrics_f = open(self.metrics_path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+            self._samples_f = open(self.samples_path, "a", encoding="utf-8")  # noqa: SIM115
+            self._tb = self._open_tensorboard(purge_step) if tensorboard else None
+        except BaseException:
+            self._unlock()
+            raise
 
     # -------------------------------------------------------------------------------- paths
     @property
@@ -180,22 +424,24 @@ class RunDir:
                config: Any = None, tensorboard: bool = True, exist_ok: bool = False,
                report_to: str | Sequence[str] | None = None) -> RunDir:
         """A new run directory at `path`, or `root/<name>-<timestamp>` when path is None; writes
-        `config` (a config dataclass or a mapping) to config.yaml. An existing non-empty run
-        directory is refused unless exist_ok; then the old run's metrics, samples, events,
-        checkpoints, plots and tracker files are deleted first (a fresh run must not resume from stale
-        files). `report_to`: see the class."""
+        `config` (a config dataclass or a mapping) to config.yaml. `path` must be new, empty or an rlvr run
+        directory: a folder of other files is refused (FileExistsError naming what it holds; check_run_target).
+        An existing run is refused unless exist_ok; then what the old run wrote (its metrics, samples, events,
+        checkpoints, plots and tracker files: RUN_FILES, RUN_FOLDERS) is deleted first (a fresh run must not
+        resume from stale files), and anything else in the folder is kept. A run another process is writing
+        is refused (RunDirInUse). `report_to`: see the class."""
         path = Path(path) if path is not None else default_run_path(root, name)
-        if (path / "metrics.jsonl").exists() or (path / "checkpoints").exists():
-            if not exist_ok:
-                raise FileExistsError(
-                    f"{path} already holds a run; resume it or choose another directory (or overwrite it)"
-                )
-            for p in (path / "metrics.jsonl", path / "samples.jsonl", path / "config.yaml", path / STATE_FILE,
-                      path / "mlflow.db"):
-                p.unlink(missing_ok=True)
-            for d in ("checkpoints", "tb", "plots", "wandb", "trackio", "mlartifacts"):
-                shutil.rmtree(path / d, ignore_errors=True)
-        run = cls(path, tensorboard=tensorboard, report_to=report_to)
+        check_run_target(path)
+        with hold_run_dir(path):
+            if (path / "metrics.jsonl").exists() or (path / "checkpoints").exists():
+                if not exist_ok:
+                    raise FileExistsError(
+                        f"{path} already holds a run; resume it or choose another directory (or overwrite it)"
+                    )
+                kept = _clear_run(path)
+                if kept:
+                    log.warning("%s: overwritten; kept what the run did not write: %s", path, _listing(kept))
+            run = cls(path, tensorboard=tensorboard, report_to=report_to)
         if config is not None:
             run.write_config(config)
         return run
@@ -213,13 +459,15 @@ class RunDir:
         path = Path(path)
         if not path.is_dir():
             raise FileNotFoundError(f"no run directory at {path}")
-        _drop_later_checkpoints(path / "checkpoints", step)
-        _truncate_jsonl(path / "metrics.jsonl", step)
-        _truncate_jsonl(path / "samples.jsonl", step)
-        rows = read_jsonl(path / "metrics.jsonl")
-        offset = max((float(r["time"]) for r in rows if isinstance(r.get("time"), int | float)), default=0.0)
-        return cls(path, tensorboard=tensorboard, time_offset=offset, purge_step=step + 1, report_to=report_to,
-                   resume=True)
+        with hold_run_dir(path):  # before the first change: a live run is never cut back under its writer
+            remove_stale_temporaries(path)  # what a crashed save left (.tmp-* folders, a LoRA base's copy)
+            _drop_later_checkpoints(path / "checkpoints", step)
+            _truncate_jsonl(path / "metrics.jsonl", step)
+            _truncate_jsonl(path / "samples.jsonl", step)
+            rows = read_jsonl(path / "metrics.jsonl")
+            offset = max((float(r["time"]) for r in rows if isinstance(r.get("time"), int | float)), default=0.0)
+            return cls(path, tensorboard=tensorboard, time_offset=offset, purge_step=step + 1,
+                       report_to=report_to, resume=True)
 
     def open_for_resume(self, step: int) -> RunDir:
         """Same as `RunDir.resume(self.path, step)`, for a RunDir already open: closes this one."""
@@ -243,14 +491,16 @@ class RunDir:
         return self._time_offset + (time.monotonic() - self._t0)
 
     def write_config(self, config: Any) -> Path:
-        """Write the resolved config: a config dataclass via rlvr.config.dump_yaml, or a mapping."""
+        """Write the resolved config: a config dataclass as rlvr.config.to_yaml gives it, or a mapping.
+        Atomic, as every run file (config.yaml.tmp, fsync, os.replace): a crash while a resume rewrites it
+        leaves the old file or the new one, never an empty one."""
         if dataclasses.is_dataclass(config) and not isinstance(config, type):
-            dump_yaml(config, self.config_path)
+            write_text_atomic(self.config_path, to_yaml(config))
             self.trackers.log_config(_jsonable(to_dict(config)))
             return self.config_path
         import yaml
 
-        self.config_path.write_text(yaml.safe_dump(_jsonable(dict(config)), sort_keys=False))
+        write_text_atomic(self.config_path, yaml.safe_dump(_jsonable(dict(config)), sort_keys=False))
         self.trackers.log_config(_jsonable(dict(config)))
         return self.config_path
 
@@ -296,13 +546,21 @@ class RunDir:
     def close(self, failed: bool = False) -> None:
         """Close the files and finish the tracker runs (`failed`: the training raised; mlflow and wandb
         mark the run so)."""
-        self.trackers.close(failed=failed)
-        for f in (self._metrics_f, self._samples_f):
-            if not f.closed:
-                f.close()
-        if self._tb is not None:
-            self._tb.close()
-            self._tb = None
+        try:
+            self.trackers.close(failed=failed)
+            for f in (self._metrics_f, self._samples_f):
+                if not f.closed:
+                    f.close()
+            if self._tb is not None:
+                self._tb.close()
+                self._tb = None
+        finally:
+            self._unlock()
+
+    def _unlock(self) -> None:
+        if self._locked:
+            self._locked = False
+            release_run_lock(self.path)
 
     def __enter__(self) -> RunDir:
         return self

@@ -23,6 +23,12 @@ A tracker never loses the run: one that fails to open or to log (an import error
 backend exception) warns once, naming `run.report_to=<name>`, and is dropped; training goes on and
 metrics.jsonl keeps every row. `report_to_problems` is the config check (torch-free and backend-free:
 importlib.util.find_spec only).
+
+No credential in a run file or a console line: a tracker location written to RUN/trackers.json or printed
+(MLFLOW_TRACKING_URI's `http://user:PASSWORD@host`, `postgresql://user:pass@host/db`) goes through
+`redact_uri` (user:***@, and the value of a query parameter named like a token, password, key or secret:
+***), and every line this module prints or warns goes through `redact_text` (each URI in it redacted, and
+the value of a secret environment variable, SECRET_ENV, or a URI_ENV URI's password replaced by ***).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import os
 import re
 import sys
 import time
+import urllib.parse
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -51,6 +58,81 @@ STATE_FILE = "trackers.json"
 PROJECT = "rlvr"
 """The wandb project, trackio project and mlflow experiment unless WANDB_PROJECT, TRACKIO_PROJECT or
 MLFLOW_EXPERIMENT_NAME says otherwise."""
+
+
+SECRET_ENV = ("WANDB_API_KEY", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN", "DATABRICKS_TOKEN",
+              "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "TRACKIO_WRITE_TOKEN")
+"""Environment variables whose values never appear in a line this module prints or warns (`redact_text`)."""
+
+URI_ENV = ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI", "WANDB_BASE_URL")
+"""Environment variables holding a URI whose password and secret query values never appear either."""
+
+REDACTED = "***"
+
+_SECRET_PARAM = re.compile(r"token|passw|pwd|secret|key|auth|credential|signature|sig$|^sig", re.IGNORECASE)
+_URI_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>`]+")
+
+
+def redact_uri(uri: str) -> str:
+    """`uri` without its credentials: the password of user:password@ becomes *** (a user alone, which may be
+    a token as in https://TOKEN@host, becomes ***), and so does the value of each query parameter named like
+    a token, password, key or secret (`?token=...&sslmode=require` -> `?token=***&sslmode=require`). A
+    string without scheme:// (a path, `databricks`) is returned as it is."""
+    if "://" not in uri:
+        return uri
+    scheme, sep, rest = uri.partition("://")
+    end = len(rest)
+    for ch in "/?#":
+        i = rest.find(ch)
+        if i != -1:
+            end = min(end, i)
+    netloc, tail = rest[:end], rest[end:]
+    if "@" in netloc:
+        userinfo, _, host = netloc.rpartition("@")
+        user, colon, _password = userinfo.partition(":")
+        netloc = f"{user}:{REDACTED}@{host}" if colon else f"{REDACTED}@{host}"  # a lone user may be a token
+    if "?" in tail:
+        path, _, query = tail.partition("?")
+        query, hash_, fragment = query.partition("#")
+        items = []
+        for item in query.split("&"):
+            name, eq, _value = item.partition("=")
+            items.append(f"{name}={REDACTED}" if eq and _SECRET_PARAM.search(name) else item)
+        tail = f"{path}?{'&'.join(items)}{hash_}{fragment}"
+    return f"{scheme}{sep}{netloc}{tail}"
+
+
+def _secret_values() -> list[str]:
+    """The secrets of the environment: each SECRET_ENV value whole, and the password and secret query values
+    of each URI_ENV URI; longest first (so a value containing another is replaced whole)."""
+    found = {os.environ[name] for name in SECRET_ENV if os.environ.get(name)}
+    for name in URI_ENV:
+        value = os.environ.get(name, "")
+        if "://" not in value:
+            continue
+        rest = value.partition("://")[2]
+        netloc = re.split(r"[/?#]", rest, maxsplit=1)[0]
+        if "@" in netloc:
+            userinfo = netloc.rpartition("@")[0]
+            user, colon, password = userinfo.partition(":")
+            secret = password if colon else user
+            found.add(secret)
+            found.add(urllib.parse.unquote(secret))
+        query = rest.partition("?")[2].partition("#")[0]
+        for name_, _, v in (item.partition("=") for item in query.split("&")):
+            if v and _SECRET_PARAM.search(name_):
+                found.add(v)
+                found.add(urllib.parse.unquote(v))
+    return sorted((v for v in found if len(v) >= 4), key=len, reverse=True)  # 4+: no masking of every "a"
+
+
+def redact_text(text: str) -> str:
+    """`text` (a message, an exception's words) with every URI in it redacted (`redact_uri`) and each
+    environment secret (`_secret_values`) replaced by ***."""
+    text = _URI_IN_TEXT.sub(lambda m: redact_uri(m.group(0)), text)
+    for secret in _secret_values():
+        text = text.replace(secret, REDACTED)
+    return text
 
 
 def parse_report_to(spec: str | Sequence[str] | None) -> list[str]:
@@ -140,7 +222,7 @@ def _save_state(run_dir: Path, name: str, value: dict) -> None:
 
 
 def _say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    print(redact_text(message), file=sys.stderr, flush=True)
 
 
 class Tracker:
@@ -252,9 +334,10 @@ class MlflowTracker(Tracker):
 
         uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(run_dir / 'mlflow.db').resolve()}"
         self.client = MlflowClient(tracking_uri=uri)
+        shown = redact_uri(uri)  # what trackers.json keeps and the console shows: no credential
         prior = _state(run_dir).get("mlflow", {}) if resume else {}
         self.run_id = None
-        if prior.get("run_id") and prior.get("tracking_uri") == uri:
+        if prior.get("run_id") and prior.get("tracking_uri") in (shown, uri):
             self.client.get_run(prior["run_id"])  # raises when it is gone
             self.run_id = prior["run_id"]
             self.client.update_run(self.run_id, status="RUNNING")
@@ -268,8 +351,9 @@ class MlflowTracker(Tracker):
             else:
                 exp_id = self.client.create_experiment(name)
             self.run_id = self.client.create_run(exp_id, run_name=run_dir.name).info.run_id
-        _save_state(run_dir, "mlflow", {"run_id": self.run_id, "tracking_uri": uri})
-        _say(f"run.report_to: mlflow run {self.run_id} in {uri}; see it with: mlflow ui --backend-store-uri {uri}")
+        _save_state(run_dir, "mlflow", {"run_id": self.run_id, "tracking_uri": shown})
+        _say(f"run.report_to: mlflow run {self.run_id} in {shown}; see it with: mlflow ui --backend-store-uri "
+             f"{shown}" + (" (with the password of MLFLOW_TRACKING_URI)" if shown != uri else ""))
         if config:
             self.log_config(config)
 
@@ -320,7 +404,7 @@ class Trackers:
 
     def _fail(self, tracker_name: str, what: str, exc: BaseException, step: int | None = None) -> None:
         at = f" at step {step}" if step is not None else ""
-        why = " ".join(f"{type(exc).__name__}: {exc}".split())  # one line
+        why = redact_text(" ".join(f"{type(exc).__name__}: {exc}".split()))  # one line, no credential
         why = why if len(why) <= 400 else why[:400] + " ..."
         self.failed[tracker_name] = why
         warnings.warn(f"run.report_to={tracker_name}: {what} failed{at} ({why}); this tracker is off for the "

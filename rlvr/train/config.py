@@ -14,9 +14,11 @@ inside the checks that need them.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import importlib.util
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Literal
 
@@ -89,7 +91,7 @@ class ModelConfig:
         if self.name == "tiny" and not self.init_from and self.num_heads >= 1 and self.hidden_size % self.num_heads:
             c.error(f"model.hidden_size={self.hidden_size} must be divisible by model.num_heads={self.num_heads}")
         if self.init_from:
-            if not Path(self.init_from).exists():
+            if not Path(self.init_from).exists() and not (self.lora_rank <= 0 and _resumed_run_has_weights()):
                 c.error(f"model.init_from={self.init_from}: no such run, checkpoint or model directory")
         c.device("device", self.device)
         self._validate_lora(c)
@@ -128,7 +130,8 @@ class DataConfig:
     train_path: str = ""
     """JSONL of training examples; '' = the task's built-in source (synthetic tasks generate their own)."""
     sft_path: str = ""
-    """`rlvr sft` only: JSONL of {"prompt", "response"} pairs to train on instead of the task's own targets."""
+    """`rlvr sft` only: JSONL to train on instead of the task's own targets: {"prompt", "response"} pairs, TRL's
+    {"prompt", "completion"} (plain or conversational) or {"messages": [...]} rows."""
     eval_path: str = ""
     """JSONL of held-out examples; '' = the task's built-in held-out split."""
     hf_dataset: str = ""
@@ -146,14 +149,20 @@ class DataConfig:
     answer_key: str = ""
     """Your rows' column holding the answer (a final answer for task=math; GSM8K's "... #### 42" for task=gsm8k);
     '' = the task's own name ("answer")."""
+    eval_question_key: str = ""
+    """Your held-out rows' column holding the question (data.eval_path, data.hf_eval_split) when it differs from
+    the training rows' (a custom train file paired with MATH-500's "problem"); '' = data.question_key."""
+    eval_answer_key: str = ""
+    """Your held-out rows' column holding the answer, when it differs from the training rows'; '' = data.answer_key."""
     template: str = ""
     """Prompt template name (r1_zero, question_only, ...); '' = the task's default."""
     thinking_mode: str = ""
     """Qwen3's mode switch: think or no_think appends '/think' or '/no_think' to each question (no_think needs
-    sampling.thinking_budget=0: the response starts with a closed, empty think block); '' = no tag."""
+    sampling.thinking_budget=0: the response starts with a closed, empty think block; not with data.env); '' = no tag."""
     reward: str = ""
     """Reward function: a name from rlvr.rewards, a weighted sum 'r1_zero:1,language:0.1', or your own
-    'module:function' ((response, example) -> Reward, importable); '' = the task's default checker."""
+    'module:function' or 'path/to/file.py:function' ((response, example) -> Reward, or a float / bool: > 0 is
+    correct); '' = the task's default checker."""
     reward_workers: int = 1
     """Threads (and verifier processes) that score a rollout batch (rlvr.rewards.score_batch)."""
     reward_timeout_s: float = 0.0
@@ -183,14 +192,14 @@ class DataConfig:
     """rlvr train: re-estimate pass rates before step 1 and every N steps (filter_k samples of the next
     filter_pool problems); 0 = estimates come only from the training groups themselves."""
     filter_k: int = 8
-    """Samples per problem of a pass-rate refresh."""
+    """data.filter_every: samples per problem of a pass-rate refresh."""
     filter_pool: int = 0
-    """Problems per refresh (the next ones of the training stream); 0 = every training problem."""
+    """data.filter_every: problems per refresh (the next ones of the training stream); 0 = every training problem."""
     curriculum: Literal["", "pass_rate"] = ""
     """rlvr train: pass_rate = draw each step's problems by estimated pass rate (weight 4r(1-r) +
     curriculum_floor, unmeasured problems count as 0.5) instead of the shuffled stream; '' = stream."""
     curriculum_floor: float = 0.05
-    """Weight added to every problem in the curriculum, so none becomes unreachable."""
+    """data.curriculum=pass_rate: weight added to every problem, so none becomes unreachable."""
     env: str = ""
     """Multi-turn environment from rlvr.envs (calculator, python_tool, code_repair): rollouts are episodes with
     tool calls and the reward comes from the environment; '' = single-turn task. See docs/agents.md."""
@@ -226,6 +235,8 @@ class DataConfig:
         if self.filter_every and not (self.filter_band or self.curriculum):
             c.error(f"data.filter_every={self.filter_every} refreshes pass rates that nothing reads: set "
                     "data.filter_band or data.curriculum=pass_rate too")
+        for problem in self.inert_problems():
+            c.error(problem)
         if self.env:
             from rlvr.envs import ENVIRONMENTS
 
@@ -254,7 +265,8 @@ class DataConfig:
                 c.error(f"data.reward={self.reward!r}: {_error_text(exc)}")
             except (ImportError, AttributeError) as exc:  # a 'module:function' of the user's that does not load
                 c.error(f"data.reward={self.reward!r}: {type(exc).__name__}: {exc} (a 'module:function' reward must "
-                        "be importable from here: installed, or its folder on PYTHONPATH)")
+                        "be importable: installed, on PYTHONPATH or in the current folder; or give its file, "
+                        "path/to/file.py:function)")
         elif task is not None and template_ok:
             try:
                 task.reward_name(self.template or None)
@@ -277,9 +289,10 @@ class DataConfig:
             except ImportError:
                 c.error(f"data.hf_dataset={self.hf_dataset!r} needs the `datasets` package: pip install datasets")
         else:
-            for name in ("hf_config", "hf_eval_split"):
-                if getattr(self, name):
-                    c.error(f"data.{name}={getattr(self, name)!r} applies to data.hf_dataset, which is not set")
+            for name in ("hf_config", "hf_eval_split", "hf_split"):
+                if _changed(self, name):
+                    c.error(f"data.{name}={getattr(self, name)!r} applies to data.hf_dataset, which is not set: "
+                            f"set data.hf_dataset, or leave data.{name}={_default(self, name)!r}")
         c.at_least("reward_workers", self.reward_workers, 1)
         c.at_least("reward_timeout_s", self.reward_timeout_s, 0)
         c.at_least("num_train", self.num_train, 0)
@@ -287,6 +300,47 @@ class DataConfig:
         c.at_least("digits", self.digits, 1)
         c.at_least("operands", self.operands, 2)
         c.done()
+
+    def inert_problems(self) -> list[str]:
+        """The data keys set to a non-default value that another data key makes do nothing, one line each naming
+        both keys (issue 36: a key accepted and ignored is refused). A default is never refused."""
+        out = []
+        if self.env:
+            for name, why in _ENV_INERT_DATA.items():
+                if _changed(self, name):
+                    out.append(f"data.{name}={getattr(self, name)!r} has no effect with data.env={self.env!r}: {why}; "
+                               f"leave data.{name}={_default(self, name)!r} with data.env")
+            if _changed(self, "digits") and _env_knobs(self.env) == ():
+                out.append(f"data.digits={self.digits} has no effect with data.env={self.env!r}: its generator takes "
+                           f"no digits (calculator and python_tool do); leave data.digits={_default(self, 'digits')} "
+                           "with this environment")
+        else:
+            for name in ("env_max_turns", "env_max_tokens", "env_integrity", "env_chat"):
+                if _changed(self, name):
+                    out.append(f"data.{name}={getattr(self, name)!r} applies to data.env (multi-turn episodes), "
+                               f"which is not set: set data.env, or leave data.{name}={_default(self, name)!r}")
+            for name in ("eval_question_key", "eval_answer_key"):
+                if _changed(self, name) and not (self.eval_path or (self.hf_dataset and self.hf_eval_split)):
+                    out.append(f"data.{name}={getattr(self, name)!r} names a column of your held-out rows, but none "
+                               "are read (data.eval_path is empty, and no data.hf_eval_split of data.hf_dataset): "
+                               f"give data.eval_path, or leave data.{name} empty")
+            for name in ("question_key", "answer_key"):
+                if _changed(self, name) and not (self.train_path or self.eval_path or self.hf_dataset):
+                    out.append(f"data.{name}={getattr(self, name)!r} names a column of your rows, but no rows are read "
+                               f"(data.train_path, data.eval_path and data.hf_dataset are empty: task {self.task!r} "
+                               f"uses its built-in problems): give a file or data.hf_dataset, or leave data.{name} "
+                               "empty")
+        if not self.filter_every:
+            for name in ("filter_k", "filter_pool"):
+                if _changed(self, name):
+                    out.append(f"data.{name}={getattr(self, name)} sizes the pass-rate refresh of data.filter_every, "
+                               f"which is 0 (no refresh): set data.filter_every > 0, or leave "
+                               f"data.{name}={_default(self, name)}")
+        if _changed(self, "curriculum_floor") and self.curriculum != "pass_rate":
+            out.append(f"data.curriculum_floor={self.curriculum_floor} weights the problems of data.curriculum="
+                       f"pass_rate, which is not set (data.curriculum={self.curriculum!r}): set data.curriculum="
+                       f"pass_rate, or leave data.curriculum_floor={_default(self, 'curriculum_floor')}")
+        return out
 
     def generated_train_count(self) -> int:
         """How many training problems a generator makes: data.num_train, or (0) SYNTHETIC_TRAIN, capped at the
@@ -359,9 +413,10 @@ class JudgeConfig:
     """HTTP requests in flight at once."""
     batch_size: int = 64
     """Local judge model: prompts per forward batch of its generate call."""
-    fallback: Literal["symbolic", "incorrect"] = "symbolic"
-    """When the judge fails (timeout, HTTP error, no verdict word): score the sample with the task's symbolic
-    checker (symbolic) or as wrong (incorrect); counted in judge/fallbacks."""
+    fallback: Literal["symbolic", "incorrect", "unscored"] = "symbolic"
+    """When the judge fails (timeout, HTTP error, unreachable, no verdict word): score the sample with the task's
+    symbolic checker (symbolic), as wrong (incorrect), or leave it unscored (unscored: kept out of its group's
+    baseline, advantage 0); counted in judge/fallbacks."""
     api_key_env: str = ""
     """Name of the environment variable holding the endpoint's key (sent as a Bearer token, never logged)."""
     device: str = ""
@@ -392,9 +447,23 @@ class JudgeConfig:
         process (not data.reward_isolate, not Ray scorer actors)."""
         from rlvr.rewards.judge import reward_uses_judge
 
-        if not reward_uses_judge(data.reward):
-            return
         c = _Checks("judge")
+        if not reward_uses_judge(data.reward):
+            # every judge key is read only by the judge reward: one set without it does nothing (issue 36)
+            for f in fields(self):
+                if _changed(self, f.name):
+                    c.error(f"judge.{f.name}={getattr(self, f.name)!r} configures the model judge, which data.reward="
+                            f"{data.reward!r} does not use: set data.reward=judge (or a sum naming judge, such as "
+                            f"'judge:1,format:0.1'), or leave judge.{f.name} unset")
+            c.done()
+            return
+        for name in (_JUDGE_HTTP_KEYS if not self.url else _JUDGE_LOCAL_KEYS):
+            if _changed(self, name):
+                c.error(f"judge.{name}={getattr(self, name)!r} applies to "
+                        + ("an HTTP judge (judge.url), and judge.url is empty: the judge is the local model "
+                           f"judge.model={self.model!r}" if not self.url else
+                           f"a local judge model, and judge.url={self.url!r} is set: the judge is that endpoint")
+                        + f"; leave judge.{name}={_default(self, name)!r}")
         if not (self.url or self.model):
             c.error(f"data.reward={data.reward!r} uses the model judge: set judge.url (an OpenAI-compatible "
                     "endpoint) or judge.model (a local judge model: tiny, a folder, a run directory)")
@@ -413,7 +482,8 @@ class DecodingConfig:
     EvalSamplingConfig extend it (a section re-declares a field to change its default or docstring)."""
 
     top_p: float = 1.0
-    """Nucleus sampling threshold; 1.0 = off (rlvr train's learner scores the same truncated distribution)."""
+    """Nucleus sampling threshold; 1.0 = off (rlvr train's importance ratio scores the same truncated distribution;
+    the KL penalty compares the models untruncated)."""
     max_tokens: int = 16
     """Maximum response length in tokens."""
     stop: list[str] = field(default_factory=list)
@@ -449,8 +519,8 @@ class SamplingConfig(DecodingConfig):
     temperature: float = 1.0
     """Sampling temperature of rollouts (evaluation has its own)."""
     top_k: int = 0
-    """Sample from the k most likely tokens of each step (after temperature, before top_p); 0 = off. The trainer
-    scores the same truncated distribution."""
+    """Sample from the k most likely tokens of each step (after temperature, before top_p); 0 = off. The trainer's
+    importance ratio scores the same truncated distribution (the KL penalty compares the models untruncated)."""
     max_tokens: int = 16
     """Maximum response length in tokens; also the constant of seq_mean_token_sum_norm when algo.norm_length is 0."""
     min_tokens: int = 0
@@ -497,7 +567,7 @@ class RolloutConfig:
     shared_prefix: bool = True
     """hf: prefill each distinct prompt once; its samples decode on its keys/values in place (cascade attention; a copy of the KV cache where the model does not allow it); false = prefill every row."""
     cuda_graphs: str = "auto"
-    """hf on a GPU: decode on a static KV cache with each step replayed as a CUDA graph, the sampled tokens brought to the host every 16 steps (rlvr.rollout.static_decode; same tokens and logprobs, no row dropping, no shared prefill); auto = on for a CUDA model of a supported type (Qwen2, Qwen3, Llama; sdpa or eager attention), true = the same but warn when not possible, false = off. A failure warns once and falls back to the plain loop."""
+    """hf on a GPU: decode on a static KV cache with each step replayed as a CUDA graph, the sampled tokens brought to the host every 16 steps (rlvr.rollout.static_decode; same tokens and logprobs, no row dropping, no shared prefill); auto = on for a CUDA model of a supported type (Qwen2, Qwen3, Llama; sdpa or eager attention), true = the same but warn when not possible, false = off. A failure warns once and falls back to the plain loop (out of memory is raised)."""
     device: str = ""
     """vllm: '' = colocated on the policy's GPU (model.device); cuda:N = a separate GPU (the CS336 setup)."""
     gpu_memory_utilization: float = 0.3
@@ -556,9 +626,9 @@ class AlgoConfig:
     advantage: str = "grpo"
     """Advantage estimator (rlvr.algo.ADVANTAGE_ESTIMATORS), gae (PPO's critic) or process (per-step rewards)."""
     adv_std: str = "population"
-    """Std used by dividing estimators (grpo, batch_std): population (1/G, DeepSeekMath) or sample (1/(G-1))."""
+    """Std used by dividing estimators (grpo, batch_std, process): population (1/G, DeepSeekMath) or sample (1/(G-1))."""
     adv_eps: float = 1e-6
-    """Stabilizer added to the std before dividing."""
+    """Stabilizer added to the std before dividing (grpo, batch_std, process)."""
     process_outcome_coef: float = 0.0
     """advantage=process: weight of the outcome's GRPO advantage added to every token's step advantage; 0 = steps only."""
     process_baseline: Literal["group", "step"] = "group"
@@ -567,28 +637,31 @@ class AlgoConfig:
     loss: str = "grpo_clip"
     """Per-token policy loss (rlvr.algo.POLICY_LOSSES)."""
     clip_low: float = 0.2
-    """Lower clip range: ratio is clipped at 1 - clip_low (cispo: the detached weight; 1 = no lower bound)."""
+    """Lower clip range: ratio is clipped at 1 - clip_low (cispo: the detached weight; 1 = no lower bound). Read by
+    grpo_clip, gspo and cispo only (refused with another loss unless left at its default)."""
     clip_high: float = 0.2
-    """Upper clip range: ratio is clipped at 1 + clip_high (DAPO's clip-higher sets it above clip_low)."""
+    """Upper clip range: ratio is clipped at 1 + clip_high (DAPO's clip-higher sets it above clip_low); grpo_clip,
+    gspo and cispo only."""
     dual_clip: float = 0.0
-    """Dual-clip constant c > 1 bounding the loss of negative-advantage tokens; 0 = off."""
+    """Dual-clip constant c > 1 bounding the loss of negative-advantage tokens (grpo_clip, gspo); 0 = off."""
     kimi_tau: float = 1.0
-    """kimi loss: the KL-regularization temperature tau."""
+    """kimi loss only: the KL-regularization temperature tau."""
     aggregation: str = "seq_mean_token_mean"
     """How per-token losses become one number (rlvr.algo.LOSS_AGGREGATIONS)."""
     norm_length: int = 0
-    """Constant of seq_mean_token_sum_norm (Dr. GRPO); 0 = sampling.max_tokens."""
+    """Constant of algo.aggregation=seq_mean_token_sum_norm (Dr. GRPO), read by it only; 0 = sampling.max_tokens."""
     kl_coef: float = 0.0
     """Weight of the KL penalty to the reference policy; 0 = no reference model at all."""
     kl_estimator: str = "k3"
     """KL estimator (rlvr.algo.KL_ESTIMATORS): k1, k2, k3, k1_clamped. In the loss k2's gradient is that of
-    KL(pi || ref), k3's that of KL(ref || pi), k1's is 0 (refused); in the reward only k1's is that of
-    KL(pi || ref) (docs/algorithms.md section 4)."""
+    KL(pi || ref), k3's that of KL(ref || pi), k1's is 0 and k1_clamped's no divergence's (both refused there);
+    in the reward only k1's is that of KL(pi || ref) (docs/algorithms.md section 4). Needs algo.kl_coef > 0."""
     kl_in: Literal["loss", "reward"] = "loss"
     """Where kl_coef applies: loss (KL term added to the per-token loss) or reward (per-token penalty
     -kl_coef*KL(old || ref) whose reward-to-go is added to each token's advantage, REINFORCE++ style)."""
     ref_refresh_every: int = 0
-    """Replace the reference policy by the current policy every k steps; 0 = keep the start policy."""
+    """Replace the reference policy by the current policy every k steps (needs algo.kl_coef > 0); 0 = keep the
+    start policy."""
     epochs_per_rollout_batch: int = 1
     """Passes over each rollout batch; above 1 the ratio departs from 1 and clipping matters."""
     train_batch_size: int = 0
@@ -607,11 +680,13 @@ class AlgoConfig:
     """With filter_zero_variance: sample up to this many extra batches of sampling.n_prompts new problems
     per step to replace the dropped groups until the batch holds n_prompts groups (DAPO); 0 = no refill."""
     length_reward: str = ""
-    """Length-shaping term added to rewards before advantages: '' (none), kimi, dapo_overlong."""
+    """Length-shaping term added to rewards before advantages: '' (none), kimi, dapo_overlong; needs
+    algo.length_reward_coef > 0 (there is no default weight: Kimi k1.5 gives none)."""
     length_reward_coef: float = 0.0
-    """Weight of the length term (kimi: multiplies lambda_i; dapo_overlong: multiplies the penalty)."""
+    """Weight of the length term (kimi: multiplies lambda_i; dapo_overlong: multiplies the penalty, verl's
+    overlong_buffer.penalty_factor); > 0 exactly when algo.length_reward is set (recipes: kimi 0.1, dapo 1.0)."""
     overlong_buffer: int = 4
-    """dapo_overlong: soft-penalty window in tokens before sampling.max_tokens."""
+    """dapo_overlong: soft-penalty window in tokens before sampling.max_tokens (verl's overlong_buffer.len)."""
     length_reward_warmup_steps: int = 0
     """Steps at the start during which the length term is off (Kimi k1.5's warm-up); 0 = on from step 1."""
     critic: Literal["", "shared", "separate"] = ""
@@ -622,11 +697,11 @@ class AlgoConfig:
     gae_lambda: float = 0.95
     """gae: lambda of generalized advantage estimation (1 = Monte Carlo return minus value)."""
     value_coef: float = 0.5
-    """Weight of the value loss in the summed loss."""
+    """gae: weight of the value loss in the summed loss."""
     value_clip: float = 0.2
-    """Clip range of the value loss around the rollout-time values; 0 = unclipped."""
+    """gae: clip range of the value loss around the rollout-time values; 0 = unclipped."""
     critic_lr: float = 0.0
-    """Learning rate of the value model's optimizer (head, and trunk when separate); 0 = optim.lr."""
+    """gae: learning rate of the value model's optimizer (head, and trunk when separate); 0 = optim.lr."""
     entropy_coef: float = 0.0
     """Weight of an entropy bonus (subtracted from the loss); 0 = none."""
     entropy_mask_quantile: float = 1.0
@@ -647,7 +722,7 @@ class AlgoConfig:
     counting real tokens; with shared_prefix each group's prompt is in the sequence once, its responses
     attending to it through the mask; same numbers up to float rounding. auto = on when the policy is on
     CUDA (compiled flex_attention) and off on CPU, where the padded (cascade) path is faster; true also packs
-    on CPU (a dense mask there: for checks)."""
+    on CPU (a dense mask there: for checks). LoRA (peft) policies pack too."""
     rollout_correction: str = "auto"
     """Correct the sampler/trainer mismatch with importance weights pi_old/pi_sampler (rlvr.algo.correction):
     token_tis (min(ratio, cap) per token), token_mask (tokens with ratio outside [low, cap] leave the loss),
@@ -660,13 +735,20 @@ class AlgoConfig:
     as TRL's masks."""
 
     def kl_loss_problem(self) -> str | None:
-        """Why the KL term as configured regularises nothing, or None (also checked by TrainConfig.validate)."""
+        """Why the KL term as configured regularises nothing, or toward no divergence, or None (also checked by
+        TrainConfig.validate)."""
         if self.kl_coef > 0 and self.kl_in == "loss" and self.kl_estimator in _KL_ZERO_LOSS_GRADIENT:
             # E_{y~pi}[grad (log pi(y) - log ref(y))] = sum_y grad pi(y) = 0: a penalty that pulls on nothing
             return (f"algo.kl_estimator={self.kl_estimator!r} with algo.kl_in=loss regularises nothing: the "
                     "gradient of logp - ref_logp is 0 in expectation over tokens sampled from the policy; use "
                     "algo.kl_estimator=k2 (its loss gradient is that of KL(pi || ref)) or algo.kl_in=reward "
                     "(k1 as a per-token reward penalty, as PPO does)")
+        if self.kl_coef > 0 and self.kl_in == "loss" and self.kl_estimator in _KL_NO_DIVERGENCE_LOSS_GRADIENT:
+            # E_{y~pi}[grad max(d, 0)] = E[1[d > 0] grad log pi] = grad pi(S), S = {y: pi(y) > ref(y)}
+            return (f"algo.kl_estimator={self.kl_estimator!r} with algo.kl_in=loss descends neither KL direction: "
+                    "its expected gradient is that of pi(S), the policy's mass on the tokens it prefers to the "
+                    "reference (docs/algorithms.md section 4); use algo.kl_estimator=k2 (KL(pi || ref)) or k3 "
+                    "(KL(ref || pi)) in the loss, or algo.kl_in=reward (AlpacaFarm's reward shaping)")
         return None
 
     def validate(self) -> None:
@@ -728,7 +810,8 @@ class RunConfig:
     out_dir: str = "runs/train"
     """Run directory (created; resume with --resume out_dir)."""
     overwrite: bool = False
-    """Replace an existing run in out_dir (its metrics, checkpoints and plots are deleted); else refuse."""
+    """Replace an existing rlvr run in out_dir (what the run wrote is deleted; other files stay; a folder of other
+    files is refused either way); else refuse."""
     steps: int = 60
     """Training steps (RL: rollout batches; SFT: optimizer steps)."""
     seed: int = 0
@@ -880,6 +963,27 @@ class TeacherConfig:
         c.done()
 
 
+_RESUMING: contextvars.ContextVar[Path | None] = contextvars.ContextVar("rlvr_resuming", default=None)
+
+
+@contextlib.contextmanager
+def resuming(run_dir):
+    """While a resumed run's config loads (`--resume RUN`): a model.init_from that is gone is no error when the
+    run holds a checkpoint with a full model, from which the resume loads the policy (rlvr.train.session.
+    resume_weights): a resume needs only the run directory."""
+    token = _RESUMING.set(Path(run_dir))
+    try:
+        yield
+    finally:
+        _RESUMING.reset(token)
+
+
+def _resumed_run_has_weights() -> bool:
+    run = _RESUMING.get()
+    return run is not None and any((m.parent / "model" / "config.json").is_file()
+                                   for m in (run / "checkpoints").glob("step_*/meta.json"))
+
+
 @dataclass
 class TrainConfig:
     """Policy-gradient (GRPO family) training: `rlvr train`."""
@@ -914,6 +1018,7 @@ class TrainConfig:
         self.rollout.check_placement(self.model)
         _check_thinking_mode(self.data, self.sampling)
         _check_policy_gradient(self)
+        _check_inert(self)
         self.batch_plan()
         _check_asynchronous(self)
         _check_sharded(self)
@@ -1036,9 +1141,10 @@ class EvalSamplingConfig(DecodingConfig):
     """Decoding of `rlvr eval`."""
 
     n: int = 1
-    """Samples per problem (n > 1 adds pass@k)."""
+    """Samples per problem (n > 1 adds pass@k and maj@k; needs sampling.temperature > 0: greedy answers are all
+    the same)."""
     temperature: float = 0.0
-    """0 = greedy."""
+    """0 = greedy (one answer per problem: sampling.n=1)."""
     batch_size: int = 256
     """Prompts per generate call (on CPU with the hf engine also at most 16384 tokens a call: rows x (longest
     prompt + max_tokens), rlvr.eval.CPU_EVAL_TOKENS; long prompts in 256-prompt calls were several times slower)."""
@@ -1088,7 +1194,13 @@ class EvalConfig:
     """Model judge of data.reward=judge."""
 
     def validate(self) -> None:
-        """After the sections' own checks: evaluation reads only held-out problems."""
+        """After the sections' own checks: evaluation reads only held-out problems; n > 1 greedy samples would
+        be n copies of one answer (a flat pass@k)."""
+        s = self.sampling
+        if s.n > 1 and s.temperature == 0:
+            raise ConfigError(f"sampling.n={s.n} with sampling.temperature=0 (greedy, the default): the {s.n} answers "
+                              "of a problem would all be the same one, and pass@k flat; sample (sampling.temperature="
+                              "1.0, say) or leave sampling.n=1")
         _check_thinking_mode(self.data, self.sampling)
         self.data.check_problem_counts(("test",))
         self.rollout.check_placement(self.model)
@@ -1109,11 +1221,72 @@ _ATTN_IMPLEMENTATIONS = ("auto", "sdpa", "eager", "flash_attention_2")
 # KL estimators whose gradient as a loss term is 0 in expectation (docs/algorithms.md section 4): refused
 # with algo.kl_in=loss.
 _KL_ZERO_LOSS_GRADIENT = ("k1",)
+# KL "estimators" whose expected gradient as a loss term is that of no divergence (k1_clamped: pi's mass on
+# {pi > ref}; docs/algorithms.md section 4): refused with algo.kl_in=loss too.
+_KL_NO_DIVERGENCE_LOSS_GRADIENT = ("k1_clamped",)
 # algo.rollout_correction values: auto, none and rlvr.algo.ROLLOUT_CORRECTIONS (a test checks they agree).
 _ROLLOUT_CORRECTIONS = ("auto", "none", "token_tis", "token_mask", "seq_tis", "seq_mask")
 # algo.length_reward values: the keys of rlvr.train.objective.LENGTH_REWARDS (a test checks they agree),
 # spelled out because that module imports the models.
 _LENGTH_REWARDS = ("", "kimi", "dapo_overlong")
+
+# The judge keys only an HTTP judge reads (rlvr.rewards.judge.HTTPJudge), and only a local judge model
+# (rlvr.train.judge.build_judge_backend: its generate batch and device; a local forward has no timeout).
+_JUDGE_HTTP_KEYS = ("timeout_s", "concurrency", "api_key_env")
+_JUDGE_LOCAL_KEYS = ("batch_size", "device")
+
+# Which policy losses read which keys (rlvr.algo.losses; tests/test_config_inert.py checks each against the
+# loss functions themselves): grpo_clip and gspo clip the ratio at [1 - clip_low, 1 + clip_high] and take the
+# dual clip, cispo clips its detached weight; no_baseline / reinforce_with_baseline (REINFORCE), grpo_no_clip
+# and kimi clip nothing; only kimi reads tau (algo.kimi_tau).
+_CLIPPING_LOSSES = ("grpo_clip", "gspo", "cispo")
+_DUAL_CLIP_LOSSES = ("grpo_clip", "gspo")
+# Advantages that divide by a standard deviation, so read algo.adv_std and algo.adv_eps (rlvr.algo.advantages;
+# process normalises its step rewards the same way, rlvr.train.process); no_baseline, zero, group_mean, rloo and
+# gae (the critic's values) read neither.
+_STD_ADVANTAGES = ("grpo", "batch_std", "process")
+# PPO's critic keys: read only with algo.advantage=gae (rlvr.train.critic, rlvr.train.targets.gae_targets).
+_GAE_KEYS = ("gamma", "gae_lambda", "value_coef", "value_clip", "critic_lr")
+# Data keys that do nothing with data.env (rlvr.envs.task.env_task_data reads none of them), and why.
+_ENV_INERT_DATA = {
+    "task": "the environment makes the problems and scores the episodes (the task is not read)",
+    "template": "the environment lays out its own prompts and turns (data.env_chat)",
+    "thinking_mode": "the environment lays out its own prompts and turns; no thinking-mode tag is added",
+    "reward": "the environment scores each episode itself; no reward function is called",
+    "reward_timeout_s": "the environment scores each episode itself; no reward function is called",
+    "reward_isolate": "the environment scores each episode itself; no reward function is called",
+    "verifier_tolerance": "the environment scores each episode itself; the task's math verifier is not called",
+    "hf_dataset": "the environment generates its problems or reads data.train_path / data.eval_path rows",
+    "question_key": "the environment reads the 'question' and 'reference' keys of data.train_path / data.eval_path rows",
+    "answer_key": "the environment reads the 'question' and 'reference' keys of data.train_path / data.eval_path rows",
+    "eval_question_key": "the environment reads the 'question' and 'reference' keys of data.train_path / data.eval_path rows",
+    "eval_answer_key": "the environment reads the 'question' and 'reference' keys of data.train_path / data.eval_path rows",
+    "operands": "only the arithmetic task's generator reads it (an environment's generator takes data.digits at most)",
+}
+
+
+def _env_knobs(env: str) -> tuple[str, ...] | None:
+    """The data keys an environment's problem generator takes (the calculator's digits), None for an unknown name
+    (DataConfig.validate names it). rlvr.envs imports torch: only here."""
+    import inspect
+
+    from rlvr.envs import ENVIRONMENTS
+
+    cls = ENVIRONMENTS.get(env)
+    if cls is None:
+        return None
+    return tuple(k for k in ("digits",) if k in inspect.signature(cls.generate_examples).parameters)
+
+
+def _default(section, name: str):
+    """The class default of a section's field (a key at its default is never refused as inert)."""
+    f = next(f for f in fields(section) if f.name == name)
+    return f.default_factory() if f.default is MISSING else f.default
+
+
+def _changed(section, name: str) -> bool:
+    """Whether section.<name> was set to something other than its default."""
+    return getattr(section, name) != _default(section, name)
 
 
 class _Checks:
@@ -1308,6 +1481,92 @@ def _check_policy_gradient(cfg: TrainConfig) -> None:
         raise ConfigError(f"run.steps={cfg.run.steps} must be >= 1")
     if cfg.optim.lr <= 0:
         raise ConfigError(f"optim.lr={cfg.optim.lr} must be > 0")
+
+
+def _check_inert(cfg: TrainConfig) -> None:
+    """Refuse every algo key of `rlvr train` set to a non-default value that another key's value makes do
+    nothing (issue 36), all at once, each line naming both keys and what to do. The data section's own
+    (DataConfig.inert_problems) and the judge's (JudgeConfig.check_reward) are checked with their sections."""
+    problems = _inert_algo_problems(cfg.algo, cfg.rollout.backend)
+    if problems:
+        raise ConfigError(problems)
+
+
+def _inert_algo_problems(a: AlgoConfig, backend: str = "hf") -> list[str]:
+    """The algo keys that do nothing under the other keys' values (a default is never one of them)."""
+    out = []
+    # the length term: LENGTH_REWARDS[length_reward] * length_reward_coef, off for length_reward_warmup_steps
+    if a.length_reward and a.length_reward_coef == 0:
+        out.append(f"algo.length_reward={a.length_reward!r} adds nothing with algo.length_reward_coef=0 (the term is "
+                   "multiplied by it; Kimi k1.5 gives no weight, verl's overlong_buffer.penalty_factor is 1.0): set "
+                   "algo.length_reward_coef > 0 (recipe kimi: 0.1, recipe dapo: 1.0), or leave algo.length_reward "
+                   "empty")
+    if not a.length_reward and a.length_reward_coef > 0:
+        out.append(f"algo.length_reward_coef={a.length_reward_coef} weights a length term, but algo.length_reward is "
+                   "empty: set algo.length_reward=kimi or dapo_overlong, or algo.length_reward_coef=0")
+    if _changed(a, "overlong_buffer") and a.length_reward != "dapo_overlong":
+        out.append(f"algo.overlong_buffer={a.overlong_buffer} is the window of algo.length_reward=dapo_overlong, and "
+                   f"algo.length_reward={a.length_reward!r}: set algo.length_reward=dapo_overlong, or leave "
+                   f"algo.overlong_buffer={_default(a, 'overlong_buffer')}")
+    if a.length_reward_warmup_steps > 0 and not (a.length_reward and a.length_reward_coef > 0):
+        out.append(f"algo.length_reward_warmup_steps={a.length_reward_warmup_steps} delays a length term that is off "
+                   f"(algo.length_reward={a.length_reward!r}, algo.length_reward_coef={a.length_reward_coef}): set "
+                   "both, or leave algo.length_reward_warmup_steps=0")
+    # the policy loss's keyword arguments (rlvr.algo.losses: each loss reads only its own)
+    if a.loss not in _CLIPPING_LOSSES:
+        for name in ("clip_low", "clip_high"):
+            if _changed(a, name):
+                out.append(f"algo.{name}={getattr(a, name)} has no effect with algo.loss={a.loss!r}, which clips "
+                           f"nothing: use a clipping loss ({', '.join(_CLIPPING_LOSSES)}), or leave "
+                           f"algo.{name}={_default(a, name)}")
+    if a.dual_clip and a.loss not in _DUAL_CLIP_LOSSES and a.loss != "cispo":  # cispo: _check_policy_gradient
+        out.append(f"algo.dual_clip={a.dual_clip} bounds the clipped surrogate of grpo_clip / gspo; algo.loss="
+                   f"{a.loss!r} has none: set algo.dual_clip=0, or algo.loss=grpo_clip")
+    if _changed(a, "kimi_tau") and a.loss != "kimi":
+        out.append(f"algo.kimi_tau={a.kimi_tau} is the temperature of algo.loss=kimi only, and algo.loss={a.loss!r}: "
+                   f"set algo.loss=kimi, or leave algo.kimi_tau={_default(a, 'kimi_tau')}")
+    # the KL term: no reference policy at all with kl_coef=0
+    if a.kl_coef == 0:
+        if _changed(a, "kl_estimator"):
+            out.append(f"algo.kl_estimator={a.kl_estimator!r} picks the estimator of the KL term, which "
+                       f"algo.kl_coef=0 turns off: set algo.kl_coef > 0, or leave "
+                       f"algo.kl_estimator={_default(a, 'kl_estimator')}")
+        if a.ref_refresh_every:
+            out.append(f"algo.ref_refresh_every={a.ref_refresh_every} refreshes the reference policy of the KL term, "
+                       "which algo.kl_coef=0 turns off (no reference is loaded): set algo.kl_coef > 0, or leave "
+                       "algo.ref_refresh_every=0")
+    if a.norm_length and a.aggregation != "seq_mean_token_sum_norm":
+        out.append(f"algo.norm_length={a.norm_length} is the constant of algo.aggregation=seq_mean_token_sum_norm "
+                   f"only, and algo.aggregation={a.aggregation!r}: set that aggregation, or leave algo.norm_length=0")
+    # the advantage: the std keys of the dividing estimators, the critic's keys of gae
+    if a.advantage not in _STD_ADVANTAGES:
+        for name in ("adv_std", "adv_eps"):
+            if _changed(a, name):
+                out.append(f"algo.{name}={getattr(a, name)!r} is read by the advantages that divide by a std "
+                           f"({', '.join(_STD_ADVANTAGES)}), and algo.advantage={a.advantage!r} divides by none: "
+                           f"use one of those, or leave algo.{name}={_default(a, name)!r}")
+    if a.advantage != "gae":
+        for name in _GAE_KEYS:
+            if _changed(a, name):
+                out.append(f"algo.{name}={getattr(a, name)} is read by PPO's critic only (algo.advantage=gae), and "
+                           f"algo.advantage={a.advantage!r}: set algo.advantage=gae with algo.critic, or leave "
+                           f"algo.{name}={_default(a, name)}")
+    # the sampler/trainer correction (rlvr.algo.correction): the cap of every mode, the low bound of the masks
+    mode = a.rollout_correction
+    if mode == "auto":
+        mode = "token_tis" if backend == "vllm" else "none"  # rlvr.train.objective.resolve_rollout_correction
+    said = (f"algo.rollout_correction={a.rollout_correction!r}" if a.rollout_correction != "auto" else
+            f"algo.rollout_correction='auto' (= {mode} with rollout.backend={backend})")
+    if mode == "none" and _changed(a, "rollout_correction_cap"):
+        out.append(f"algo.rollout_correction_cap={a.rollout_correction_cap} bounds the importance weights of a "
+                   f"rollout correction, and {said} corrects nothing: set algo.rollout_correction (token_tis, "
+                   f"token_mask, seq_tis, seq_mask), or leave algo.rollout_correction_cap="
+                   f"{_default(a, 'rollout_correction_cap')}")
+    if mode not in ("token_mask", "seq_mask") and _changed(a, "rollout_correction_low"):
+        out.append(f"algo.rollout_correction_low={a.rollout_correction_low} is the lower bound of the token_mask / "
+                   f"seq_mask corrections, and {said} masks nothing: set algo.rollout_correction=token_mask or "
+                   f"seq_mask, or leave algo.rollout_correction_low={_default(a, 'rollout_correction_low')}")
+    return out
 
 
 def _check_process(a: AlgoConfig) -> None:
@@ -1554,7 +1813,8 @@ class FilterSamplingConfig(DecodingConfig):
     """How the k answers per problem are sampled (k itself is filter.k)."""
 
     temperature: float = 1.0
-    """Sampling temperature; pass rates are meant at the temperature you will train with."""
+    """Sampling temperature; pass rates are meant at the temperature you will train with (0 = greedy: one answer
+    per problem, so filter.k and filter.no_reasoning_k must be 1)."""
     batch_size: int = 64
     """Problems per generate call (each with k samples; on CPU with the hf engine also at most 16384 tokens a
     call, rlvr.eval.CPU_EVAL_TOKENS); the progress bar advances per call."""
@@ -1672,8 +1932,18 @@ class FilterConfig:
     """Seed, threads, output directory."""
 
     def validate(self) -> None:
+        """After the sections' own checks: greedy decoding gives one answer per problem, so k > 1 samples of it
+        (filter.k, filter.no_reasoning_k) would be copies, and a pass rate 0 or 1."""
         _refuse_judge(self.data, "rlvr filter")
         _check_thinking_mode(self.data, self.sampling)
+        if self.sampling.temperature == 0:
+            for key in ("k", "no_reasoning_k"):
+                k = getattr(self.filter, key)
+                if k > 1:
+                    raise ConfigError(f"filter.{key} / {FILTER_FLAGS[key]} {k} with sampling.temperature=0: greedy "
+                                      f"answers of a problem are all the same, so its pass rate would be 0 or 1 "
+                                      f"from {k} copies of one answer; sample (sampling.temperature > 0) or set "
+                                      f"filter.{key}=1")
         self.data.check_problem_counts(("train",))
 
 

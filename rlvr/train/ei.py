@@ -38,7 +38,7 @@ from rlvr.models.scoring import sft_loss
 from rlvr.rewards.batch import score_rollouts
 from rlvr.rewards.types import Reward, Status
 from rlvr.rollout import rollouts_to_batch, with_thinking_budget
-from rlvr.rollout.types import SamplingSpec
+from rlvr.rollout.types import SamplingSpec, sampled_length, sampled_mean_logprob, unsampled_length
 from rlvr.runtime import memory_stats, reset_peak_memory
 from rlvr.train import session
 from rlvr.train.batching import split_indices
@@ -214,7 +214,7 @@ def train_ei(
     validate_ei_config(cfg)
     if (done := session.already_done(cfg, resume)) is not None:
         return done
-    cfg, model, tokenizer, task = session.start(cfg, data=data)
+    cfg, model, tokenizer, task = session.start(cfg, data=data, resume=resume)
     a, s, r = cfg.algo, cfg.sampling, cfg.run
     optimizer, scheduler = optimizer_from_config(model, cfg.optim, total_steps=r.steps,
                                                  master_weights=cfg.model.master_weights)
@@ -316,8 +316,9 @@ def round_metrics(rewards: Sequence[Reward], rollouts: Sequence[Any], sel: Selec
 def _samples(rollouts, examples, rewards, kept: set[int], row_entropy: list[float] | None, k: int,
              group_size: int) -> list[dict]:
     """First response of the first k questions: prompt, response, reference, reward parts, status,
-    whether it was kept for fine-tuning, mean token entropy (nats; with algo.exact_entropy) and mean
-    sampler logprob."""
+    whether it was kept for fine-tuning, the tokens the policy sampled (`length`) and those it did not
+    (`unsampled`: a thinking budget's forced text), mean token entropy (nats; with algo.exact_entropy) and
+    mean sampler logprob of the sampled tokens."""
     out = []
     for i in range(0, min(len(rollouts), k * group_size), group_size):
         ro, ex, rw = rollouts[i], examples[i], rewards[i]
@@ -329,8 +330,9 @@ def _samples(rollouts, examples, rewards, kept: set[int], row_entropy: list[floa
             "parts": dict(rw.parts),
             "status": rw.status.value,
             "kept": i in kept,
-            "length": len(ro.response_ids),
+            "length": sampled_length(ro),
+            "unsampled": unsampled_length(ro),
             "entropy": None if row_entropy is None else row_entropy[i],
-            "mean_logprob": (sum(ro.logprobs) / max(1, len(ro.logprobs))) if ro.logprobs else None,
+            "mean_logprob": sampled_mean_logprob(ro),
         })
     return out

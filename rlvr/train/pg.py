@@ -32,6 +32,7 @@ from rlvr.rewards.batch import score_rollouts  # noqa: F401 - re-exported
 from rlvr.rewards.judge import judge_metrics
 from rlvr.rewards.types import Status
 from rlvr.rollout import rollouts_to_batch
+from rlvr.rollout.types import sampled_length, sampled_mean_logprob, unsampled_length
 from rlvr.runtime import memory_stats, peak_tflops, reset_peak_memory
 from rlvr.train import session, sharded
 from rlvr.train.batching import BatchPlan, ForwardSpec, split_indices
@@ -129,7 +130,8 @@ def build_learner(cfg: TrainConfig, model, objective: Objective, plan: BatchPlan
     a, s = cfg.algo, cfg.sampling
     teacher = load_teacher(cfg.teacher, cfg.model, tokenizer) if objective.needs_reference else None
     reference = ReferencePolicy(model, enabled=objective.needs_reference, refresh_every=a.ref_refresh_every,
-                                teacher=teacher)  # teacher.model: on-policy distillation
+                                teacher=teacher,  # teacher.model: on-policy distillation
+                                persist=shards is None)  # (a sharded reference is not saved whole)
     critic = (Critic(model, mode=a.critic, lr=a.critic_lr or cfg.optim.lr, grad_clip=cfg.optim.grad_clip)
               if objective.needs_critic else None)
     grad_fn, step_fn = placement.learners(model, accumulate_gradients) or accumulate_gradients, clip_and_step
@@ -167,7 +169,8 @@ def train(
     if (done := session.already_done(cfg, resume)) is not None:
         return done
     shards = sharded.start(cfg)  # distributed.learner=fsdp2: this process's rank (None: the one-process learner)
-    cfg, model, tokenizer, task = session.start(sharded.rank_config(cfg, shards), data=data, episodes=True)
+    cfg, model, tokenizer, task = session.start(sharded.rank_config(cfg, shards), data=data, episodes=True,
+                                                resume=resume, reference_kept=not resume or ReferencePolicy.kept(cfg))
     s, r = cfg.sampling, cfg.run
     # auto resolved here, once (rlvr.train.objective.resolve_rollout_correction)
     objective = Objective(cfg.algo, s.group_size, s.max_tokens, plan, rollout_backend=cfg.rollout.backend,
@@ -221,7 +224,8 @@ def train(
             metrics.update(perf_metrics(metrics, n_params, peak) | source.metrics())
             if r.log_samples_every and (step % r.log_samples_every == 0 or step == 1):
                 loop.run.log_samples(step, _samples(sampled.rollouts, sampled.examples, sampled.rewards,
-                                                    r.num_log_samples, s.group_size, learned.row_entropy))
+                                                    r.num_log_samples, s.group_size, learned.row_entropy,
+                                                    sampled.adv))
             notes.loss(step, metrics)
             loop.log(step, metrics, on_step, **_shown(metrics))
             loop.checkpoint(step, {"data_pos": data_pos} | problems.checkpoint_state())
@@ -274,8 +278,12 @@ def learn(learner: Learner, batch, adv: torch.Tensor, kept: torch.Tensor, step: 
     else:
         old_logp = None
     ref_logp = learner.reference.logprobs(batch, fwd)
+    kl_logp = old_logp  # the policy side of a KL penalty in the reward: the old policy, untruncated
+    if (kl_fwd := objective.kl_forward(fwd)) is not None:
+        kl_logp = (old_logp_fn(model, batch, dataclasses.replace(kl_fwd, shared_prefix=False, packing="auto"))
+                   if old_logp_fn is not None else forward_logprobs(model, batch, kl_fwd))
     old_values = critic.values(model, batch, fwd.micro_batch, fwd.micro_batch_tokens) if critic is not None else None
-    targets = objective.targets(adv, batch.response_mask, old_logp, ref_logp, old_values, steps=steps)
+    targets = objective.targets(adv, batch.response_mask, kl_logp, ref_logp, old_values, steps=steps)
     token_adv = targets.advantages  # (B,) or (B, T)
     if targets.returns is not None:
         out.extra.update(_value_stats(targets.returns, old_values, batch.response_mask))
@@ -380,10 +388,16 @@ def _finite(x: float) -> bool:
 class _Notes:
     """Status lines said once per run, for what the progress line cannot say itself."""
 
+    # the estimators whose advantages are exactly 0 in a group of equal rewards (each group centred on its mean)
+    CENTRED = ("grpo", "group_mean", "rloo", "batch_std")
+    FLAT_STEPS = 3  # the first steps of a run (all of a shorter one) without any reward spread: one warning
+
     def __init__(self, cfg: TrainConfig, on_policy: bool):
         self.cfg, self.on_policy = cfg, on_policy
         self.noted: set[str] = set()
         self.verbose = cfg.run.progress
+        self.first_step: int | None = None  # the first step this process ran (1, or the one after a resume)
+        self.flat_from_start = True  # every step so far had no reward spread
 
     def correction(self, note: str | None) -> None:
         if note is not None:
@@ -396,8 +410,36 @@ class _Notes:
                         "them all: no update (loss is empty until a group has a reward spread)", self.verbose)
 
     def loss(self, step: int, metrics: dict) -> None:
+        if self.no_signal(step, metrics) and metrics.get("loss") is not None:
+            return  # its loss is ~0 because every advantage is 0, not "by construction": no_signal says so
         if (note := _loss_note(step, metrics, self.cfg.algo, self.noted, on_policy=self.on_policy)) is not None:
             session.say(note, self.verbose)
+
+    def no_signal(self, step: int, metrics: dict) -> bool:
+        """Whether the step had no learning signal from the reward: every group's rewards were equal
+        (zero_var_groups 1) under an estimator that centres each group (CENTRED) and no length term shaped them
+        apart (reward/shaped absent). When the first FLAT_STEPS steps of the run (every step of a shorter one)
+        had none, a warning says why and what to check, once, whatever run.progress (a reward that is always 0,
+        a temperature too low for a group to differ, a task every response fails or solves)."""
+        if self.first_step is None:
+            self.first_step = step
+        flat = (metrics.get("zero_var_groups") == 1.0 and self.cfg.algo.advantage in self.CENTRED
+                and "reward/shaped" not in metrics)
+        self.flat_from_start = self.flat_from_start and flat
+        first, last = self.first_step, self.cfg.run.steps
+        if (self.flat_from_start and "no_signal" not in self.noted
+                and step - first + 1 >= min(self.FLAT_STEPS, last - first + 1)):
+            self.noted.add("no_signal")
+            mean = metrics.get("reward/mean")
+            steps = f"step {step}" if step == first else f"steps {first}-{step}"
+            session.say(
+                f"warning: no learning signal in {steps}: in every group all responses got the same reward "
+                f"(reward/mean {'n/a' if mean is None else f'{mean:.3g}'}), so every advantage is 0 and the reward "
+                "teaches the policy nothing (the loss is ~0 for that reason). Check the reward function (does any "
+                "response score differently?), sampling.temperature (too low: a group's responses are alike), "
+                f"sampling.group_size (now {self.cfg.sampling.group_size}) and the task's difficulty (every "
+                "response wrong, or every one right: an easier or harder data split, or SFT first)")
+        return flat
 
 
 def count_params(model) -> int:
@@ -446,7 +488,8 @@ def step_metrics(rewards, rollouts, shaped, zero_var, keep, learned: Learned, st
     """Per-step training metrics (names follow the schema of rlvr.runs.plots / docs/runs.md)."""
     stats, losses, grad_norms = learned.stats, learned.losses, learned.grad_norms
     n = len(rewards)
-    m: dict[str, Any] = {"reward/mean": sum(r.total for r in rewards) / n}
+    scored = [r for r in rewards if r.status is not Status.ERROR]  # an unscored reward is no 0 (Shaping)
+    m: dict[str, Any] = {"reward/mean": sum(r.total for r in scored) / len(scored) if scored else None}
     if not torch.equal(shaped, torch.tensor([r.total for r in rewards], dtype=torch.float32)):
         m["reward/shaped"] = float(shaped.mean())
     m.update(sample_metrics(rewards, rollouts))
@@ -454,7 +497,7 @@ def step_metrics(rewards, rollouts, shaped, zero_var, keep, learned: Learned, st
     m["zero_var_groups"] = zero_var
     m["kept_frac"] = float(keep.float().mean())
     m["verifier/timeouts"] = sum(r.status is Status.TIMEOUT for r in rewards)
-    m["verifier/errors"] = sum(r.status is Status.ERROR for r in rewards)
+    m["verifier/errors"] = n - len(scored)  # unscored: kept out of their groups' baselines, advantage 0
     m["loss"] = sum(losses) / len(losses) if losses else None
     m["grad_norm"] = sum(grad_norms) / len(grad_norms) if grad_norms else None
     means = stats.means()
@@ -494,9 +537,13 @@ def step_metrics(rewards, rollouts, shaped, zero_var, keep, learned: Learned, st
     return {k: v for k, v in m.items() if v is not None}
 
 
-def _samples(rollouts, examples, rewards, k: int, group_size: int, row_entropy: dict[int, float]) -> list[dict]:
-    """First response of the first k groups: prompt, response, reference, reward parts, status,
-    mean token entropy (nats; None for rows dropped before training)."""
+def _samples(rollouts, examples, rewards, k: int, group_size: int, row_entropy: dict[int, float],
+             adv: torch.Tensor | None = None) -> list[dict]:
+    """First response of the first k groups: prompt, response, reference, reward parts, status, its outcome
+    advantage (adv (N,): before per-token terms; 0 for an unscored reward), the tokens the policy sampled
+    (`length`) and those it did not (`unsampled`: a thinking budget's forced text, an episode's tool output),
+    mean token entropy (nats; None for rows dropped before training) and the mean sampler logprob of the
+    sampled tokens (a forced token's 0.0 is no choice of the policy's)."""
     out = []
     for i in range(0, min(len(rollouts), k * group_size), group_size):
         ro, ex, rw = rollouts[i], examples[i], rewards[i]
@@ -508,9 +555,11 @@ def _samples(rollouts, examples, rewards, k: int, group_size: int, row_entropy: 
                 "reward": rw.total,
                 "parts": dict(rw.parts),
                 "status": rw.status.value,
-                "length": len(ro.response_ids),
+                "advantage": None if adv is None else float(adv[i]),
+                "length": sampled_length(ro),
+                "unsampled": unsampled_length(ro),
                 "entropy": row_entropy.get(i),
-                "mean_logprob": (sum(ro.logprobs) / max(1, len(ro.logprobs))) if ro.logprobs else None,
+                "mean_logprob": sampled_mean_logprob(ro),
             }
         )
     return out

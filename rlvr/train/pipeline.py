@@ -318,22 +318,34 @@ def _hint(word: str, known: Sequence[str]) -> str:
 def _apply_overrides(spec: PipelineSpec, overrides: Sequence[str]) -> None:
     errors: list[str] = []
     by_name = {s.name: s for s in spec.stages}
+    def path(value: Any, raw: str, origin: str) -> str:
+        """A path key's value: the text as written unless YAML quoted it (`out_dir=007` is '007', not 7); a
+        value YAML reads as a mapping or list (`out_dir=runs/a: b`) is refused: quote it."""
+        if value is None:
+            return ""
+        if isinstance(value, str):
+            return value
+        if isinstance(value, dict | list):
+            errors.append(f"{origin}: a path, but YAML reads it as a {type(value).__name__}: quote the value")
+            return ""
+        return raw
+
     for text in overrides:
         origin = f"override '{text}'"
         try:
-            key, _raw, value = parse_override(text)
+            key, raw, value = parse_override(text)
         except ConfigError as exc:
             errors.extend(exc.errors)
             continue
         if key == "out_dir":
-            spec.out_dir = str(value)
+            spec.out_dir = path(value, raw, origin)
         elif key == "overwrite":
             if not isinstance(value, bool):
                 errors.append(f"{origin}: overwrite must be true or false")
             else:
                 spec.overwrite = value
         elif key == "init_from":
-            spec.init_from = "" if value is None else str(value)
+            spec.init_from = path(value, raw, origin)
         elif key.startswith("shared."):
             spec.shared[key[len("shared."):]] = value
             spec.shared_lines[key[len("shared."):]] = origin
@@ -346,7 +358,7 @@ def _apply_overrides(spec: PipelineSpec, overrides: Sequence[str]) -> None:
             elif not rest:
                 errors.append(f"{origin}: expected stages.{name}.KEY=VALUE")
             elif rest in ("init_from", "recipe", "config"):
-                setattr(stage, rest, "none" if value is None and rest == "init_from" else str(value or ""))
+                setattr(stage, rest, "none" if value is None and rest == "init_from" else path(value, raw, origin))
             else:
                 stage.overrides[rest] = value
                 stage.lines[rest] = origin
@@ -498,8 +510,8 @@ def _train_path(spec: PipelineSpec, index: int) -> str:
 
 
 def stage_layers(spec: PipelineSpec, index: int, *, init_from: str, train_path: str = "",
-                 overwrite: bool = False) -> tuple[dict[str, Any], str | None, list[str]]:
-    """(base mapping, config file or None, override strings) of a stage: defaults < recipe < shared
+                 overwrite: bool = False) -> tuple[dict[str, Any], str | None, list[str | tuple]]:
+    """(base mapping, config file or None, overrides: strings, and typed (key, value, origin) for paths) of a stage: defaults < recipe < shared
     (< data.train_path of a filter before it) < config file < the stage's overrides < run.out_dir /
     run.out and model.init_from."""
     stage = spec.stages[index]
@@ -516,11 +528,12 @@ def stage_layers(spec: PipelineSpec, index: int, *, init_from: str, train_path: 
     overrides = [f"{k}={_value_text(v)}" for k, v in stage.overrides.items()]
     overrides += [f"filter.{k}={_value_text(v)}" for k, v in stage.options.items()]  # a filter stage's options
     out = spec.stage_dir(index)
+    # the paths the pipeline sets are typed overrides: a path is never read as YAML (rlvr.config.load_config)
     if stage.kind == "eval":
-        overrides.append(f"run.out={_value_text(str(out / 'eval.json'))}")
+        overrides.append(("run.out", str(out / "eval.json"), f"the pipeline's run.out of {stage.label}"))
     else:
-        overrides.append(f"run.out_dir={_value_text(str(out))}")
-    overrides.append(f"model.init_from={_value_text(init_from)}")
+        overrides.append(("run.out_dir", str(out), f"the pipeline's run.out_dir of {stage.label}"))
+    overrides.append(("model.init_from", init_from, f"the pipeline's model.init_from of {stage.label}"))
     if stage.kind in TRAINING_KINDS or stage.kind == "filter":
         overrides.append(f"run.overwrite={'true' if overwrite or stage.kind == 'filter' else 'false'}")
     return base, (stage.config or None), overrides

@@ -18,6 +18,7 @@ import torch
 
 from rlvr.config import ConfigError
 from rlvr.models import lora
+from rlvr.runs.checkpoint import latest_checkpoint
 from rlvr.train.batching import ForwardSpec
 from rlvr.train.common import load_model_at
 from rlvr.train.objective import forward_logprobs
@@ -29,12 +30,18 @@ class ReferencePolicy:
 
     A LoRA policy (model.lora_rank > 0) is its own reference: the same module with its adapter off (peft's
     disable_adapter()), i.e. the frozen base, so no second copy is held. Its reference cannot be refreshed
-    (the base never changes): algo.ref_refresh_every is refused with it."""
+    (the base never changes): algo.ref_refresh_every is refused with it.
 
-    def __init__(self, model, *, enabled: bool, refresh_every: int = 0, teacher=None):
+    A frozen copy is kept in the run directory (ref_policy/step_000000.pt, the start policy, and one snapshot
+    per refresh), so that a resume needs only the run directory: the start run or folder model.init_from named
+    may be gone by then (persist=False: the sharded learner, whose reference is sharded, keeps none)."""
+
+    def __init__(self, model, *, enabled: bool, refresh_every: int = 0, teacher=None, persist: bool = True):
         self.refresh_every = refresh_every
         self.model = None
+        self.persist = persist
         self.adapter_off = False  # the reference is `model` with its LoRA adapter disabled
+        self.teacher = teacher is not None
         if enabled:
             if teacher is not None:
                 self.model = teacher.eval()
@@ -51,12 +58,15 @@ class ReferencePolicy:
                 self.model.requires_grad_(False)
 
     def logprobs(self, batch, fwd: ForwardSpec) -> torch.Tensor | None:
-        """(N, T) reference logprobs of `batch`, or None without a reference; under the sampling
-        distribution and micro-batches of the policy's forwards (fwd), each row's prompt forwarded with it
-        (the policy's shared prefix is its own forward's saving)."""
+        """(N, T) reference logprobs of `batch`, or None without a reference; at the sampling temperature and
+        in the micro-batches of the policy's forwards (fwd), but never truncated to the sampler's top-k /
+        top-p: the KL penalty is a divergence between the two models, and a token the policy sampled outside
+        the reference's own nucleus still has its probability under the reference (docs/algorithms.md, "KL
+        under top-p / top-k"). Each row's prompt is forwarded with it (the policy's shared prefix is its own
+        forward's saving)."""
         if self.model is None:
             return None
-        fwd = dataclasses.replace(fwd, shared_prefix=False)
+        fwd = dataclasses.replace(fwd, shared_prefix=False, truncation=None)
         if not self.adapter_off:
             return forward_logprobs(self.model, batch, fwd)
         was = self.model.training
@@ -70,7 +80,22 @@ class ReferencePolicy:
     # -- refresh and snapshots -------------------------------------------------------------------
     @property
     def _snapshots(self) -> bool:
-        return self.model is not None and self.refresh_every > 0
+        """A frozen copy of the policy that the run directory keeps (not a teacher, not the adapter-off base)."""
+        return (self.model is not None and not self.adapter_off and not self.teacher
+                and (self.persist or self.refresh_every > 0))
+
+    @classmethod
+    def kept(cls, cfg) -> bool:
+        """Whether a resume of the run at cfg.run.out_dir finds its reference without model.init_from: there is
+        none (algo.kl_coef 0), it is the teacher or a LoRA policy's base, or the run kept the snapshot its last
+        checkpoint needs."""
+        a = cfg.algo
+        if a.kl_coef <= 0 or getattr(cfg.teacher, "model", "") or getattr(cfg.model, "lora_rank", 0) > 0:
+            return True
+        ckpt = latest_checkpoint(cfg.run.out_dir)
+        step = int(ckpt.name.split("_")[1]) if ckpt is not None else 0
+        every = a.ref_refresh_every
+        return cls.snapshot_path(Path(cfg.run.out_dir), step - step % every if every > 0 else 0).exists()
 
     @staticmethod
     def snapshot_path(run_path: Path, step: int) -> Path:
@@ -83,14 +108,21 @@ class ReferencePolicy:
             return
         if start_step == 0:
             self._save(run_path, 0, keep_from=0)
+            return
+        ref_step = start_step - start_step % self.refresh_every if self.refresh_every > 0 else 0
+        path = self.snapshot_path(run_path, ref_step)
+        if path.exists():
+            self.model.load_state_dict(torch.load(path, weights_only=True))
+        elif ref_step == 0:  # a run made before the start policy was kept: this copy is it (from model.init_from)
+            self._save(run_path, 0, keep_from=0)
         else:
-            ref_step = start_step - start_step % self.refresh_every
-            self.model.load_state_dict(torch.load(self.snapshot_path(run_path, ref_step), weights_only=True))
+            raise FileNotFoundError(f"{path}: the reference snapshot of step {ref_step} (algo.ref_refresh_every) "
+                                    "is missing from the run directory")
 
     def after_step(self, step: int, policy, run_path: Path, last_checkpoint: int) -> None:
         """Replace the reference by the policy every refresh_every steps; snapshots that no kept
         checkpoint can need are deleted."""
-        if not self._snapshots or step % self.refresh_every:
+        if not self._snapshots or self.refresh_every <= 0 or step % self.refresh_every:
             return
         self.model.load_state_dict(policy.state_dict())
         self._save(run_path, step, keep_from=last_checkpoint - last_checkpoint % self.refresh_every)

@@ -10,9 +10,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from rlvr.config import ConfigError
+from rlvr.config import ConfigError, read_yaml
 from rlvr.train.config import DataConfig
 
 # The sampling keys a run's config.yaml hands on. Temperature and n are not taken: evaluation and filtering
@@ -40,10 +38,10 @@ def find_run_dir(init_from: str | Path) -> Path | None:
 
 def _read_run_config(run_dir: Path) -> dict[str, Any]:
     path = run_dir / "config.yaml"
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: cannot read the run's config: {exc}") from None
+    data = read_yaml(path, "the run's config")[0]  # the loader's bounds (aliases, depth) and its errors
+    if not isinstance(data, dict) or not data:
+        raise ConfigError(f"{path}: the run's config is empty or not a mapping of keys (a damaged run directory?)")
+    return data
 
 
 def run_settings(run_dir: Path, *, training: bool = False) -> dict[str, Any]:

@@ -34,16 +34,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlvr.config import ConfigError
 from rlvr.data import get_task
 from rlvr.data.task_data import TaskDataError
 from rlvr.eval.reflection import reflection_rate
 from rlvr.models.positions import check_positions as check_model_positions
 from rlvr.rewards.errors import RewardErrorLog
+from rlvr.rewards.judge import find_judge
 from rlvr.rewards.types import Status, format_rate
+from rlvr.rollout.types import sampled_length
 from rlvr.runs import checkpoint as ckpt_mod
 from rlvr.runs.checkpoint import latest_checkpoint
 from rlvr.runs.progress import Progress
-from rlvr.runs.rundir import RunDir, read_jsonl
+from rlvr.runs.rundir import (
+    RunDir,
+    check_not_in_use,
+    check_run_config,
+    check_run_target,
+    hold_run_dir,
+    read_jsonl,
+)
 from rlvr.runtime import seed_everything, set_num_threads
 from rlvr.train.common import finish_run, policy_from_config, quiet_transformers, resolve_model_dir
 from rlvr.train.tasks import check_data_files, eval_examples, load_task_data
@@ -84,6 +94,12 @@ class TrainingDiverged(RuntimeError):
     """A loss or gradient norm became NaN/inf; the run stopped before saving that step."""
 
 
+class CheckpointFailed(RuntimeError):
+    """A step's checkpoint could not be written (a full disk, an I/O error): the run stopped; the message says
+    which step was lost, which checkpoint is intact and how to resume (the commands print it as `error: ...`,
+    exit 1: rlvr.commands._config_cli.run_trainer)."""
+
+
 def say(message: str, enabled: bool = True) -> None:
     """One status line on stderr (stdout stays for results)."""
     if enabled:
@@ -104,10 +120,14 @@ def open_run(cfg, *, resume: bool, model, optimizer, scheduler, verbose: bool = 
     checkpoint (a failed or interrupted start), which is replaced with a note."""
     r = cfg.run
     if resume:
-        state = ckpt_mod.load_checkpoint(r.out_dir, model=model, optimizer=optimizer, scheduler=scheduler,
-                                         extras=extras)
-        start = int(state["step"])
-        run = RunDir.resume(r.out_dir, start, report_to=r.report_to)
+        with hold_run_dir(r.out_dir):  # one writer: locked before the checkpoint is read and the logs cut back
+            # a damaged newest checkpoint: the previous complete one, said (a sharded run's ranks read their own
+            # files: there the message says how)
+            fallback = model is None or not ckpt_mod.is_sharded_module(model)
+            state = ckpt_mod.resume_checkpoint(r.out_dir, fallback=fallback, say=say, model=model,
+                                               optimizer=optimizer, scheduler=scheduler, extras=extras)
+            start = int(state["step"])
+            run = RunDir.resume(r.out_dir, start, report_to=r.report_to)
         run.write_config(cfg)
         say(f"resuming {r.out_dir} at step {start} of {r.steps}", verbose)
         return run, start, state
@@ -124,6 +144,9 @@ def refuse_existing_run(cfg) -> None:
     """Fail before any work when run.out_dir holds a run with a checkpoint and neither --resume nor
     run.overwrite was given (the message says both ways out)."""
     out = Path(cfg.run.out_dir)
+    check_run_target(out, "run.out_dir=")  # a folder of other files (a user's config.yaml) is never written into
+    if out.is_dir() and _rank0():
+        check_not_in_use(out)  # a live run is never overwritten
     if cfg.run.overwrite or not out.is_dir():
         return
     step = checkpoint_step(out)
@@ -188,6 +211,18 @@ class StopOnSignal:
                               f"rlvr {self.command} --resume {self.run_dir}")
 
 
+def _rank0() -> bool:
+    """Not one of a sharded run's ranks > 0 (torchrun's RANK): those never write the run directory."""
+    return int(os.environ.get("RANK", "0") or 0) == 0
+
+
+def resume_advice(command: str, run_dir, intact) -> str:
+    """What to do after a checkpoint could not be written: resume from `intact`, or start over."""
+    if intact is None:
+        return f"Free space (or fix the cause) and start the run over: rlvr {command} ... run.overwrite=true"
+    return f"Free space (or fix the cause) and resume with: rlvr {command} --resume {run_dir}"
+
+
 def check_finite(step: int, **values: float | None) -> None:
     """Raise TrainingDiverged naming the step and the quantity when any value is NaN or inf."""
     bad = {k: v for k, v in values.items() if v is not None and not math.isfinite(v)}
@@ -209,9 +244,10 @@ def maybe_die_after_checkpoint(step: int, run) -> None:
 
 def model_source(mcfg) -> str | None:
     """Folder or hub id the policy's weights came from (vLLM loads it first), None for a policy
-    built in memory (the tiny model)."""
+    built in memory (the tiny model) or loaded from its run's checkpoint (a resume whose model.init_from is
+    gone: resume_weights; the engine then takes the weights in memory)."""
     if mcfg.init_from:
-        return str(resolve_model_dir(mcfg.init_from))
+        return str(resolve_model_dir(mcfg.init_from)) if Path(mcfg.init_from).exists() else None
     return None if mcfg.name == "tiny" else mcfg.name
 
 
@@ -310,6 +346,9 @@ def already_done(cfg, resume: bool) -> TrainResult | None:
     if not resume:
         refuse_existing_run(cfg)
         return None
+    if _rank0():
+        check_not_in_use(out)  # the run is alive: a second writer would cut its logs back under it
+    check_run_config(out)  # an empty or unreadable config.yaml is an error, never "every default"
     step = checkpoint_step(out)
     if step is None:
         raise FileNotFoundError(f"--resume {out}: no checkpoint to resume from (the run stopped before its "
@@ -323,21 +362,28 @@ def already_done(cfg, resume: bool) -> TrainResult | None:
     return None
 
 
-def start(cfg, *, data=None, train: bool = True, rl: bool = True, episodes: bool = False):
+def start(cfg, *, data=None, train: bool = True, rl: bool = True, episodes: bool = False, resume: bool = False,
+          reference_kept: bool = True):
     """(cfg, model, tokenizer, task) of a run about to start: threads and seeds set, every bad line of the
     data files reported before the model loads (unless `data`, a TaskData, replaces cfg.data), the policy
     loaded and its shape recorded in cfg, the task loaded (train: with its training split; episodes: data.env
     allowed). rl: the task must have training problems, whose prompts plus the response budget must fit the
     model's positions (else only the held-out ones are checked), and a step larger than the problems is
-    warned about."""
+    warned about. resume: a model.init_from that is gone is replaced by the run's own checkpoint
+    (resume_weights; reference_kept: the run directory holds what its KL reference needs)."""
     r = cfg.run
     set_num_threads(r.num_threads or None)
     seed_everything(r.seed)
     quiet_transformers()
     if data is None:
         check_data_files(cfg.data, train=train)
-    say(f"loading model {cfg.model.init_from or cfg.model.name} ...", r.progress)
-    model, tokenizer = policy_from_config(cfg.model, seed=r.seed)
+    mcfg = cfg.model
+    if resume and (weights := resume_weights(cfg, reference_kept=reference_kept)) is not None:
+        say(f"note: model.init_from={cfg.model.init_from} is gone; the policy is loaded from the run's checkpoint "
+            f"{weights.parent.name} (its weights are every one the run trains)", True)
+        mcfg = dataclasses.replace(cfg.model, init_from=str(weights))
+    say(f"loading model {mcfg.init_from or mcfg.name} ...", r.progress)
+    model, tokenizer = policy_from_config(mcfg, seed=r.seed)
     cfg = record_model_shape(cfg, model)  # config.yaml records the shape that was trained
     kw = {"episodes": True} if episodes else {}
     if getattr(cfg, "judge", None) is not None:  # data.reward=judge: the judge section's judge in the reward
@@ -349,6 +395,27 @@ def start(cfg, *, data=None, train: bool = True, rl: bool = True, episodes: bool
     if rl:
         warn_repeated_problems(task, cfg)
     return cfg, model, tokenizer, task
+
+
+def resume_weights(cfg, *, reference_kept: bool = True) -> Path | None:
+    """The model folder a resumed run loads its policy from when model.init_from (the start run or folder) is
+    gone: the run's newest complete checkpoint whose model folder is a full model (the checkpoint then loads
+    every weight into it), so a resume needs only the run directory; None when init_from is unset or still
+    there (it is loaded as at the start), or for a LoRA policy (its checkpoints hold adapters over a base).
+    reference_kept False (a KL reference that is the start policy, of a run made before the reference was
+    kept in the run directory) is a ConfigError: nothing holds the reference any more."""
+    src = getattr(cfg.model, "init_from", "")
+    if not src or Path(src).exists() or getattr(cfg.model, "lora_rank", 0) > 0:
+        return None
+    run = Path(cfg.run.out_dir)
+    if not reference_kept:
+        raise ConfigError(f"model.init_from={src} is gone, and the run {run} holds no copy of its start policy "
+                          "(its KL reference, algo.kl_coef > 0): give model.init_from=<a copy of that model> to "
+                          "resume")
+    for ckpt in reversed(ckpt_mod.list_checkpoints(run)):
+        if (ckpt / "model" / "config.json").is_file():
+            return ckpt / "model"
+    return None
 
 
 class RunLoop:
@@ -426,9 +493,12 @@ class RunLoop:
                     or self.stop.requested)
 
     def save(self, step: int, trainer_state: dict) -> None:
-        ckpt_mod.save_checkpoint(self.run, step, model=self.model, tokenizer=self.tokenizer,
-                                 optimizer=self.optimizer, scheduler=self.scheduler, trainer_state=trainer_state,
-                                 keep=self.cfg.run.keep_checkpoints, extras=self.extras)
+        try:
+            ckpt_mod.save_checkpoint(self.run, step, model=self.model, tokenizer=self.tokenizer,
+                                     optimizer=self.optimizer, scheduler=self.scheduler, trainer_state=trainer_state,
+                                     keep=self.cfg.run.keep_checkpoints, extras=self.extras)
+        except ckpt_mod.CheckpointSaveError as exc:
+            raise CheckpointFailed(f"{exc}. {resume_advice(self.command, self.run.path, exc.intact)}") from exc
 
     def result(self, steps: int) -> TrainResult:
         """The run's TrainResult after the loop: the final held-out evaluation, plots (finish_run)."""
@@ -442,7 +512,9 @@ class RunLoop:
 def reward_error_log(data_cfg, task, run_dir) -> RewardErrorLog:
     """The run's rlvr.rewards.errors.RewardErrorLog: each distinct message of an ERROR reward is printed
     once and every step's are appended to <run>/reward_errors.jsonl; a step where most rewards are errors
-    stops the run (RewardErrorsStop) naming the reward (shared by `rlvr train` and `rlvr ei`)."""
+    stops the run (RewardErrorsStop) naming the reward (shared by `rlvr train` and `rlvr ei`). With a model
+    judge in the reward (data.reward=judge), its failed requests are said and checked too: the first failure
+    is printed, a step where most requests failed stops the run (JudgeFailuresStop)."""
     spec = data_cfg.reward or (task.reward_fn if isinstance(task.reward_fn, str) else "")
     if not spec:
         try:
@@ -450,16 +522,17 @@ def reward_error_log(data_cfg, task, run_dir) -> RewardErrorLog:
         except (KeyError, ValueError, AttributeError):
             spec = getattr(task.reward_fn, "__name__", None) or f"of task {task.name}"
     key = "data.reward" if data_cfg.reward else ""
+    judge = find_judge(task.reward_fn)
     if run_dir is None:  # a sharded run's ranks > 0: rank 0 prints and logs; these only stop with it
-        return RewardErrorLog(str(spec), None, key=key, say=lambda _msg: None)
-    return RewardErrorLog(str(spec), Path(run_dir) / "reward_errors.jsonl", key=key)
+        return RewardErrorLog(str(spec), None, key=key, say=lambda _msg: None, judge=judge)
+    return RewardErrorLog(str(spec), Path(run_dir) / "reward_errors.jsonl", key=key, judge=judge)
 
 
 def sample_metrics(rewards, rollouts) -> dict[str, Any]:
     """Reward parts, accuracy, format rate and lengths of a step's samples (shared by `rlvr train` and
     `rlvr ei`): reward/<part>, accuracy, format_rate (only when the reward has a format part: the
-    definition of rlvr.rewards.types.format_rate), len/mean, len/correct, len/incorrect (None when
-    no such sample), len/truncated_frac."""
+    definition of rlvr.rewards.types.format_rate), len/mean, len/correct, len/incorrect (the tokens the policy
+    sampled, rlvr.rollout.types.sampled_length; None when no such sample), len/truncated_frac."""
     n = len(rewards)
     m: dict[str, Any] = {}
     for p in sorted({k for r in rewards for k in r.parts}):
@@ -469,7 +542,7 @@ def sample_metrics(rewards, rollouts) -> dict[str, Any]:
     fmt = format_rate([r.parts for r in rewards])
     if not math.isnan(fmt):  # a reward without a format part: no format rate (eval prints "n/a")
         m["format_rate"] = fmt
-    lens = [len(ro.response_ids) for ro in rollouts]
+    lens = [sampled_length(ro) for ro in rollouts]  # the policy's tokens: not forced text or tool output
     m["len/mean"] = sum(lens) / n
     lc = [x for x, c in zip(lens, correct, strict=True) if c]
     li = [x for x, c in zip(lens, correct, strict=True) if not c]

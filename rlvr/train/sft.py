@@ -92,10 +92,12 @@ def train_sft(
         return done
     # the task's held-out problems and checker drive the periodic evaluation; its training split is read only
     # when the training pairs are the task's own targets (no data.sft_path)
-    cfg, model, tokenizer, task = session.start(cfg, data=data, train=not cfg.data.sft_path, rl=False)
+    cfg, model, tokenizer, task = session.start(cfg, data=data, train=not cfg.data.sft_path, rl=False, resume=resume)
     r = cfg.run
     if cfg.data.sft_path:
-        pairs, prompt_fn, target_fn = load_sft(cfg.data.sft_path), (lambda e: e.prompt), (lambda e: e.response)
+        # a conversational row ({"messages"}) through the tokenizer's chat template when it has one
+        pairs, prompt_fn, target_fn = (load_sft(cfg.data.sft_path), (lambda e: e.prompt_text(tokenizer)),
+                                       (lambda e: e.response))
     else:
         pairs, prompt_fn, target_fn = task.train, task.prompt, task.target
     if not pairs:

@@ -61,6 +61,13 @@ def _load_hf(data_cfg, split: str, columns: dict[str, str]) -> list:
         raise TaskDataError(f"data.hf_dataset={data_cfg.hf_dataset!r} (split {split!r}): {type(exc).__name__}: "
                             f"{first}") from exc
 
+def _eval_columns(data_cfg, columns: dict[str, str]) -> dict[str, str]:
+    """The held-out rows' column mapping: data.eval_question_key / eval_answer_key where set, else the training
+    rows' (data.question_key / answer_key)."""
+    return {"question": getattr(data_cfg, "eval_question_key", "") or columns["question"],
+            "answer": getattr(data_cfg, "eval_answer_key", "") or columns["answer"]}
+
+
 BAD_LINES_SHOWN = 3  # bad lines quoted in the one-line error of check_data_files (the count says how many)
 
 
@@ -79,16 +86,20 @@ def check_data_files(data_cfg, *, train: bool = True) -> None:
         if reg.parse_row is None:
             return  # a synthetic task without a row format: its loader says so
 
-        columns = {"question": getattr(data_cfg, "question_key", ""), "answer": getattr(data_cfg, "answer_key", "")}
-        required = _source_keys(reg.required_keys, columns)
-
-        def parse(row, where, i, _parse=reg.parse_row):
-            return _parse(map_columns(row, columns, where), where, i)
+        train_columns = {"question": getattr(data_cfg, "question_key", ""),
+                         "answer": getattr(data_cfg, "answer_key", "")}
+        by_key = {"train_path": train_columns, "eval_path": _eval_columns(data_cfg, train_columns)}
 
     for key, split in (("train_path", "training"), ("eval_path", "held-out")):
         path = getattr(data_cfg, key, "")
         if not path or (key == "train_path" and not train):
             continue
+        if not getattr(data_cfg, "env", ""):  # the task's row format, under this file's column mapping
+            columns = by_key[key]
+            required = _source_keys(reg.required_keys, columns)
+
+            def parse(row, where, i, _parse=reg.parse_row, _columns=columns):
+                return _parse(map_columns(row, _columns, where), where, i)
         try:
             good, errors = scan_jsonl(path, required, parse)
         except DataError as exc:
@@ -120,6 +131,7 @@ def _load_task_data(data_cfg, tokenizer=None, need_train: bool = True, judge=Non
     task = get_task(data_cfg.task)
     template = data_cfg.template or task.default_template
     columns = {"question": getattr(data_cfg, "question_key", ""), "answer": getattr(data_cfg, "answer_key", "")}
+    eval_columns = _eval_columns(data_cfg, columns)
     hf = getattr(data_cfg, "hf_dataset", "")
     if not need_train:
         train = []
@@ -134,9 +146,9 @@ def _load_task_data(data_cfg, tokenizer=None, need_train: bool = True, judge=Non
     else:
         raise ValueError(f"data.train_path is required for task {data_cfg.task!r} (it has no built-in generator)")
     if data_cfg.eval_path:
-        held_out = task.load(data_cfg.eval_path, columns=columns)
+        held_out = task.load(data_cfg.eval_path, columns=eval_columns)
     elif hf and data_cfg.hf_eval_split:
-        held_out = _load_hf(data_cfg, data_cfg.hf_eval_split, columns)
+        held_out = _load_hf(data_cfg, data_cfg.hf_eval_split, eval_columns)
     elif task.generate is not None:
         held_out = task.generate(data_cfg.num_eval, "test", data_cfg.seed, **_difficulty(data_cfg))
     else:
