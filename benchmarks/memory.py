@@ -13,7 +13,7 @@ Bytes per element, as the code keeps them (rlvr/train/common.py build_optimizer,
 rlvr/train/reference.py, rlvr/train/sharded.py on the fsdp2 branch):
 
   1 GPU, model.dtype=bfloat16 model.master_weights=float32 (MasterWeightAdamW):
-      weights 2, grads 2 (backward in the parameter's dtype), fp32 master 4, Adam exp_avg + exp_avg_sq 4 + 4
+      weights 2, grads 4 (summed in float32 over the micro-batches), fp32 master 4, Adam exp_avg + exp_avg_sq 4 + 4
       (its step counter is a Python int: no tensor); KL reference (algo.kl_coef > 0): a deep copy, 2
   1 GPU, float32 (or master_weights=same): torch.optim.AdamW: weights b, grads b, moments 2b, plus its
       float32 step scalar: 4 bytes per parameter tensor (b = the dtype's bytes)
@@ -160,7 +160,7 @@ def optimizer_bytes(shapes, dtype: str, master_weights: str, shards: int = 1) ->
     b = DTYPE_BYTES[dtype]
     n = sum(shard_numel(s, shards) for s in shapes)
     if master_weights == "float32" and dtype != "float32":  # MasterWeightAdamW: step is a Python int
-        return dict(weights=b * n, grads=b * n, master=4 * n, adam=8 * n)
+        return dict(weights=b * n, grads=4 * n, master=4 * n, adam=8 * n)  # its float32 gradient sums
     # torch.optim.AdamW: moments in the parameter's dtype, one float32 step scalar per tensor
     return dict(weights=b * n, grads=b * n, master=0, adam=2 * b * n + STEP_SCALAR_BYTES * len(shapes))
 

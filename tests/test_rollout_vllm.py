@@ -128,18 +128,27 @@ def make_generator(monkeypatch, script, **kwargs):
 P0, P1 = "1+1=", "9*9="
 
 
+def group_seed(seed, i):
+    """The seed of prompt i's request (vLLM seeds its n samples with it + 0 .. n - 1): sequence_seed(seed, i, 0)
+    in 62 bits."""
+    return sequence_seed(seed, i, 0) >> 1
+
+
 def seeded_script(seed):
-    """Two samples per prompt, each its own n=1 request with seed sequence_seed(seed, i, j)."""
-    s = lambda i, j: sequence_seed(seed, i, j)
+    """Two samples per prompt: one n=2 request per prompt with seed group_seed(seed, i)."""
     return {
-        # prompt 0, sample 0: "2" then EOS (vLLM: finish "stop", stop_reason None)
-        (tuple(ids(P0)), s(0, 0)): [completion(ids("2") + [EOS], [-0.25, -0.5], "stop")],
-        # prompt 0, sample 1: "3#" then "#" completes the stop string "##"; vLLM keeps the token
-        (tuple(ids(P0)), s(0, 1)): [completion(ids("3##"), [-1.0, -0.125, -0.75], "stop", "##")],
-        # prompt 1, sample 0: max_tokens=6 reached
-        (tuple(ids(P1)), s(1, 0)): [completion(ids("81 and"), [-0.5] * 6, "length")],
-        # prompt 1, sample 1: a stop token id other than EOS (e.g. <|im_end|> from generation_config)
-        (tuple(ids(P1)), s(1, 1)): [completion(ids("81") + [IM_END], [-0.25, -0.25, -2.0], "stop", IM_END)],
+        (tuple(ids(P0)), group_seed(seed, 0)): [
+            # prompt 0, sample 0: "2" then EOS (vLLM: finish "stop", stop_reason None)
+            completion(ids("2") + [EOS], [-0.25, -0.5], "stop"),
+            # prompt 0, sample 1: "3#" then "#" completes the stop string "##"; vLLM keeps the token
+            completion(ids("3##"), [-1.0, -0.125, -0.75], "stop", "##"),
+        ],
+        (tuple(ids(P1)), group_seed(seed, 1)): [
+            # prompt 1, sample 0: max_tokens=6 reached
+            completion(ids("81 and"), [-0.5] * 6, "length"),
+            # prompt 1, sample 1: a stop token id other than EOS (e.g. <|im_end|> from generation_config)
+            completion(ids("81") + [IM_END], [-0.25, -0.25, -2.0], "stop", IM_END),
+        ],
     }
 
 
@@ -161,11 +170,11 @@ def test_seeded_rollouts_are_mapped_field_by_field(monkeypatch):
     spec = SamplingSpec(n=2, temperature=0.7, top_p=0.9, max_tokens=6, min_tokens=1, stop=("##",), seed=5)
     out = gen.generate([P0, P1], spec)
 
-    # the requests: prompt token ids, one n=1 request per (prompt, sample) in prompt-major order
-    assert [r["prompt_token_ids"] for r in rec.requests] == [ids(P0), ids(P0), ids(P1), ids(P1)]
-    assert [p.seed for p in rec.params] == [sequence_seed(5, i, j) for i in (0, 1) for j in (0, 1)]
+    # the requests: prompt token ids, one n=2 request per prompt (one seed per group), prompt-major
+    assert [r["prompt_token_ids"] for r in rec.requests] == [ids(P0), ids(P1)]
+    assert [p.seed for p in rec.params] == [group_seed(5, 0), group_seed(5, 1)]
     for p in rec.params:
-        assert (p.n, p.temperature, p.top_p, p.top_k, p.max_tokens, p.min_tokens) == (1, 0.7, 0.9, -1, 6, 1)
+        assert (p.n, p.temperature, p.top_p, p.top_k, p.max_tokens, p.min_tokens) == (2, 0.7, 0.9, -1, 6, 1)
         assert p.stop == ["##"] and p.include_stop_str_in_output is False
         assert p.logprobs == 0 and p.skip_special_tokens is True
 

@@ -27,6 +27,12 @@ from the logits in every chunk, in forward and again in backward, and is a const
 and 0 for removed j. A label outside K has no probability under pi_K: it gets TRUNCATED_LOGPROB and
 no gradient. Truncation costs one sort per chunk (or a top-k); ``truncation=None`` (or top_p = 1 and
 top_k <= 0) is the untruncated path, untouched.
+
+Under truncation the same pass also returns the label's logprob under the untruncated softmax(x)
+(``TokenScores.full_logp``, one more logsumexp per chunk), differentiable with its own gradient
+1[j == y] - p_j: the KL penalty is a divergence between the policy and the reference (or a teacher)
+as models, so it reads these (docs/algorithms.md, "KL under top-p / top-k"), while the importance ratio
+reads the truncated ones. Its backward term is computed only when a loss uses it.
 """
 
 from __future__ import annotations
@@ -163,11 +169,14 @@ class _ChunkedLogprobEntropy(torch.autograd.Function):
         if ctx.fused:
             return _ChunkedLogprobEntropy._fused_forward(ctx, logits2d, labels1d, chunk_size, temperature,
                                                          with_entropy, cdt)
+        with_full = with_logp and truncation is not None  # the untruncated logprob beside the truncated one
         logp = torch.zeros(n, dtype=cdt, device=dev) if with_logp else None
         ent = torch.zeros(n, dtype=cdt, device=dev) if with_entropy else None
+        full = torch.zeros(n, dtype=cdt, device=dev) if with_full else None
         for s in range(0, n, chunk_size):
             e = min(n, s + chunk_size)
-            x, keep = _truncate(_chunk_input(logits2d[s:e], cdt, temperature), truncation)
+            x0 = _chunk_input(logits2d[s:e], cdt, temperature)
+            x, keep = _truncate(x0, truncation)
             if with_entropy:
                 p, lse = _softmax_lse(x)
                 ent[s:e] = lse - _rowdot(p, x)  # H = lse - E_p[x]
@@ -178,10 +187,15 @@ class _ChunkedLogprobEntropy(torch.autograd.Function):
                 lab = labels1d[s:e]
                 picked = x.gather(1, lab.clamp_min(0).unsqueeze(1)).squeeze(1)
                 lp = picked - lse
+                scored = lab != IGNORE_INDEX
+                if with_full:  # log softmax(x)[y], whatever K is (equal to lp when nothing is removed)
+                    fl = lp if keep is None else x0.gather(1, lab.clamp_min(0).unsqueeze(1)).squeeze(1) - \
+                        torch.logsumexp(x0, dim=-1)
+                    full[s:e] = torch.where(scored, fl, torch.zeros_like(lse))
                 if keep is not None:  # a label outside the kept set: the floor (no gradient in backward)
                     inside = keep.gather(1, lab.clamp_min(0).unsqueeze(1)).squeeze(1)
                     lp = torch.where(inside, lp, torch.full_like(lp, TRUNCATED_LOGPROB))
-                logp[s:e] = torch.where(lab != IGNORE_INDEX, lp, torch.zeros_like(lse))
+                logp[s:e] = torch.where(scored, lp, torch.zeros_like(lse))
         ctx.save_for_backward(logits2d, labels1d if with_logp else None)
         # an output nobody differentiates (the entropy of a loss without an entropy bonus, kept only
         # as a metric) gets None in backward instead of zeros, and its (n, V) term is skipped
@@ -191,16 +205,20 @@ class _ChunkedLogprobEntropy(torch.autograd.Function):
         ctx.truncation = truncation
         ctx.with_logp = with_logp
         ctx.with_entropy = with_entropy
+        ctx.with_full = with_full
         if not with_logp:
             logp = torch.zeros(0, dtype=cdt, device=dev)
         if not with_entropy:
             ent = torch.zeros(0, dtype=cdt, device=dev)
-        ctx.mark_non_differentiable(*[t for t, w in ((logp, with_logp), (ent, with_entropy)) if not w])
-        return logp, ent
+        if not with_full:
+            full = torch.zeros(0, dtype=cdt, device=dev)
+        ctx.mark_non_differentiable(*[t for t, w in ((logp, with_logp), (ent, with_entropy), (full, with_full))
+                                      if not w])
+        return logp, ent, full
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, g_logp, g_ent):
+    def backward(ctx, g_logp, g_ent, g_full):
         if ctx.fused:
             return _ChunkedLogprobEntropy._fused_backward(ctx, g_logp, g_ent)
         logits2d, labels1d = ctx.saved_tensors
@@ -210,9 +228,11 @@ class _ChunkedLogprobEntropy(torch.autograd.Function):
         grad = torch.empty_like(logits2d)
         use_logp = ctx.with_logp and g_logp is not None
         use_ent = ctx.with_entropy and g_ent is not None
+        use_full = ctx.with_full and g_full is not None
         for s in range(0, n, ctx.chunk_size):
             e = min(n, s + ctx.chunk_size)
-            x, keep = _truncate(_chunk_input(logits2d[s:e], cdt, t), ctx.truncation)  # the forward's kept set
+            x0 = _chunk_input(logits2d[s:e], cdt, t)
+            x, keep = _truncate(x0, ctx.truncation)  # the forward's kept set
             p, _ = _softmax_lse(x)  # (n, V), becomes the gradient in place (0 on removed tokens)
             ent_term = None
             if use_ent:
@@ -236,6 +256,14 @@ class _ChunkedLogprobEntropy(torch.autograd.Function):
             else:
                 p.zero_()
             del ent_term
+            if use_full:  # d log softmax(x)[y] / dx_j = 1[j == y] - softmax(x)_j, over the whole vocabulary
+                lab = labels1d[s:e]
+                gf = torch.where(lab != IGNORE_INDEX, g_full[s:e].to(cdt), torch.zeros_like(p[:, 0]))
+                q, _ = _softmax_lse(x0)
+                p.sub_(q.mul_(gf.unsqueeze(1)))
+                del q
+                p.scatter_add_(1, lab.clamp_min(0).unsqueeze(1), gf.unsqueeze(1))
+            del x0
             if t != 1.0:
                 p.div_(t)
             grad[s:e] = p
@@ -257,10 +285,13 @@ class _ChunkedLogprobEntropy(torch.autograd.Function):
         ctx.chunk_size = chunk_size
         ctx.temperature = temperature
         ctx.with_entropy = with_entropy
+        full = torch.zeros(0, dtype=cdt, device=logits2d.device)  # untruncated: logp is the full logprob
         if not with_entropy:
             ent = torch.zeros(0, dtype=cdt, device=logits2d.device)
-            ctx.mark_non_differentiable(ent)
-        return logp, ent
+            ctx.mark_non_differentiable(ent, full)
+        else:
+            ctx.mark_non_differentiable(full)
+        return logp, ent, full
 
     @staticmethod
     def _fused_backward(ctx, g_logp, g_ent):
@@ -333,6 +364,13 @@ class _Fused:
         try:
             return fn(*args)
         except Exception as exc:  # noqa: BLE001 - any compiler failure: the eager function computes the same
+            cause: BaseException | None = exc
+            for _ in range(16):  # out of memory (or a compiler error wrapping it) is not a compiler failure:
+                if cause is None:  # the run must hear of it, not continue slower on the eager path
+                    break
+                if isinstance(cause, torch.OutOfMemoryError):
+                    raise
+                cause = cause.__cause__ or cause.__context__
             import warnings
 
             warnings.warn(f"rlvr.algo.logprobs: torch.compile of the fused logprob/entropy failed "
@@ -365,7 +403,19 @@ def _check(logits: torch.Tensor, labels: torch.Tensor | None, chunk_size: int) -
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
 
 
-def logprobs_and_entropy(
+@dataclass(frozen=True)
+class TokenScores:
+    """What one pass over the logits gives (token_scores): logp (...) float32 or None, the label's logprob
+    under the distribution scored (truncated to the kept set under a Truncation); entropy (...) float32 or
+    None; full_logp (...) float32, the label's logprob under the untruncated softmax(logits / temperature),
+    only under an active truncation with labels (None otherwise: then it equals logp)."""
+
+    logp: torch.Tensor | None
+    entropy: torch.Tensor | None
+    full_logp: torch.Tensor | None = None
+
+
+def token_scores(
     logits: torch.Tensor,
     labels: torch.Tensor | None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
@@ -373,7 +423,7 @@ def logprobs_and_entropy(
     temperature: float = 1.0,
     *,
     truncation: Truncation | None = None,
-) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+) -> TokenScores:
     """Per-token log p(label) and entropy of softmax(logits / temperature), chunked over rows.
 
     logits: (..., V) any float dtype (typically (B, T, V)); already aligned with labels, i.e.
@@ -383,9 +433,9 @@ def logprobs_and_entropy(
     chunk_size: rows of the flattened (..., V) processed at once; bounds work memory.
     truncation: the sampler's top-k / top-p (see the module docstring): logp and entropy are those of
         the truncated, renormalized distribution; a label outside the kept set gets TRUNCATED_LOGPROB and
-        no gradient. None (or an inactive one) = the full softmax.
-    Returns (logp (...) float32 or None, entropy (...) float32 in nats or None). logp is 0
-    (and gets no gradient) where labels == -100. Differentiable w.r.t. logits.
+        no gradient; full_logp holds the untruncated logprob. None (or an inactive one) = the full softmax.
+    Returns TokenScores (logp, entropy in nats, full_logp). logp and full_logp are 0 (and get no gradient)
+    where labels == -100. Differentiable w.r.t. logits.
     """
     _check(logits, labels, chunk_size)
     if temperature <= 0:
@@ -395,13 +445,29 @@ def logprobs_and_entropy(
     lead = logits.shape[:-1]
     logits2d = logits.reshape(-1, logits.shape[-1])
     labels1d = labels.reshape(-1).long() if labels is not None else None
-    logp, ent = _ChunkedLogprobEntropy.apply(
+    logp, ent, full = _ChunkedLogprobEntropy.apply(
         logits2d, labels1d, int(chunk_size), float(temperature), labels is not None, with_entropy, truncation
     )
-    return (
+    return TokenScores(
         logp.reshape(lead) if labels is not None else None,
         ent.reshape(lead) if with_entropy else None,
+        full.reshape(lead) if labels is not None and truncation is not None else None,
     )
+
+
+def logprobs_and_entropy(
+    logits: torch.Tensor,
+    labels: torch.Tensor | None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    with_entropy: bool = False,
+    temperature: float = 1.0,
+    *,
+    truncation: Truncation | None = None,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(logp, entropy) of token_scores: logp (...) float32 or None (labels None), entropy (...) float32
+    in nats or None (with_entropy False). See token_scores."""
+    out = token_scores(logits, labels, chunk_size, with_entropy, temperature, truncation=truncation)
+    return out.logp, out.entropy
 
 
 def token_logprobs_from_logits(

@@ -58,10 +58,16 @@ class GradientWorker:
             loss = self.grad_fn(self.model, mb, parts, fwd, norm_length=norm_length, normalizers=normalizers,
                                 stats=stats, row_entropy=ent)
         params = list(self.model.parameters())
+        # one flat float32 tensor on the policy's device (the one the group's backend serves: a CPU tensor given
+        # to NCCL raises), the loss in its last slot; it leaves as a CPU tensor (through Ray's object store)
+        device = params[0].device
         flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).float()
-                          for p in params] + [torch.tensor([loss], dtype=torch.float32)])
+                          for p in params] + [torch.tensor([loss], dtype=torch.float32, device=device)])
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-        return (float(flat[-1]) if self.rank == 0 else None, flat[:-1] if self.rank == 0 else None, stats, ent)
+        if self.rank != 0:
+            return None, None, stats, ent
+        flat = flat.cpu()
+        return float(flat[-1]), flat[:-1], stats, ent
 
     def close(self) -> None:
         dist.destroy_process_group()
@@ -96,7 +102,7 @@ class DataParallelGradients:
         loss, flat = results[0][0], results[0][1]
         offset = 0
         for p in model.parameters():
-            g = flat[offset:offset + p.numel()].view_as(p).to(p.dtype)
+            g = flat[offset:offset + p.numel()].view_as(p).to(p.device, p.dtype)
             offset += p.numel()
             p.grad = g.clone() if p.grad is None else p.grad + g
         for _, _, st, ent in results:

