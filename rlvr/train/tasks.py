@@ -49,12 +49,25 @@ def load_task_data(data_cfg, tokenizer=None, *, train: bool = True, episodes: bo
         raise TaskDataError(f"data (task={data_cfg.task!r}): {msg}") from exc
 
 
+# data.hf_dataset splits read by check_data_files before the model loads, handed to the loader that follows
+# (popped there: read once, held only in between); keyed by everything the rows depend on
+_CHECKED_HF: dict[tuple, list] = {}
+
+
+def _hf_key(data_cfg, split: str, columns: dict[str, str]) -> tuple:
+    return (data_cfg.task, data_cfg.hf_dataset, data_cfg.hf_config, split, tuple(sorted(columns.items())))
+
+
 def _load_hf(data_cfg, split: str, columns: dict[str, str]) -> list:
     """Rows of data.hf_dataset's `split` as the task's Examples; a failure of `datasets` (no such dataset or
     split, offline, ...) becomes a one-line TaskDataError naming data.hf_dataset."""
+    if (checked := _CHECKED_HF.pop(_hf_key(data_cfg, split, columns), None)) is not None:
+        return checked
     try:
         return load_hf(data_cfg.task, data_cfg.hf_dataset, split, config=data_cfg.hf_config or None, columns=columns)
-    except (DataError, TaskDataError):
+    except DataError as exc:  # a row the task cannot read: dataset[split]:row and why
+        raise TaskDataError(f"data.hf_dataset={data_cfg.hf_dataset!r}: {exc}") from None
+    except TaskDataError:
         raise
     except Exception as exc:  # noqa: BLE001 - datasets raises many types (FileNotFoundError, DatasetNotFoundError...)
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
@@ -117,6 +130,26 @@ def check_data_files(data_cfg, *, train: bool = True) -> None:
                                 f"{good + len(errors)}: {shown}{more}{hint}")
         if not good and key == "train_path":  # an empty held-out file is a run without evaluation (said at start)
             raise TaskDataError(f"data.{key}={path}: no {split} problems (the file has no non-blank lines)")
+    if getattr(data_cfg, "hf_dataset", "") and not getattr(data_cfg, "env", ""):
+        _check_hf(data_cfg, train=train)
+
+
+def _check_hf(data_cfg, *, train: bool) -> None:
+    """data.hf_dataset read and parsed before any model loads, like the JSONL files: a missing dataset or split,
+    a missing column, a corrupt file or a row the task cannot read is a TaskDataError now, not after the model
+    loaded. The rows are kept for the loader that follows (_CHECKED_HF)."""
+    columns = {"question": getattr(data_cfg, "question_key", ""), "answer": getattr(data_cfg, "answer_key", "")}
+    splits = []
+    if train:
+        splits.append((data_cfg.hf_split, columns))
+    if data_cfg.hf_eval_split and not data_cfg.eval_path:
+        splits.append((data_cfg.hf_eval_split, _eval_columns(data_cfg, columns)))
+    _CHECKED_HF.clear()
+    for split, cols in splits:
+        rows = _load_hf(data_cfg, split, cols)
+        if not rows and split == data_cfg.hf_split and train:
+            raise TaskDataError(f"data.hf_dataset={data_cfg.hf_dataset!r} (split {split!r}): no training problems")
+        _CHECKED_HF[_hf_key(data_cfg, split, cols)] = rows
 
 
 def _load_task_data(data_cfg, tokenizer=None, need_train: bool = True, judge=None,
