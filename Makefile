@@ -49,8 +49,9 @@ test-shared: $(STAMP)
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
-# Scale and memory (issue 28) and the slower learning tests (about 8 min on 2 cores): the sharded learner under torchrun with 2 gloo
-# processes against one process (tests/test_sharded.py), LoRA's learning test, `rlvr distill` (tests/test_distill.py).
+# Scale and memory (issue 28) and the slower learning tests (about 9 min on 2 cores): the sharded learner under torchrun with 2 gloo
+# processes against one process (tests/test_sharded.py), two nodes of one process each through c10d rendezvous on
+# 127.0.0.1 (tests/test_sharded_multinode.py), LoRA's learning test, `rlvr distill` (tests/test_distill.py).
 test-scale: $(STAMP)
 	$(BIN)/python -m pytest -q -m scale
 
