@@ -100,7 +100,7 @@ def test_failure_falls_back_to_the_plain_loop_with_one_warning(model_tok, monkey
     spec = SamplingSpec(n=2, max_tokens=10, seed=2)
     plain = HFGenerator(model, tok).generate(PROMPTS, spec)
 
-    def broken(self, ids, attn):
+    def broken(self, *args):
         raise RuntimeError("capture failed")
 
     monkeypatch.setattr(static_decode.StaticDecoder, "prefill", broken)

@@ -29,7 +29,8 @@ from rlvr.models.cascade import attention as cascade_attention
 from rlvr.models.cascade import supported as cascade_supported
 from rlvr.models.packed import inner_model, is_out_of_memory
 from rlvr.models.prefix import _select_rows
-from rlvr.rollout.sampling import (  # noqa: F401 - process_logits, sample_rows re-exported
+from rlvr.rollout.sampling import (  # noqa: F401 - find_completed_stop, process_logits, sample_rows re-exported
+    StopStrings,
     decode_batch,
     find_completed_stop,
     process_logits,
@@ -49,10 +50,11 @@ class HFGenerator:
     batch_size: sequences decoded together (prompt-major chunks of the len(prompts) * n rows).
     use_cache: decode with the KV cache (False recomputes the whole prefix every step; only
     for benchmarks and checks). drop_finished: remove finished rows from the batch and cache
-    once a quarter of it is done (False only for benchmarks). shared_prefix: the prompt of rows that
+    once a quarter of it is done (the static-cache path: compact them out once the rest fits in half the
+    batch) (False only for benchmarks). shared_prefix: the prompt of rows that
     share one (the n samples of a prompt) is prefilled once and the rows decode on its keys/values in
-    place (cascade attention, rlvr.models.cascade; for models it does not support, the KV cache is
-    copied to the rows) (rollout.shared_prefix; False prefills every row).
+    place (cascade attention, rlvr.models.cascade; for models it does not support, and on the static-cache
+    path, the KV cache is copied to the rows) (rollout.shared_prefix; False prefills every row).
     cuda_graphs: the static-cache decode with the step replayed as a CUDA graph (rlvr.rollout.static_decode;
     rollout.cuda_graphs): "auto" = on for a CUDA model of a supported type, True = on where supported (a
     warning otherwise), False = off. static_cache: run that decode path also off CUDA, without graph capture
@@ -307,19 +309,18 @@ class HFGenerator:
         uniforms = self._uniforms(chunk, spec, base_seed)
 
         # Tokens and logprobs go into (B, max_tokens) tensors, one row write per step for all rows; the
-        # per-row Python work is only the stop-string check (when spec.stop is set) and the rows that end.
+        # per-row Python work is only the stop-string check of rows whose new token may complete one
+        # (StopStrings: decided from the token ids, decoded only then) and the rows that end.
         toks = torch.full((B, spec.max_tokens), self.pad_id, dtype=torch.long)
         tlps = torch.zeros((B, spec.max_tokens), dtype=torch.float32)
         n_tok = [spec.max_tokens] * B  # tokens kept per row (set when it finishes)
-        resp: list[list[int]] = [[] for _ in range(B)]  # kept as lists only for the stop-string check
         finish: list[str | None] = [None] * B
         stop_reason: list[str | None] = [None] * B
         cut_text: list[str | None] = [None] * B
         done = torch.zeros(B, dtype=torch.bool)  # finished, by original row
         eos = torch.tensor(self.eos_ids, dtype=torch.long, device=dev)
         eos_cpu = eos.cpu()
-        max_stop = max((len(x) for x in spec.stop), default=0)
-        window = max_stop + 16  # tokens decoded to look for a stop string that just completed
+        stops = StopStrings(self.tokenizer, spec.stop, spec.include_stop_str_in_output) if spec.stop else None
 
         logits, past, pk = self._prefill(ids, attn, [i for i, _ in chunk])
         full_ids = ids
@@ -336,16 +337,13 @@ class HFGenerator:
             ended = act & torch.isin(tok_c, eos_cpu) if len(eos_cpu) else torch.zeros_like(act)
             for r in live[ended].tolist():
                 finish[r], stop_reason[r], n_tok[r] = "stop", "<eos>", step + 1
-            if spec.stop:
-                for pos, r in zip(act.nonzero().flatten().tolist(), rows.tolist(), strict=True):
-                    resp[r].append(int(tok_c[pos]))
-                    if finish[r] is None and step + 1 >= spec.min_tokens:  # vLLM: stops count from min_tokens on
-                        hit = find_completed_stop(
-                            self.tokenizer, resp[r], spec.stop, spec.include_stop_str_in_output, window
-                        )
-                        if hit is not None:
-                            finish[r], stop_reason[r], cut_text[r], n_tok[r] = "stop", hit[0], hit[1], step + 1
-                            ended[pos] = True
+            if stops is not None and step + 1 >= spec.min_tokens:  # vLLM: stops count from min_tokens on
+                for pos in (act & ~ended & stops.candidates(tok_c)).nonzero().flatten().tolist():
+                    r = int(live[pos])
+                    hit = stops.check(toks[r, : step + 1].tolist())
+                    if hit is not None:
+                        finish[r], stop_reason[r], cut_text[r], n_tok[r] = "stop", hit[0], hit[1], step + 1
+                        ended[pos] = True
             if step + 1 >= spec.max_tokens:
                 for r in live[act & ~ended].tolist():
                     finish[r] = "length"

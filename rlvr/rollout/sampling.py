@@ -3,6 +3,7 @@ plain loop, rlvr.rollout.static_decode's CUDA-graph loop) and the vLLM generator
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 
 import torch
@@ -17,7 +18,9 @@ def process_logits(logits: torch.Tensor, temperature: float, top_k: int, top_p: 
     whose mass reaches top_p (the most likely token is always kept), renormalized. Removed
     tokens get -inf. temperature must be > 0. The kept set is rlvr.algo.logprobs.kept_mask, the
     rule the trainer scores with (algo Truncation), so sampler and trainer truncate alike."""
-    x = logits.float() / temperature
+    x = logits.float()
+    if temperature != 1.0:  # x / 1.0 is x exactly: one pass over (B, V) saved at temperature 1
+        x = x / temperature
     keep = kept_mask(x, top_k, top_p)
     if keep is not None:
         x = x.masked_fill(~keep, float("-inf"))
@@ -33,9 +36,10 @@ def sample_rows(logp: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     # right=True: first index whose cdf is > target, so zero-probability tokens are never chosen.
     ids = torch.searchsorted(cdf, target, right=True).squeeze(-1)
     # u * total can round up to total (u just below 1): fall back to the last token that has
-    # probability, never to a removed one at the end of the vocabulary.
+    # probability, never to a removed one at the end of the vocabulary (the first True of the flipped row:
+    # argmax over its bytes, read in place, instead of a copy as int32).
     positive = logp > float("-inf")  # (B, V)
-    last = logp.shape[-1] - 1 - positive.flip(-1).int().argmax(-1)  # (B,)
+    last = logp.shape[-1] - 1 - positive.flip(-1).view(torch.uint8).argmax(-1)  # (B,)
     return torch.minimum(ids, last)
 
 
@@ -84,3 +88,94 @@ def find_completed_stop(
         return None  # the stop string in the window is an old one (completed before min_tokens)
     k, s = best
     return s, text[: k + len(s)] if include else text[:k]
+
+
+# -- stop strings from token ids -------------------------------------------------------------------------------
+
+_TOKEN_TEXTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> {"texts": ..., stops: table}
+_REPLACEMENT = "\ufffd"  # what an incomplete UTF-8 byte sequence decodes to
+
+
+def _decode_each(tokenizer, seqs: list[list[int]]) -> list[str]:
+    """decode(x, skip_special_tokens=True) for each x: one call of the Rust tokenizer where there is one (without
+    the clean-up of spaces, which only ever removes characters: the superset the stop table needs)."""
+    backend = getattr(tokenizer, "_tokenizer", None)
+    if hasattr(backend, "decode_batch"):
+        return backend.decode_batch(seqs, skip_special_tokens=True)
+    return [tokenizer.decode(x, skip_special_tokens=True) for x in seqs]
+
+
+def _cache(tokenizer) -> dict:
+    """This module's per-tokenizer cache (emptied when the tokenizer's vocabulary grows; a fresh dict, kept
+    nowhere, for a tokenizer that cannot be weakly referenced)."""
+    n = len(tokenizer)
+    try:
+        cached = _TOKEN_TEXTS.get(tokenizer)
+        if cached is None or cached["n"] != n:
+            cached = _TOKEN_TEXTS[tokenizer] = {"n": n}
+    except TypeError:
+        cached = {"n": n}
+    return cached
+
+
+def token_texts(tokenizer) -> tuple[list[str], list[str | None]]:
+    """Each token id's text twice, computed once per tokenizer: alone (decode([t])) and as it renders after an
+    ordinary token a (decode([a, t]) less decode([a]); None where that is not a prefix). The second catches what
+    decoders add or strip at a token's start in context (a SentencePiece token's leading space, a WordPiece
+    separator)."""
+    cached = _cache(tokenizer)
+    if "texts" not in cached:
+        n = cached["n"]
+        alone = _decode_each(tokenizer, [[t] for t in range(n)])
+        anchor = next((t for t, x in enumerate(alone) if len(x) == 1 and x.isalnum() and x.isascii()), None)
+        if anchor is None:
+            ctx: list[str | None] = [None] * n
+        else:
+            head = alone[anchor]
+            ctx = [x[len(head):] if x.startswith(head) else None
+                   for x in _decode_each(tokenizer, [[anchor, t] for t in range(n)])]
+        cached["texts"] = (alone, ctx)
+    return cached["texts"]
+
+
+def stop_candidates(tokenizer, stops: Sequence[str]) -> torch.Tensor:
+    """(len(tokenizer),) bool, True at the token ids after which a stop string may have just completed: those whose
+    text (alone or in context, token_texts) holds the last character of some stop string, holds U+FFFD (a piece of
+    a multi-byte character: it may complete any character with the bytes before it), or is empty. Made once per
+    (tokenizer, stop strings).
+
+    Why that is enough: find_completed_stop reports a stop string s only when the new token's text makes the
+    response's text end after the previous text's length, with s ending there: s's last character sits at or past
+    the previous length, and the characters there are the new token's text in context (or, where bytes of earlier
+    tokens complete a character, the new token holds a continuation byte and decodes alone to U+FFFD)."""
+    cached = _cache(tokenizer)
+    key = ("stops", tuple(stops))
+    if key not in cached:
+        alone, ctx = token_texts(tokenizer)
+        last = {s[-1] for s in stops if s} | {_REPLACEMENT}
+        cached[key] = torch.tensor([
+            not a or c is None or not c or any(ch in a or ch in c for ch in last)
+            for a, c in zip(alone, ctx, strict=True)
+        ], dtype=torch.bool) | (not all(stops))  # an empty stop string (SamplingSpec forbids it): every token
+    return cached[key]
+
+
+class StopStrings:
+    """A generate call's stop strings, detected from the sampled token ids: only a row whose newest token may have
+    completed one (stop_candidates) is decoded, by find_completed_stop (the same answer, the same cut text), so a
+    row costs a decode per candidate token instead of one per token."""
+
+    def __init__(self, tokenizer, stops: Sequence[str], include: bool):
+        self.tokenizer, self.stops, self.include = tokenizer, tuple(stops), include
+        self.window = max((len(x) for x in self.stops), default=0) + 16  # tokens decoded for the cheap check
+        self.table = stop_candidates(tokenizer, self.stops) if self.stops else None
+
+    def candidates(self, tok: torch.Tensor) -> torch.Tensor:
+        """tok (any shape) int64 ids on the CPU -> bool of the same shape: may have completed a stop string (ids
+        past the tokenizer's vocabulary, which the model's padded one may hold, always may)."""
+        n = len(self.table)
+        return torch.where(tok < n, self.table[tok.clamp(0, n - 1)], True)
+
+    def check(self, ids: list[int]) -> tuple[str, str] | None:
+        """find_completed_stop for a row whose tokens so far are `ids` (the newest last)."""
+        return find_completed_stop(self.tokenizer, ids, self.stops, self.include, self.window)

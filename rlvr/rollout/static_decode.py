@@ -4,37 +4,51 @@ At batch 512 a decode step of a 0.5B model is a few ms of GPU work but ~50 ms of
 the transformers forward, ~1000 kernel launches, per-step copies of the sampled tokens to the host). This
 path removes the host from the step:
 
-- the prompts (left-padded, as the plain path) are prefilled into a transformers `StaticCache` of
-  (rows, prompt_len + max_tokens) slots, with an explicit 4-D additive mask (causal, pads hidden);
-- every decode step runs the model on static buffers: token ids (B, 1), position ids (B, 1) and a
-  (B, 1, 1, max_len) additive mask whose slot for the newest token is opened in place. The cache keeps its own
-  write index on the device (StaticLayer.cumulative_length, advanced in place by every forward, the
-  transformers 5.x replacement of `cache_position`), so the step has no host-side input that changes;
-- on CUDA the step is captured once per (rows, max_len) with `torch.cuda.CUDAGraph` (warm-up on a side
+- the distinct prompts of the chunk (the n samples of a prompt share it) are prefilled once, left-padded to a
+  multiple of 16, with an explicit 4-D additive mask (causal, pads hidden), and their keys/values are written
+  to every row of the prompt in this module's `SlotCache`: per layer (rows, kv heads, prompt_len + max_tokens,
+  head size) tensors allocated once per shape and written in place;
+- every decode step runs the model on static buffers: token ids (B, 1), position ids (B, 1), the slot index
+  (written into the cache with index_copy_, the same slot for every row) and a (B, 1, 1, slots) additive mask
+  whose slot for the newest token is opened in place, so the step has no host-side input that changes;
+- attention reads the slots written so far only, rounded up to a quarter of the response slots (the step
+  attends to prompt + ceil(step / block) * block slots; one graph per such width), and, for sdpa models, the
+  query heads of a KV head attend to it together (the (B, heads, 1, d) query reshaped to (B, kv heads,
+  heads / kv heads, d): grouped-query attention without copying the keys/values per head, `gqa_attention`);
+- on CUDA the step is captured once per (rows, attended slots) with `torch.cuda.CUDAGraph` (warm-up on a side
   stream, capture, replay) and replayed; on CPU it runs eagerly (the same numbers: what the tests check);
 - sampling (process_logits / sample_rows, the rows' own uniforms moved to the device once) stays outside the
-  graph but on the device: the tokens and logprobs go into (B, max_tokens) device tensors and come to the host
-  every `sync_every` steps, one block behind the GPU, where EOS, stop strings and min_tokens are checked exactly
-  as the plain path does (a row is cut where it finished; the steps it decoded after that are ignored);
-- no rows are dropped: finished rows keep decoding (their outputs unread) until all rows have finished, which
-  is checked every `sync_every` steps.
+  graph but on the device: the tokens and logprobs go into (max_tokens, B) device tensors and come to the host
+  every `sync_every` steps, one block behind the GPU, where EOS, stop strings (rlvr.rollout.sampling.StopStrings:
+  only candidate tokens decoded) and min_tokens are checked exactly as the plain path does (a row is cut where
+  it finished; the steps it decoded after that are ignored);
+- finished rows are compacted out at those checks (rollout drop_finished): once the unfinished rows fit in half
+  the batch, they move to the first rows of the same cache and buffers (their written slots only) and decode
+  on in the smallest of the row counts B, B/2, B/4, ... (down to max(4, B/16)) that holds them, each with its
+  own graph; spare rows of that count repeat a live row and their outputs are not read.
 
-A row's tokens before it finishes depend only on its own prompt, tokens and uniforms, so the results equal
-the plain path's up to float rounding (tests/test_rollout_static.py). Models: causal LMs whose every layer is
-full attention in the supported list (Qwen2, Qwen3, Llama) with sdpa or eager attention; anything else, and
-any failure here, falls back to the plain path with one warning (rlvr.rollout.hf_generator).
+A row's tokens before it finishes depend only on its own prompt, tokens and uniforms (its own RNG stream, fixed
+by its seed, whatever rows share the batch), so the results equal the plain path's up to float rounding
+(tests/test_rollout_static.py). Models: causal LMs whose every layer is full attention in the supported list
+(Qwen2, Qwen3, Llama) with sdpa or eager attention; anything else, and any failure here, falls back to the
+plain path with one warning (rlvr.rollout.hf_generator).
 """
 
 from __future__ import annotations
 
 import torch
 
-from rlvr.rollout.sampling import find_completed_stop, sample_step
+from rlvr.models.cascade import attention as attention_named
+from rlvr.rollout.sampling import StopStrings, sample_step
 
-# model_type -> decoder-only models whose forward takes a 4-D mask, position ids and a StaticCache as-is
+# model_type -> decoder-only models whose forward takes a 4-D mask, position ids and a cache object as-is
 SUPPORTED_MODEL_TYPES = ("qwen2", "qwen3", "llama")
 SUPPORTED_ATTENTION = ("sdpa", "eager")
 PAD_MULTIPLE = 16  # prompts left-padded to a multiple of this (chunks of similar prompts share one graph), cache too
+SLOT_BLOCKS = 4  # the response slots a step attends to grow in this many blocks (one graph each)
+MIN_ROWS = 4  # finished rows are compacted down to max(MIN_ROWS, B // 16) rows at the least
+GQA_NAME = "rlvr_static_gqa"
+_REGISTERED = [False]
 
 
 def unsupported_reason(model) -> str | None:
@@ -50,9 +64,9 @@ def unsupported_reason(model) -> str | None:
     if any(t != "full_attention" for t in types):
         return "the model has sliding-window or other non-full attention layers"
     try:
-        from transformers import StaticCache  # noqa: F401
+        from transformers import AttentionInterface  # noqa: F401
     except ImportError:
-        return "this transformers has no StaticCache"
+        return "this transformers has no AttentionInterface"
     return None
 
 
@@ -76,21 +90,93 @@ class _Graph:
         return self.out
 
 
+def gqa_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """transformers attention-function signature, for the decode step (one new token per row): query (b, h, 1, d),
+    key/value (b, hkv, S, d) the cache's written slots, attention_mask (b, 1, 1, S) additive. The h / hkv query heads
+    of each KV head are one (b, hkv, h / hkv, d) query block over that head's keys (as transformers' repeat_kv
+    reads them), so no key or value is copied per head. Returns ((b, 1, h, d), None)."""
+    b, h, L, d = query.shape
+    hkv = key.shape[1]
+    if L == 1:
+        q = query.reshape(b, hkv, h // hkv, d)  # query head kv * n + r -> KV head kv
+    else:  # not used by the decode step; correct anyway
+        q = query
+        key, value = key.repeat_interleave(h // hkv, dim=1), value.repeat_interleave(h // hkv, dim=1)
+    out = torch.nn.functional.scaled_dot_product_attention(q, key, value, attn_mask=attention_mask, scale=scaling)
+    return out.reshape(b, h, L, d).transpose(1, 2), None
+
+
+def _register() -> None:
+    if not _REGISTERED[0]:
+        from transformers import AttentionInterface
+
+        AttentionInterface.register(GQA_NAME, lambda *a, **k: gqa_attention(*a, **k))
+        _REGISTERED[0] = True
+
+
+class SlotCache:
+    """The decode's KV cache (the part of transformers' Cache API these models' forwards call: `update`).
+
+    keys/values: per layer (B, kv heads, max_len, head size), allocated at the first prefill from the model's own
+    key states (so heads, head size and dtype are the model's). A prefill (prefill=True) writes slots 0..L0-1 of
+    every row, from the prompt row `expand[r]` (each distinct prompt forwarded once), and attends to the prompt's
+    own keys; a decode step writes its token's key/value at slot `slot` (a (1,) device tensor: the same for
+    every row) of the first `rows` rows and attends to their first `kv_len` slots."""
+
+    def __init__(self, B: int, max_len: int, device):
+        self.B, self.max_len = B, max_len
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+        self.slot = torch.zeros((1,), dtype=torch.long, device=device)
+        self.rows, self.kv_len = B, max_len
+        self.prefill, self.expand = False, None
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        if self.prefill:
+            if layer_idx == len(self.keys):  # first use: allocated from the model's own shapes
+                B, hkv, _, d = key_states.shape
+                shape = (self.B, hkv, self.max_len, d)
+                self.keys.append(torch.zeros(shape, dtype=key_states.dtype, device=key_states.device))
+                self.values.append(torch.zeros(shape[:3] + value_states.shape[3:], dtype=value_states.dtype,
+                                               device=value_states.device))
+            L = key_states.shape[2]
+            k, v = key_states, value_states
+            if self.expand is not None:  # prompt rows -> the rows that share them
+                k, v = k.index_select(0, self.expand), v.index_select(0, self.expand)
+            self.keys[layer_idx][:, :, :L] = k
+            self.values[layer_idx][:, :, :L] = v
+            return key_states, value_states
+        k, v = self.keys[layer_idx][: self.rows], self.values[layer_idx][: self.rows]
+        k.index_copy_(2, self.slot, key_states)
+        v.index_copy_(2, self.slot, value_states)
+        return k[:, :, : self.kv_len], v[:, :, : self.kv_len]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:  # only asked when no position ids are given
+        return self.max_len
+
+
 class StaticDecoder:
-    """The static cache, the step's input buffers and (on CUDA) its graph, for one (rows, max_len) shape.
-    Kept by HFGenerator between calls, so equal shapes (same batch, prompts of similar length) capture once."""
+    """The slot cache, the step's input buffers and (on CUDA) its graphs, for one (rows, max_len) shape. Kept by
+    HFGenerator between calls, so equal shapes (same batch, prompts of similar length) capture once: one graph per
+    (live rows, attended slots) met."""
 
     def __init__(self, gen, B: int, max_len: int, dtype: torch.dtype):
-        from transformers import StaticCache
-
         self.gen, self.B, self.max_len, self.dtype = gen, B, max_len, dtype
         dev = gen.device
-        self.cache = StaticCache(config=gen.model.config, max_cache_len=max_len)
+        self.cache = SlotCache(B, max_len, dev)
         self.tok = torch.zeros((B, 1), dtype=torch.long, device=dev)
         self.pos = torch.zeros((B, 1), dtype=torch.long, device=dev)
         self.mask = torch.zeros((B, 1, 1, max_len), dtype=dtype, device=dev)
-        self.graph: _Graph | None = None
+        self.graphs: dict[tuple[int, int], _Graph] = {}
         self.use_graph = dev.type == "cuda"
+        # sdpa models: the query heads of a KV head attend together (gqa_attention); eager keeps its own
+        self.attention = GQA_NAME if getattr(gen.model.config, "_attn_implementation", None) == "sdpa" else None
+        self.shapes: list[tuple[int, int]] = []  # (rows, attended slots) of each decode step of the last chunk
+
+    @property
+    def graph(self) -> _Graph | None:
+        """A captured graph (the first), or None before any capture (benchmarks/gpu.py reports it)."""
+        return next(iter(self.graphs.values()), None)
 
     def _forward(self, ids, mask, pos) -> torch.Tensor:
         g = self.gen
@@ -98,104 +184,160 @@ class StaticDecoder:
                       **{g._cache_kw: self.cache}, **g._keep_kw)
         return out.logits[:, -1, :]
 
-    def prefill(self, ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
-        """Left-padded prompts (B, L0) into cache slots 0..L0-1; logits (B, V) of their last tokens. Sets the
-        decode mask to the prompts' real tokens."""
-        self.cache.reset()  # in place: the graph keeps pointing at the same tensors
-        B, L0 = ids.shape
+    def prefill(self, ids: torch.Tensor, attn: torch.Tensor, expand: torch.Tensor | None = None) -> torch.Tensor:
+        """Left-padded prompts (P, L0) into cache slots 0..L0-1 of every row (row r from prompt expand[r]; None =
+        row r from prompt r); logits (B, V) of the rows' last prompt tokens. Sets the decode mask to the rows'
+        real prompt tokens."""
+        P, L0 = ids.shape
         neg = torch.finfo(self.dtype).min
         ok = attn.bool()
         causal = torch.ones((L0, L0), dtype=torch.bool, device=ids.device).tril()
-        allowed = causal.unsqueeze(0) & ok.unsqueeze(1)  # (B, L0 queries, L0 keys)
-        m = torch.full((B, 1, L0, self.max_len), neg, dtype=self.dtype, device=ids.device)
-        m[:, 0, :, :L0].masked_fill_(allowed, 0.0)
+        m = torch.full((P, 1, L0, L0), neg, dtype=self.dtype, device=ids.device)
+        m[:, 0].masked_fill_(causal.unsqueeze(0) & ok.unsqueeze(1), 0.0)
         pos = (attn.cumsum(-1) - 1).clamp_min(0)
-        logits = self._forward(ids, m, pos)
+        self.shapes = []
+        self.cache.prefill, self.cache.expand = True, expand
+        try:
+            logits = self._forward(ids, m, pos)
+        finally:
+            self.cache.prefill, self.cache.expand = False, None
+        if expand is not None:
+            logits, ok = logits.index_select(0, expand), ok.index_select(0, expand)
         self.mask.fill_(neg)
         self.mask[:, 0, 0, :L0].masked_fill_(ok, 0.0)
         return logits
 
-    def step(self, tok: torch.Tensor, slot: int, pos: torch.Tensor) -> torch.Tensor:
-        """Feed tok (B,) at cache slot `slot` (the cache's own index is there) and position pos (B,); logits (B, V)."""
-        self.tok.copy_(tok.unsqueeze(-1))
-        self.pos.copy_(pos.unsqueeze(-1))
-        self.mask[:, 0, 0, slot] = 0.0  # the new token sees itself (its key is written before attention)
+    def _decode(self, b: int, S: int) -> torch.Tensor:
+        """The decode step of the first b rows over slots 0..S-1 (what a graph captures)."""
+        self.cache.rows, self.cache.kv_len = b, S
+        mask = self.mask[:b, :, :, :S]
+        if self.attention is None:
+            return self._forward(self.tok[:b], mask, self.pos[:b])
+        with attention_named(self.gen.model, self.attention):
+            return self._forward(self.tok[:b], mask, self.pos[:b])
+
+    def step(self, tok: torch.Tensor, slot: int, pos: torch.Tensor, S: int | None = None) -> torch.Tensor:
+        """Feed tok (b,) (the first b rows) at cache slot `slot` and positions pos (b,), attending to slots
+        0..S-1 (None = all); logits (b, V)."""
+        b, S = tok.shape[0], self.max_len if S is None else S
+        if not slot < S <= self.max_len:
+            raise ValueError(f"slot {slot} outside the {S} attended slots (of {self.max_len})")
+        _register()
+        self.tok[:b].copy_(tok.unsqueeze(-1))
+        self.pos[:b].copy_(pos.unsqueeze(-1))
+        self.mask[:b, 0, 0, slot] = 0.0  # the new token sees itself (its key is written before attention)
+        self.cache.slot.fill_(slot)
+        self.shapes.append((b, S))
         if not self.use_graph:
-            return self._forward(self.tok, self.mask, self.pos)
-        if self.graph is None:
-            index = [layer.cumulative_length.clone() for layer in self.cache.layers]
-            self.graph = _Graph(lambda: self._forward(self.tok, self.mask, self.pos))
-            for layer, i in zip(self.cache.layers, index, strict=True):  # the warm-ups advanced it
-                layer.cumulative_length.copy_(i)
-        return self.graph()
+            return self._decode(b, S)
+        g = self.graphs.get((b, S))
+        if g is None:  # warm-ups and capture write the same key/value at the same slot: nothing to undo
+            g = self.graphs[(b, S)] = _Graph(lambda: self._decode(b, S))
+        return g()
+
+    def compact(self, keep: torch.Tensor, written: int) -> None:
+        """Rows `keep` (nb,) of the current layout become rows 0..nb-1: their written slots (0..written-1) and
+        decode mask."""
+        nb = int(keep.numel())
+        for t in (*self.cache.keys, *self.cache.values):
+            t[:nb, :, :written] = t[:, :, :written].index_select(0, keep)
+        self.mask[:nb] = self.mask.index_select(0, keep)
+
+
+def _to_device(values: list[int], dev, pinned: bool) -> torch.Tensor:
+    """A long tensor on the device without waiting for the device's queue (pinned host memory, asynchronous)."""
+    t = torch.tensor(values, dtype=torch.long)
+    return t.pin_memory().to(dev, non_blocking=True) if pinned else t.to(dev)
+
+
+def row_counts(B: int) -> list[int]:
+    """The batch sizes finished rows are compacted to: B, then halves down to max(MIN_ROWS, B // 16)."""
+    out, floor = [B], max(MIN_ROWS, B // 16)
+    while -(-out[-1] // 2) >= floor and out[-1] > 1:
+        out.append(-(-out[-1] // 2))
+    return out
 
 
 def generate_chunk_static(gen, prompts, prompt_ids, chunk, spec, base_seed):
-    """HFGenerator._generate_chunk on the static cache (module docstring); the same Rollouts."""
+    """HFGenerator._generate_chunk on the slot cache (module docstring); the same Rollouts."""
     dev = gen.device
     B, T = len(chunk), spec.max_tokens
     p_ids = [list(prompt_ids[i]) for i, _ in chunk]
     L0 = -(-max(len(p) for p in p_ids) // PAD_MULTIPLE) * PAD_MULTIPLE
-    ids = torch.tensor([[gen.pad_id] * (L0 - len(p)) + p for p in p_ids], dtype=torch.long).to(dev)
-    attn = torch.tensor([[0] * (L0 - len(p)) + [1] * len(p) for p in p_ids], dtype=torch.long).to(dev)
+    uniq = list(dict.fromkeys(i for i, _ in chunk))
+    expand = None
+    if gen.shared_prefix and len(uniq) < B:  # each distinct prompt forwarded once, its keys/values to its rows
+        where = {p: k for k, p in enumerate(uniq)}
+        src = [list(prompt_ids[p]) for p in uniq]
+        expand = torch.tensor([where[i] for i, _ in chunk], dtype=torch.long, device=dev)
+    else:
+        src = p_ids
+    ids = torch.tensor([[gen.pad_id] * (L0 - len(p)) + p for p in src], dtype=torch.long).to(dev)
+    attn = torch.tensor([[0] * (L0 - len(p)) + [1] * len(p) for p in src], dtype=torch.long).to(dev)
     # slots: the prompt, then one per decoded token, rounded up to a multiple of 16 (SDPA's memory-efficient
     # kernel wants the mask's last dimension aligned; the spare slots stay masked)
-    dec = gen._static_decoder(B, L0 + -(-T // PAD_MULTIPLE) * PAD_MULTIPLE)
+    T16 = -(-T // PAD_MULTIPLE) * PAD_MULTIPLE
+    block = -(-T16 // SLOT_BLOCKS // PAD_MULTIPLE) * PAD_MULTIPLE  # the attended response slots grow by this
+    dec = gen._static_decoder(B, L0 + T16)
     uniforms = gen._uniforms(chunk, spec, base_seed)
-    u_dev = uniforms.to(dev) if uniforms is not None else None
+    # the rows' uniforms, and a spare row B read by the padding rows of a compacted batch
+    u_dev = None if uniforms is None else torch.cat([uniforms, torch.full((1, T), 0.5, dtype=uniforms.dtype)]).to(dev)
     eos = torch.tensor(gen.eos_ids, dtype=torch.long, device=dev)
     eos_cpu = eos.cpu()
-    toks = torch.full((B, T), gen.pad_id, dtype=torch.long, device=dev)
-    tlps = torch.zeros((B, T), dtype=torch.float32, device=dev)
+    # (step, row): the tokens and logprobs of original row r in column r; column B takes the padding rows' writes
+    toks = torch.full((T, B + 1), gen.pad_id, dtype=torch.long, device=dev)
+    tlps = torch.zeros((T, B + 1), dtype=torch.float32, device=dev)
     n_tok = [T] * B
     finish: list[str | None] = [None] * B
     stop_reason: list[str | None] = [None] * B
     cut_text: list[str | None] = [None] * B
-    resp: list[list[int]] = [[] for _ in range(B)]  # only for the stop-string check
-    window = max((len(x) for x in spec.stop), default=0) + 16
+    stops = StopStrings(gen.tokenizer, spec.stop, spec.include_stop_str_in_output) if spec.stop else None
+    seen = torch.empty((B, T), dtype=torch.long)  # the host's copy of the tokens checked so far (for stop strings)
     pinned = dev.type == "cuda"
 
     def check(s0: int, blk: torch.Tensor) -> None:
-        """Host bookkeeping of steps s0.. (blk (B, k) tokens), in the plain path's order per step."""
+        """Host bookkeeping of steps s0.. (blk (B, k) tokens), in the plain path's order per step: a row ends at
+        its first EOS or at the first earlier step (from min_tokens on) whose token completed a stop string, which
+        only the candidate tokens of StopStrings may have done (only those are decoded)."""
+        k = blk.shape[1]
         is_eos = torch.isin(blk, eos_cpu) if len(eos_cpu) else torch.zeros_like(blk, dtype=torch.bool)
-        rows = [r for r in range(B) if finish[r] is None]
-        first = torch.where(is_eos.any(1), is_eos.int().argmax(1), blk.shape[1]).tolist()
-        if not spec.stop:
-            for r in rows:
-                if first[r] < blk.shape[1]:
-                    finish[r], stop_reason[r], n_tok[r] = "stop", "<eos>", s0 + first[r] + 1
-            return
-        vals = blk.tolist()
-        for r in rows:
-            for k, t in enumerate(vals[r]):
-                step = s0 + k
-                resp[r].append(t)
-                if k == first[r]:
-                    finish[r], stop_reason[r], n_tok[r] = "stop", "<eos>", step + 1
-                    break
-                if step + 1 >= spec.min_tokens:  # vLLM: stops count from min_tokens on
-                    hit = find_completed_stop(gen.tokenizer, resp[r], spec.stop, spec.include_stop_str_in_output,
-                                              window)
-                    if hit is not None:
-                        finish[r], stop_reason[r], cut_text[r], n_tok[r] = "stop", hit[0], hit[1], step + 1
-                        break
+        first = torch.where(is_eos.any(1), is_eos.int().argmax(1), k).tolist()
+        if stops is not None:
+            seen[:, s0 : s0 + k] = blk
+            col = torch.arange(k)
+            cand = stops.candidates(blk) & (col < torch.tensor(first).unsqueeze(1)) & (s0 + col + 1 >= spec.min_tokens)
+            for r, c in cand.nonzero().tolist():  # row-major: each row's candidates in step order
+                if finish[r] is not None:  # ended at an earlier step
+                    continue
+                hit = stops.check(seen[r, : s0 + c + 1].tolist())
+                if hit is not None:
+                    finish[r], stop_reason[r], cut_text[r], n_tok[r] = "stop", hit[0], hit[1], s0 + c + 1
+        for r in range(B):
+            if finish[r] is None and first[r] < k:
+                finish[r], stop_reason[r], n_tok[r] = "stop", "<eos>", s0 + first[r] + 1
 
-    logits = dec.prefill(ids, attn)
-    n_real = attn.sum(-1)  # (B,) the first new token's position
+    logits = dec.prefill(ids, attn, expand)
+    n_real = attn.sum(-1)  # the first new token's position
+    if expand is not None:
+        n_real = n_real.index_select(0, expand)
+    counts = row_counts(B) if gen.drop_finished else [B]
+    at_host = list(range(B))  # the original row of each row of the batch (B: a padding row)
+    at = torch.arange(B, device=dev)
     pending: list[tuple[int, torch.Tensor, object]] = []  # blocks copied to the host, not yet checked
     s0 = 0
     tok = None  # the token sampled at the previous step
     for step in range(T):
         if step:
-            logits = dec.step(tok, L0 + step - 1, n_real + (step - 1))
-        logp, tok = sample_step(logits, step, spec, eos, None if u_dev is None else u_dev[:, step])
-        toks[:, step] = tok
-        tlps[:, step] = logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1).float()
+            width = min(dec.max_len, L0 + -(-step // block) * block)  # slots 0..L0+step-1 written
+            logits = dec.step(tok, L0 + step - 1, n_real + (step - 1), width)
+        logp, tok = sample_step(logits, step, spec, eos, None if u_dev is None else u_dev[at, step])
+        toks[step].index_copy_(0, at, tok)
+        tlps[step].index_copy_(0, at, logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1).float())
         if (step + 1) % gen.sync_every and step + 1 < T:
             continue
         # the block to the host without waiting for it; the previous block is checked meanwhile
-        blk = torch.empty((B, step + 1 - s0), dtype=torch.long, pin_memory=pinned)
-        blk.copy_(toks[:, s0 : step + 1], non_blocking=pinned)
+        blk = torch.empty((step + 1 - s0, B), dtype=torch.long, pin_memory=pinned)
+        blk.copy_(toks[s0 : step + 1, :B], non_blocking=pinned)
         event = None
         if pinned:
             event = torch.cuda.Event()
@@ -206,16 +348,27 @@ def generate_chunk_static(gen, prompts, prompt_ids, chunk, spec, base_seed):
             b0, b, ev = pending.pop(0)
             if ev is not None:
                 ev.synchronize()
-            check(b0, b)
-            if all(f is not None for f in finish):
+            check(b0, b.t())
+            live = [r for r in range(B) if finish[r] is None]
+            if not live:
                 break
+            nb = min(c for c in counts if c >= len(live))
+            if nb < len(at_host) and step + 1 < T:  # compaction: the live rows move to the first nb rows
+                row_of = {r: i for i, r in enumerate(at_host)}
+                keep_host = [row_of[r] for r in live] + [row_of[live[0]]] * (nb - len(live))
+                keep = _to_device(keep_host, dev, pinned)
+                dec.compact(keep, L0 + step)
+                tok, n_real = tok.index_select(0, keep), n_real.index_select(0, keep)
+                at_host = live + [B] * (nb - len(live))
+                at = _to_device(at_host, dev, pinned)
     for b0, b, ev in pending:
         if all(f is not None for f in finish):
             break
         if ev is not None:
             ev.synchronize()
-        check(b0, b)
+        check(b0, b.t())
     for r in range(B):
         if finish[r] is None:
             finish[r] = "length"
-    return gen._assemble(prompts, chunk, p_ids, toks.cpu(), tlps.cpu(), n_tok, finish, stop_reason, cut_text, spec)
+    return gen._assemble(prompts, chunk, p_ids, toks[:, :B].t().cpu(), tlps[:, :B].t().cpu(), n_tok, finish,
+                         stop_reason, cut_text, spec)
