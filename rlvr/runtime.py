@@ -1,4 +1,5 @@
-"""Process-wide runtime settings: CPU thread count, seeding, and memory figures.
+"""Process-wide runtime settings: CPU thread count, seeding, memory figures, and the FLOPs work really does
+(FlopTerms, FlopCounter) against the device's peak (PEAK_BF16_TFLOPS, mfu) for model FLOPs utilisation.
 
 On small CPU machines the thread count matters a lot (a prototype ran 6x faster with one
 thread per process under load), so it is an explicit setting everywhere: the `RLVR_NUM_THREADS`
@@ -195,3 +196,262 @@ def peak_for_name(name: str) -> float:
         if all(k in words for k in key.upper().split()):
             return value
     return 0.0
+
+
+# ------------------------------------------------------------------------------------------ FLOPs done
+
+
+class FlopTerms:
+    """A causal LM's matmul FLOPs by what they scale with (model FLOPs: no recomputation, no elementwise work).
+
+    linear: forward FLOPs per token of the decoder's matmuls, 2 x the elements of every weight of two or more
+    dimensions but the embedding and the LM head (LoRA's A and B included: they are matmuls too);
+    linear_grad: the backward's weight-gradient FLOPs per token, 2 x the elements of those weights that train (a
+    full fine-tune: = linear; LoRA: the adapters' only); head: forward FLOPs per position the LM head runs at,
+    2 x its weight's elements (hidden x vocab; a tied embedding is this weight); head_grad: its weight gradient
+    when it trains; attention: forward FLOPs per (query, key) pair, 4 x heads x head_dim x layers (scores
+    Q K^T and the weighted sum P V, 2 each per head dimension).
+
+    A forward over t tokens with k LM-head positions and a query-key pairs does linear t + head k + attention
+    a; its backward (input gradients, the same as the forward, plus the weight gradients of what trains, plus
+    twice the attention's: dQ, dK, dV and dP) does linear t + linear_grad t + head k + head_grad k +
+    2 attention a. A full fine-tune's forward + backward is thus 3x its forward (the "6 N per token" rule,
+    plus the attention and minus the LM head's positions that are not computed).
+    """
+
+    __slots__ = ("linear", "linear_grad", "head", "head_grad", "attention")
+
+    def __init__(self, linear: float, linear_grad: float, head: float, head_grad: float, attention: float):
+        self.linear, self.linear_grad, self.head, self.head_grad, self.attention = (
+            float(linear), float(linear_grad), float(head), float(head_grad), float(attention))
+
+    def __repr__(self) -> str:
+        return "FlopTerms(" + ", ".join(f"{k}={getattr(self, k):.6g}" for k in self.__slots__) + ")"
+
+    @classmethod
+    def of(cls, model) -> FlopTerms:
+        """The terms of a transformers causal LM (also wrapped by peft, or sharded by FSDP2: the weights' global
+        sizes). Attention from the config: num_hidden_layers, num_attention_heads, head_dim (hidden_size /
+        heads when absent); 0 when the config does not say."""
+        head_w = _weight(model, "get_output_embeddings")
+        emb_w = _weight(model, "get_input_embeddings")
+        linear = linear_grad = head = head_grad = 0
+        seen: set[int] = set()
+        for p in model.parameters():
+            if id(p) in seen or p.dim() < 2:
+                continue
+            seen.add(id(p))
+            if p is head_w:
+                head, head_grad = p.numel(), p.numel() if p.requires_grad else 0
+            elif p is emb_w:
+                continue  # a lookup, no matmul (tied: it is head_w, counted above)
+            else:
+                linear += p.numel()
+                linear_grad += p.numel() if p.requires_grad else 0
+        cfg = getattr(model, "config", None)
+        layers = getattr(cfg, "num_hidden_layers", 0) or 0
+        heads = getattr(cfg, "num_attention_heads", 0) or 0
+        head_dim = getattr(cfg, "head_dim", None) or ((getattr(cfg, "hidden_size", 0) or 0) // heads if heads else 0)
+        return cls(2 * linear, 2 * linear_grad, 2 * head, 2 * head_grad, 4 * heads * head_dim * layers)
+
+    def forward(self, tokens: float, logits: float, pairs: float) -> float:
+        """FLOPs of a forward over `tokens` tokens, the LM head at `logits` positions, `pairs` query-key pairs."""
+        return self.linear * tokens + self.head * logits + self.attention * pairs
+
+    def backward(self, tokens: float, logits: float, pairs: float) -> float:
+        """FLOPs of the backward of that forward (input gradients everywhere, weight gradients where they train)."""
+        return ((self.linear + self.linear_grad) * tokens + (self.head + self.head_grad) * logits
+                + 2 * self.attention * pairs)
+
+
+def _weight(model, getter: str):
+    try:
+        module = getattr(model, getter)()
+    except (AttributeError, NotImplementedError):
+        return None
+    return getattr(module, "weight", None)
+
+
+def _cache_length(kwargs: dict) -> int:
+    for key in ("past_key_values", "cache"):
+        cache = kwargs.get(key)
+        if cache is not None and hasattr(cache, "get_seq_length"):
+            try:
+                return int(cache.get_seq_length())
+            except Exception:  # noqa: BLE001 - an exotic cache: positions then come from position_ids alone
+                return 0
+    return 0
+
+
+class FlopCounter:
+    """The FLOPs a block of work really does through some models, counted from their forward calls.
+
+    A forward pre-hook on each model reads what each call is given: the tokens (input_ids' positions, less those a
+    2-D attention_mask marks as padding), the query-key pairs attention computes (each token at position p sees p + 1
+    keys: its own row's causal prefix; in a packed sequence positions restart per row and a shared prompt's
+    suffix continues its prompt's positions, so the count holds for every layout rlvr forwards: padded rows,
+    packed rows, a group's prompt once and its rows' suffixes, a suffix over a cached prefix), and the positions
+    the LM head runs at (`logits_to_keep`: a tensor of positions or the last k; else every counted token). A call
+    made with grad enabled is counted with its backward (FlopTerms.backward); a no-grad call as a forward only.
+    So the count follows the pack plan and the micro-batches actually run: with algo.shared_prefix each group's
+    prompt once per micro-batch holding the group, no pad tokens in a packed forward, the LM head at the loss
+    labels only where the packed path keeps only those, the old-logprob and reference forwards as forwards.
+    What a forward without an attention mask is handed (the cascade path's right-padded prefix forward) counts
+    whole: those FLOPs are done. Not counted: recomputation (activation checkpointing), elementwise work, the
+    embedding lookup, models not attached (a critic's own trunk), work in other processes (data-parallel workers:
+    each process counts its own).
+
+    Only calls made inside `counting()` and on the thread that entered it are counted (a sampler thread running
+    the same model at the same time is not). The counts stay on the model's device until read (`flops()`, one
+    host sync), so counting adds no synchronisation to the forwards.
+
+        counter = FlopCounter(model)
+        with counter.counting():
+            ...forwards and backwards...
+        counter.flops()  # -> float
+    """
+
+    def __init__(self, *models):
+        self._terms: dict[int, FlopTerms] = {}
+        self._handles: list = []
+        self._acc: dict[tuple[int, bool], list] = {}  # (model id, with grad) -> [tokens, logits, pairs] (ints or tensors)
+        self._thread: int | None = None
+        self.error: str | None = None  # a call the counter could not read (its FLOPs are missing from the count)
+        for m in models:
+            if m is not None:
+                self.attach(m)
+
+    def attach(self, model) -> None:
+        """Count `model`'s forward calls too (once per model)."""
+        key = id(model)
+        if key in self._terms:
+            return
+        self._terms[key] = FlopTerms.of(model)
+
+        def hook(module, args, kwargs):
+            if self._thread is not None and self._thread == _thread_id():
+                try:
+                    self._count(key, args, kwargs)
+                except Exception as exc:  # noqa: BLE001 - counting must never break a forward
+                    self.error = f"{type(exc).__name__}: {exc}"
+
+        self._handles.append(model.register_forward_pre_hook(hook, with_kwargs=True))
+
+    def detach(self) -> None:
+        """Remove the hooks."""
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        self._terms.clear()
+
+    def terms(self, model) -> FlopTerms:
+        return self._terms[id(model)]
+
+    def reset(self) -> None:
+        self._acc.clear()
+
+    def counting(self):
+        """Context manager: counts start from zero and run on this thread until it exits."""
+        import contextlib
+
+        @contextlib.contextmanager
+        def window():
+            self.reset()
+            self._thread = _thread_id()
+            try:
+                yield self
+            finally:
+                self._thread = None
+
+        return window()
+
+    def suspend(self):
+        """Context manager: nothing is counted inside (e.g. a sampler's forwards inside a counted step)."""
+        import contextlib
+
+        @contextlib.contextmanager
+        def paused():
+            was, self._thread = self._thread, None
+            try:
+                yield self
+            finally:
+                self._thread = was
+
+        return paused()
+
+    def _count(self, key: int, args: tuple, kwargs: dict) -> None:
+        import torch
+
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is None and kwargs.get("inputs_embeds") is not None:
+            ids = kwargs["inputs_embeds"][..., 0]
+        if not isinstance(ids, torch.Tensor) or ids.dim() != 2:
+            return
+        b, L = ids.shape
+        am, pos = kwargs.get("attention_mask"), kwargs.get("position_ids")
+        real = None
+        if isinstance(am, torch.Tensor) and am.dim() == 2 and am.shape[0] == b and am.shape[1] >= L:
+            real = am[:, am.shape[1] - L:] != 0
+        if isinstance(pos, torch.Tensor):
+            keys = (pos.to(torch.int64) + 1).expand(b, L)
+        elif real is not None:
+            keys = am.to(torch.int64).cumsum(-1)[:, am.shape[1] - L:]
+        else:
+            keys = (torch.arange(L, device=ids.device, dtype=torch.int64) + 1 + _cache_length(kwargs)).expand(b, L)
+        if real is None:
+            tokens, pairs = b * L, keys.sum()
+        else:
+            tokens, pairs = real.sum(), (keys * real).sum()
+        keep = kwargs.get("logits_to_keep", 0)
+        if isinstance(keep, torch.Tensor):
+            logits = b * (keep.numel() if keep.dim() <= 1 else keep.shape[-1])
+        elif isinstance(keep, int) and keep > 0:
+            logits = b * min(keep, L)
+        else:
+            logits = tokens
+        acc = self._acc.setdefault((key, torch.is_grad_enabled()), [0, 0, 0])
+        for i, v in enumerate((tokens, logits, pairs)):
+            acc[i] = acc[i] + v  # device scalars stay on the device: no sync here
+
+    def _read(self) -> dict[tuple[int, bool], list[int]]:
+        """The accumulators as Python ints: the device scalars read back together (one host sync)."""
+        import torch
+
+        flat = [(k, i, v) for k, acc in self._acc.items() for i, v in enumerate(acc)]
+        tensors = [v for _, _, v in flat if isinstance(v, torch.Tensor)]
+        if tensors:
+            values = iter(torch.stack([t.to(tensors[0].device, torch.int64) for t in tensors]).tolist())
+        out = {k: [0, 0, 0] for k in self._acc}
+        for k, i, v in flat:
+            out[k][i] = int(next(values)) if isinstance(v, torch.Tensor) else int(v)
+        return out
+
+    def counts(self) -> dict[str, int]:
+        """Tokens, LM-head positions and query-key pairs counted, with grad and without (one host sync)."""
+        out = {f"{k}_{g}": 0 for g in ("grad", "nograd") for k in ("tokens", "logits", "pairs")}
+        for (_, grad), acc in self._read().items():
+            for name, v in zip(("tokens", "logits", "pairs"), acc, strict=True):
+                out[f"{name}_{'grad' if grad else 'nograd'}"] += v
+        return out
+
+    def flops(self) -> float:
+        """The FLOPs counted since counting() began (forwards, and the backwards of grad-enabled forwards; one
+        host sync)."""
+        total = 0.0
+        for (key, grad), (t, k, a) in self._read().items():
+            terms = self._terms[key]
+            total += terms.forward(t, k, a) + (terms.backward(t, k, a) if grad else 0.0)
+        return total
+
+
+def _thread_id() -> int:
+    import threading
+
+    return threading.get_ident()
+
+
+def mfu(flops: float | None, seconds: float | None, peak_tflops: float | None) -> float | None:
+    """Model FLOPs utilisation: FLOPs done / seconds / the device's peak; None when a term is missing or 0."""
+    if not flops or not seconds or not peak_tflops:
+        return None
+    return float(flops) / float(seconds) / (float(peak_tflops) * 1e12)

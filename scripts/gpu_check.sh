@@ -27,8 +27,63 @@
 # default python3; vLLM 0.32 needs 3.11 to 3.14), WHEELHOUSE (a folder of wheels: install from it with
 # --no-index, for machines without PyPI), RLVR_GPU_REINSTALL=1 (reinstall even if the venv looks ready).
 # Any other argument goes to scripts/gpu_check.py (--steps 4, --keep-work, --work DIR, --out FILE, ...).
+#
+#   bash scripts/gpu_check.sh --bench          # THE GPU check for a 15-minute device slot (issue 38): no venv, no
+#                                              # network, this machine's python3 (torch, transformers); TRL from
+#                                              # .whl/ when present (bash scripts/gpu_wheels.sh, carried along)
+#   bash scripts/gpu_check.sh --bench --dry-run   # the same on CPU (.venv), tiny shape: the pipeline check
+#
+# --bench runs benchmarks/gpu.py --profile --budget-s ${RLVR_GPU_BUDGET_S:-420} under `timeout` (TERM at
+# ${RLVR_GPU_TIMEOUT_S:-470} s, KILL 20 s later; the script writes its report on TERM), with --out-dir "$OUT" when OUT
+# is set; any other argument goes to benchmarks/gpu.py (--quick, --skip trl, --variant NAME:key=value, ...). It
+# prints one table (the plain, LoRA, fsdp2 and fsdp2+LoRA rows, a warm second process, TRL, the bare
+# forward+backward), the targets next to the measurements and the correctness checks, and writes
+# benchmarks/results/gpu_bench.{md,json} (+ gpu_profile.txt). Exit status 0 only when every stage ran and every
+# check passed. Environment: PYTHON (default python3; .venv/bin/python with --dry-run), RLVR_WHEEL_SITE (where the
+# wheels are installed, default /tmp/rlvr-gpu-site).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+if [ "${1:-}" = --bench ]; then
+    shift
+    dry=0
+    for arg in "$@"; do [ "$arg" = --dry-run ] && dry=1; done
+    if [ $dry = 1 ]; then
+        PY=${PYTHON:-.venv/bin/python}
+    else
+        PY=${PYTHON:-python3}
+        if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi >/dev/null 2>&1; then
+            echo "gpu_check: no NVIDIA GPU visible (nvidia-smi failed); use --bench --dry-run to check the pipeline on CPU" >&2
+            exit 2
+        fi
+        nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+    fi
+    export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+    if [ $dry = 0 ] && compgen -G ".whl/*.whl" >/dev/null; then
+        # TRL and what it imports that the machine lacks (scripts/gpu_wheels.sh): never torch or transformers
+        site=${RLVR_WHEEL_SITE:-/tmp/rlvr-gpu-site}
+        if "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" .whl/*.whl; then
+            export PYTHONPATH="$PWD:$site${PYTHONPATH#"$PWD"}"
+        else
+            echo "gpu_check: installing .whl/*.whl failed; the TRL stage will be skipped" >&2
+        fi
+    fi
+    "$PY" -c "import torch, transformers; print('torch', torch.__version__, 'CUDA', torch.version.cuda, \
+'transformers', transformers.__version__)"
+    out_args=()
+    if [ -n "${OUT:-}" ]; then out_args=(--out-dir "$OUT"); fi
+    budget=${RLVR_GPU_BUDGET_S:-420}
+    hard=${RLVR_GPU_TIMEOUT_S:-470}
+    if [ $dry = 1 ]; then budget=${RLVR_GPU_BUDGET_S:-0}; hard=${RLVR_GPU_TIMEOUT_S:-600}; fi
+    rc=0
+    timeout -k 20 "$hard" "$PY" benchmarks/gpu.py --profile --budget-s "$budget" ${out_args[@]+"${out_args[@]}"} "$@" \
+        || rc=$?
+    if [ $rc = 124 ] || [ $rc = 137 ]; then
+        echo "gpu_check: benchmarks/gpu.py was stopped at ${hard} s; the report it wrote so far is above" \
+             "(and in benchmarks/results/gpu_bench.md on a GPU)" >&2
+    fi
+    exit $rc
+fi
 
 backend=vllm
 device=cuda

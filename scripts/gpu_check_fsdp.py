@@ -3,6 +3,10 @@
     python scripts/gpu_check_fsdp.py              # one CUDA GPU: a group of one over NCCL, bf16 + fp32 masters
     python scripts/gpu_check_fsdp.py --dry-run    # CPU: tiny shape, float32, gloo (tests/test_gpu_check_fsdp.py)
 
+The one GPU check (`bash scripts/gpu_check.sh --bench`, benchmarks/gpu.py) runs the same four learners (its plain,
+lora, fsdp2 and fsdp2_lora variants) with the same step-1 comparisons inside its time budget, beside the speed
+table; this script stays for a standalone run with the adapter comparison after the last step.
+
 Four `rlvr train` runs of --steps steps on the model, tokenizer and data scripts/gpu_check.py builds (a random
 Qwen2.5-0.5B-shaped model, hf sampler, no network): the plain learner, `torchrun --nproc_per_node 1 ...
 distributed.learner=fsdp2` (NCCL on the GPU: FSDP2's mixed-precision policy, the gathered weight push, the

@@ -36,6 +36,11 @@ WHEELS=(
 )
 PY=${PYTHON:-python3}
 mkdir -p .whl
+# .whl/ stays out of git without touching .gitignore (the device tool carries it: `carry: [".whl"]`)
+if gitdir=$(git rev-parse --git-dir 2>/dev/null); then
+    mkdir -p "$gitdir/info"
+    grep -qxF '/.whl/' "$gitdir/info/exclude" 2>/dev/null || echo '/.whl/' >> "$gitdir/info/exclude"
+fi
 "$PY" -m pip download --disable-pip-version-check --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 -d .whl "${WHEELS[@]}"

@@ -69,6 +69,7 @@ FIGURES: list[tuple[str, str, list[tuple[str, str, list[str]]]]] = [
     ("system.png", "step", [
         ("Throughput", "tokens / s", ["tokens_per_s", "perf/*tokens_per_s"]),
         ("Model FLOPs utilization", "fraction of peak", ["perf/mfu"]),
+        ("FLOPs done by the learner", "FLOP", ["perf/flops"]),
         ("Time per step", "seconds", ["time/*"]),
         ("Tokens per step", "tokens", ["tokens/*"]),
         ("Memory", "GiB", ["mem/*"]),

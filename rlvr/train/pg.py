@@ -33,7 +33,7 @@ from rlvr.rewards.judge import judge_metrics
 from rlvr.rewards.types import Status
 from rlvr.rollout import rollouts_to_batch
 from rlvr.rollout.types import sampled_length, sampled_mean_logprob, unsampled_length
-from rlvr.runtime import memory_stats, peak_tflops, reset_peak_memory
+from rlvr.runtime import FlopCounter, memory_stats, peak_tflops, reset_peak_memory
 from rlvr.train import session, sharded
 from rlvr.train.batching import BatchPlan, ForwardSpec, split_indices
 from rlvr.train.common import (  # noqa: F401 - policy_from_config re-exported
@@ -193,6 +193,8 @@ def train(
         data_pos = int(loop.state.get("data_pos", 0))
         notes = _Notes(cfg, plan.on_policy)  # what the progress line cannot say itself, once each
         n_params, peak = count_params(model), peak_tflops(cfg.model.device, r.peak_tflops)  # perf/mfu's terms
+        ref_model = learner.reference.model  # (LoRA: the policy itself, adapters off)
+        flops = FlopCounter(learner.model, ref_model if ref_model is not learner.model else None)
         for step in range(start + 1, r.steps + 1):
             timer = Timer()
             reset_peak_memory(cfg.model.device)
@@ -206,9 +208,10 @@ def train(
                 rows = [sampled.rollouts[i] for i in kept.tolist()]
                 batch, masked = _loss_batch(rows, s.mask_truncated, tokenizer.pad_token_id)
                 notes.correction(objective.correction_note(batch))
-                learned = learn(learner, batch, sampled.adv[kept], kept, step,
-                                steps=objective.step_marks(sampled.rollouts, sampled.rewards, kept, tokenizer),
-                                old_logp_fn=source.old_logprobs_fn(rows, step))
+                with flops.counting():  # the FLOPs the learner's forwards and backwards did (perf/flops)
+                    learned = learn(learner, batch, sampled.adv[kept], kept, step,
+                                    steps=objective.step_marks(sampled.rollouts, sampled.rewards, kept, tokenizer),
+                                    old_logp_fn=source.old_logprobs_fn(rows, step))
             session.check_finite(step, loss=session.mean(learned.losses), grad_norm=session.mean(learned.grad_norms))
             notes.no_update(step, learned)
             with timer("sync"):
@@ -221,6 +224,7 @@ def train(
             if loop.due(step, r.eval_every):  # (sharded: rank 0's engine; never due on the other ranks)
                 metrics.update(_evaluate(source.sampler, task, cfg, step, timer))
             metrics.update(timer.metrics() | memory_stats(cfg.model.device) | placement.metrics())
+            metrics["perf/flops"] = flops.flops()
             metrics.update(perf_metrics(metrics, n_params, peak) | source.metrics())
             if r.log_samples_every and (step % r.log_samples_every == 0 or step == 1):
                 loop.run.log_samples(step, _samples(sampled.rollouts, sampled.examples, sampled.rewards,
@@ -451,9 +455,13 @@ def count_params(model) -> int:
 def perf_metrics(m: dict, n_params: int, peak_tflops: float) -> dict[str, float]:
     """Throughput of a step from its logged counts and wall times (no device sync of its own):
     perf/rollout_tokens_per_s = tokens/generated / time/generate; perf/learner_tokens_per_s =
-    tokens/trained / time/train; perf/mfu = 6 N tokens/trained / time/train / peak (forward 2N + backward
-    4N per trained token, the attention's quadratic term and the no-grad old-logprob forward left out),
-    only when the peak is known (> 0)."""
+    tokens/trained / time/train; perf/mfu = perf/flops / time/train / peak, perf/flops being the FLOPs the
+    learner really did (rlvr.runtime.FlopCounter over its forward calls: the tokens each forward got per the
+    pack plan, a group's prompt once per micro-batch with algo.shared_prefix, no pad token in a packed forward,
+    the LM head at the positions it ran, attention's query-key pairs, the backward of each forward with grad:
+    input gradients plus the weight gradients of what trains; the no-grad old-logprob and reference forwards as
+    forwards); 6 N tokens/trained where nothing was counted (data-parallel workers in other processes).
+    Only when the peak is known (> 0)."""
     out: dict[str, float] = {}
     gen, t_gen = m.get("tokens/generated"), m.get("time/generate")
     if gen is not None and t_gen:
@@ -462,8 +470,10 @@ def perf_metrics(m: dict, n_params: int, peak_tflops: float) -> dict[str, float]
     if trained and t_train:
         out["perf/learner_tokens_per_s"] = trained / t_train
         if peak_tflops > 0:
-            out["perf/mfu"] = 6.0 * n_params * trained / t_train / (peak_tflops * 1e12)
+            done = m.get("perf/flops") or 6.0 * n_params * trained
+            out["perf/mfu"] = done / t_train / (peak_tflops * 1e12)
     return out
+
 
 def _loss_note(step: int, metrics: dict, a, noted: set[str], *, on_policy: bool) -> str | None:
     """Once per run, what the progress line's loss cannot say itself: a step without an update (loss shown as
