@@ -121,6 +121,12 @@ class Learner:
         """Checkpoint extras of the learner: the critic's head, trunk and optimizer."""
         return {"critic": self.critic} if self.critic is not None else {}
 
+    def flop_counter(self) -> FlopCounter:
+        """The FLOP counter over the policy's forwards and the reference's (a LoRA reference is the policy itself
+        with its adapter off: counted once)."""
+        ref = self.reference.model
+        return FlopCounter(self.model, None if ref is None or ref is self.model else ref)
+
 
 def build_learner(cfg: TrainConfig, model, objective: Objective, plan: BatchPlan, placement, shards=None,
                   tokenizer=None) -> Learner:
@@ -193,8 +199,7 @@ def train(
         data_pos = int(loop.state.get("data_pos", 0))
         notes = _Notes(cfg, plan.on_policy)  # what the progress line cannot say itself, once each
         n_params, peak = count_params(model), peak_tflops(cfg.model.device, r.peak_tflops)  # perf/mfu's terms
-        ref_model = learner.reference.model  # (LoRA: the policy itself, adapters off)
-        flops = FlopCounter(learner.model, ref_model if ref_model is not learner.model else None)
+        flops = learner.flop_counter()  # perf/flops: what the learner's forwards and backwards really did
         for step in range(start + 1, r.steps + 1):
             timer = Timer()
             reset_peak_memory(cfg.model.device)
