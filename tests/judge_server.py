@@ -69,6 +69,14 @@ class JudgeServer:
                     outer.requests.append((self.path, dict(self.headers), body))
                     outer.inflight += 1
                     outer.max_inflight = max(outer.max_inflight, outer.inflight)
+                counted = [True]
+
+                def done() -> None:
+                    with outer.lock:
+                        if counted[0]:
+                            counted[0] = False
+                            outer.inflight -= 1
+
                 try:
                     content = body["messages"][-1]["content"]
                     answer = re.search(r"Student's final answer: (.*)", content).group(1)
@@ -117,6 +125,9 @@ class JudgeServer:
                         time.sleep(out[1])
                         out = out[2]
                     data = completion(out)
+                    # Out of flight before the reply can reach the client: a client that sends its next request
+                    # the moment this one is answered must not find it still counted (a race under load).
+                    done()
                     self.send_response(200)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
@@ -125,8 +136,7 @@ class JudgeServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (a timeout test)
                 finally:
-                    with outer.lock:
-                        outer.inflight -= 1
+                    done()
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
