@@ -41,6 +41,8 @@ from dataclasses import dataclass
 
 import torch
 
+from rlvr.runtime import use_compile_cache
+
 IGNORE_INDEX = -100
 DEFAULT_CHUNK_SIZE = 512  # rows of B*T; 512 x 151,936 x 4 bytes ~ 311 MB of fp32 work space
 # logprob of a label outside the trainer's kept set K (its true value under pi_K is -inf). Finite so that
@@ -352,6 +354,7 @@ class _Fused:
         if device.type != "cuda" or cls.broken:
             return eager
         if cls.compiled is None:
+            use_compile_cache()
             cls.compiled = {"forward": torch.compile(_fused_forward, dynamic=True),
                             "backward": torch.compile(_fused_backward, dynamic=True)}
         return cls.compiled[name]

@@ -55,6 +55,7 @@ import torch
 from rlvr.algo.logprobs import DEFAULT_CHUNK_SIZE, Truncation, token_scores
 from rlvr.models.cascade import CASCADE_MODEL_TYPES, attention, forward_params
 from rlvr.models.scoring import ScoreOutput
+from rlvr.runtime import use_compile_cache
 
 NAME = "rlvr_packed"
 BLOCK = 128  # flex_attention's default block size (query and key blocks)
@@ -262,6 +263,7 @@ def _compiled_flex():
 
     # dynamic: every packed length is a new shape; compiled for symbolic lengths at once (a static first
     # compile would be thrown away at the second length)
+    use_compile_cache()
     return torch.compile(flex_attention, dynamic=True)
 
 
