@@ -253,8 +253,9 @@ def count_phases(cfg, task) -> dict[str, dict]:
     from rlvr.train.batching import ForwardSpec
     from rlvr.train.common import policy_from_config
     from rlvr.train.objective import LossParts
-    from rlvr.train.pg import Timer, sample_groups, validate_train_config
-    from rlvr.train.rollout_source import NoPushCheck, RolloutSource
+    from rlvr.train.pg import validate_train_config
+    from rlvr.train.rollout_source import NoPushCheck, RolloutSource, sample_groups
+    from rlvr.train.session import Timer
 
     plan = validate_train_config(cfg)
     model, tok = policy_from_config(cfg.model, seed=cfg.run.seed)

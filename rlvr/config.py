@@ -104,12 +104,12 @@ class _Loader(yaml.SafeLoader):
     """SafeLoader with the strict resolver table (see module docstring)."""
 
 
-class _Dumper(yaml.SafeDumper):
+class YamlDumper(yaml.SafeDumper):
     """SafeDumper that quotes exactly the strings `_Loader` would read as something else."""
 
 
 _Loader.yaml_implicit_resolvers = _strict_resolvers()
-_Dumper.yaml_implicit_resolvers = _strict_resolvers()
+YamlDumper.yaml_implicit_resolvers = _strict_resolvers()
 _Loader.add_constructor(  # no YAML 1.1 octal/sexagesimal
     "tag:yaml.org,2002:int", lambda loader, node: int(loader.construct_scalar(node).replace("_", ""), 0)
 )
@@ -620,7 +620,7 @@ def to_dict(cfg: Any) -> Any:
 
 def to_yaml(cfg: Any) -> str:
     """The resolved config as YAML text that `load_config` reads back to an equal config."""
-    return yaml.dump(to_dict(cfg), Dumper=_Dumper, sort_keys=False, default_flow_style=False,
+    return yaml.dump(to_dict(cfg), Dumper=YamlDumper, sort_keys=False, default_flow_style=False,
                      allow_unicode=True)
 
 
@@ -640,7 +640,7 @@ def config_rows(cls: type) -> list[tuple[str, str, str, str]]:
     for key, (tp, _) in _schema(cls).items():
         if not _is_section(tp):
             value = functools.reduce(getattr, key.split("."), instance)
-            text = yaml.dump(to_dict(value), Dumper=_Dumper, default_flow_style=True, width=10_000)
+            text = yaml.dump(to_dict(value), Dumper=YamlDumper, default_flow_style=True, width=10_000)
             rows.append((key, type_name(tp), text.strip().removesuffix("...").strip(), docs[key]))
     return rows
 

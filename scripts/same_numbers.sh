@@ -4,6 +4,7 @@
 # throughput columns dropped) and final weights reduced to one sha256 per run.
 #   scripts/same_numbers.sh OUT_DIR            run them with this tree's rlvr (PYTHONPATH decides which tree)
 #   diff OUT_A/sums.txt OUT_B/sums.txt         no output = bit-identical
+#   REHASH=1 scripts/same_numbers.sh OUT_DIR   the sums again, of the runs already there
 # About 4 minutes on 2 cores.
 set -euo pipefail
 out=$(realpath -m "$1"); mkdir -p "$out"; : > "$out/sums.txt"
@@ -14,14 +15,16 @@ TINY=(model.hidden_size=32 model.num_layers=1 model.num_heads=2 model.intermedia
 RL=(sampling.n_prompts=2 sampling.group_size=4)
 run() {  # name, out key, command...
   local name=$1 key=$2; shift 2
-  rm -rf "$out/$name"
-  "$PY" -m rlvr.cli "$@" "$key=$out/$name" > "$out/$name.log" 2>&1 || { echo "$name failed: $out/$name.log"; tail -5 "$out/$name.log"; exit 1; }
+  if [ "${REHASH:-0}" != 1 ]; then
+    rm -rf "$out/$name"
+    "$PY" -m rlvr.cli "$@" "$key=$out/$name" > "$out/$name.log" 2>&1 || { echo "$name failed: $out/$name.log"; tail -5 "$out/$name.log"; exit 1; }
+  fi
   "$PY" - "$out/$name" "$name" >> "$out/sums.txt" <<'PYEOF'
 import hashlib, json, sys
 from pathlib import Path
 import torch
 root, name = Path(sys.argv[1]), sys.argv[2]
-noisy = ("time", "sec", "/s", "tok_s", "mem", "mfu", "flops", "rss", "elapsed", "eta", "wall", "throughput", "path", "dir")
+noisy = ("time", "sec", "/s", "tok_s", "mem", "mfu", "flops", "rss", "elapsed", "eta", "wall", "throughput", "per_s", "path", "dir")
 h, parts = hashlib.sha256(), []
 def clean(row):
     return {k: (clean(v) if isinstance(v, dict) else v) for k, v in sorted(row.items()) if not any(n in k for n in noisy)}

@@ -230,11 +230,11 @@ def test_config_literals_match_the_registries_they_stand_for():
     """rlvr/train/config.py spells out lists whose registries live behind a torch import."""
     from rlvr.config import load_config
     from rlvr.models.loading import ATTN_IMPLEMENTATIONS
-    from rlvr.train import config as C
     from rlvr.train.config import DataConfig, TrainConfig
+    from rlvr.train.config import model as C
     from rlvr.train.tasks import _difficulty
 
-    assert tuple(C._ATTN_IMPLEMENTATIONS) == tuple(ATTN_IMPLEMENTATIONS)
+    assert tuple(C.ATTN_IMPLEMENTATIONS) == tuple(ATTN_IMPLEMENTATIONS)
     # DataConfig's capacity check passes the knobs the loader passes, each named data.<knob>
     for task in ("arithmetic", "countdown", "code"):
         d = DataConfig(task=task, digits=2, operands=3)

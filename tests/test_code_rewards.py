@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rlvr.rewards import get_reward_fn, score_batch
-from rlvr.rewards.code import _harness, sandbox
+from rlvr.rewards.code import harness, sandbox
 from rlvr.rewards.code.extract import extract_code, is_empty_program
 from rlvr.rewards.code.rewards import code_all_or_nothing, code_format_reward, code_reward, make_code_reward
 from rlvr.rewards.code.runner import TestStatus, run_tests
@@ -70,7 +70,7 @@ def test_empty_program_detection():
 @pytest.mark.parametrize("value", [None, True, 3, -2**70, 1.5, float("inf"), "é", [1, [2]], (1, "a"),
                                    {1, 2}, frozenset({3}), {"k": [1, 2], 5: None}, b"\x00\xff"])
 def test_codec_roundtrip_exact_types(value):
-    got = _harness.decode_value(_harness.encode_value(value))
+    got = harness.decode_value(harness.encode_value(value))
     assert got == value and type(got) is type(value)
 
 
@@ -80,11 +80,11 @@ def test_codec_rejects_objects_and_malformed():
             return True
 
     with pytest.raises(TypeError):
-        _harness.encode_value(E())
+        harness.encode_value(E())
     with pytest.raises(ValueError):
-        _harness.decode_value({"a": 1, "b": 2})
+        harness.decode_value({"a": 1, "b": 2})
     with pytest.raises(ValueError):
-        _harness.decode_value({"__float__": "1e999"})  # only inf/-inf/nan are spelled as strings
+        harness.decode_value({"__float__": "1e999"})  # only inf/-inf/nan are spelled as strings
 
 
 def test_values_equal_rules():
@@ -224,7 +224,7 @@ def _run_bpf(prog, nr, args=(), arch=0xC000003E):
 
 def test_seccomp_verdicts():
     allow, eperm, eacces = 0x7FFF0000, 0x00050001, 0x0005000D
-    prog = _harness.build_seccomp_program(grader_pid=1000, own_pid=4242)
+    prog = harness.build_seccomp_program(grader_pid=1000, own_pid=4242)
     assert len(prog) < 4096  # BPF_MAXINSNS
     assert _run_bpf(prog, 41, (1, 1, 0)) == allow  # socket(AF_UNIX)
     assert _run_bpf(prog, 41, (2, 1, 0)) == eacces  # socket(AF_INET)
@@ -440,7 +440,7 @@ def test_seccomp_kill_rules_installed_for_real():
     import subprocess
 
     exe, _ = sandbox.interpreter()
-    out = subprocess.run([exe, "-I", "-S", "-c", _SECCOMP_PROBE, _harness.__file__], capture_output=True,
+    out = subprocess.run([exe, "-I", "-S", "-c", _SECCOMP_PROBE, harness.__file__], capture_output=True,
                          text=True, timeout=60)
     assert out.stdout.strip() == "eperm,eperm,ok", out.stderr
 

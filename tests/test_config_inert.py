@@ -215,7 +215,7 @@ def _policy_loss(name, **kw):
 
 
 def test_the_clip_and_tau_tables_match_the_losses():
-    import rlvr.train.config as config
+    import rlvr.train.config.algo as config
     from rlvr.algo import POLICY_LOSSES
 
     for name in POLICY_LOSSES:
@@ -225,13 +225,13 @@ def test_the_clip_and_tau_tables_match_the_losses():
             "dual_clip": not torch.equal(base, _policy_loss(name, dual_clip=1.5)) if name != "cispo" else False,
             "tau": not torch.equal(base, _policy_loss(name, tau=3.0)),
         }
-        assert reads["clip"] == (name in config._CLIPPING_LOSSES), name
-        assert reads["dual_clip"] == (name in config._DUAL_CLIP_LOSSES), name
+        assert reads["clip"] == (name in config.CLIPPING_LOSSES), name
+        assert reads["dual_clip"] == (name in config.DUAL_CLIP_LOSSES), name
         assert reads["tau"] == (name == "kimi"), name
 
 
 def test_the_std_advantage_table_matches_the_estimators():
-    import rlvr.train.config as config
+    import rlvr.train.config.algo as config
     from rlvr.algo import ADVANTAGE_ESTIMATORS
 
     rewards = torch.tensor([1.0, 0.0, 0.0, 0.5, 1.0, 1.0, 0.0, 0.25])
@@ -239,8 +239,8 @@ def test_the_std_advantage_table_matches_the_estimators():
         base = fn(rewards, 4)
         reads = (not torch.equal(base, fn(rewards, 4, std="sample"))
                  or not torch.equal(base, fn(rewards, 4, eps=0.5)))
-        assert reads == (name in config._STD_ADVANTAGES), name
-    assert "process" in config._STD_ADVANTAGES and "gae" not in config._STD_ADVANTAGES
+        assert reads == (name in config.STD_ADVANTAGES), name
+    assert "process" in config.STD_ADVANTAGES and "gae" not in config.STD_ADVANTAGES
 
 
 # ------------------------------------------------------------------------ as a user runs the commands

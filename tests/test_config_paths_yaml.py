@@ -17,8 +17,8 @@ import pytest
 import typer
 import yaml
 
-from rlvr.commands._config_cli import load_run_config, policy_positionals
-from rlvr.config import ConfigError, _Dumper, load_config, parse_override, read_yaml, to_dict
+from rlvr.commands.config_cli import load_run_config, policy_positionals
+from rlvr.config import ConfigError, YamlDumper, load_config, parse_override, read_yaml, to_dict
 from rlvr.train.config import EvalConfig, TrainConfig
 
 # --- item 4: paths are paths ------------------------------------------------------------------------------
@@ -54,7 +54,7 @@ def _fake_run(run: Path, **keys) -> Path:
         section, name = key.split("__")
         data[section][name] = value
     run.mkdir(parents=True, exist_ok=True)
-    (run / "config.yaml").write_text(yaml.dump(data, Dumper=_Dumper, sort_keys=False))
+    (run / "config.yaml").write_text(yaml.dump(data, Dumper=YamlDumper, sort_keys=False))
     return run
 
 
@@ -187,7 +187,7 @@ def _project(root: Path) -> Path:
 
 
 def test_started_in_is_told_by_the_recorded_out_dir(tmp_path):
-    from rlvr.commands._config_cli import started_in
+    from rlvr.commands.config_cli import started_in
 
     run = tmp_path / "proj" / "runs" / "grpo"
     run.mkdir(parents=True)

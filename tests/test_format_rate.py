@@ -6,7 +6,7 @@ import math
 from rlvr.eval.metrics import is_formatted
 from rlvr.rewards.batch import ScoreCounters
 from rlvr.rewards.types import Reward, Status, format_rate
-from rlvr.train.pg import sample_metrics
+from rlvr.train.session import sample_metrics
 
 REWARDS = [
     Reward(1.0, {"format": 1.0, "answer": 1.0}, Status.CORRECT),

@@ -188,3 +188,39 @@ def test_the_command_line_and_the_configs_import_no_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=ROOT.parent).stdout.strip()
     assert out == "[]"
+
+
+def private_imports(root: Path = ROOT) -> list[str]:
+    """Every import inside rlvr/ that names a leading-underscore module or name of another rlvr module
+    (issue 39: one address per name, a private name stays in its module; dunders such as __version__ are
+    public)."""
+    def private(name: str) -> bool:
+        return any(p.startswith("_") and not p.startswith("__") for p in name.split("."))
+
+    out = []
+    for mod, path in sorted(_modules(root).items()):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                out += [f"{mod}: import {a.name}" for a in node.names if a.name.startswith("rlvr") and private(a.name)]
+            elif isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("rlvr")):
+                source = "." * node.level + (node.module or "")
+                out += [f"{mod}: from {source} import {a.name}" for a in node.names
+                        if private(source) or private(a.name)]
+    return out
+
+
+def test_no_module_imports_a_private_name_of_another():
+    assert private_imports() == []
+
+
+def test_the_private_import_check_sees_names_and_modules(fake_tree):
+    root = fake_tree({
+        "models/__init__.py": "",
+        "models/a.py": "def _helper():\n    pass\n__version__ = '1'\n",
+        "models/_inner.py": "x = 1\n",
+        "models/b.py": ("from rlvr.models.a import _helper, __version__\nimport rlvr.models._inner\n"
+                        "def f():\n    from ._inner import x\n"),
+    })
+    assert private_imports(root) == ["rlvr.models.b: from rlvr.models.a import _helper",
+                                     "rlvr.models.b: import rlvr.models._inner",
+                                     "rlvr.models.b: from ._inner import x"]

@@ -23,7 +23,7 @@ def _rows(run_dir):
 
 
 def test_perf_metrics_every_step_with_the_hand_counted_flops(tmp_path):
-    from rlvr.train.pg import policy_from_config
+    from rlvr.train.common import policy_from_config
 
     cfg = load_config(TrainConfig, None, [*TINY, f"run.out_dir={tmp_path / 'run'}", "run.peak_tflops=0.5"])
     res = train(cfg)

@@ -100,7 +100,7 @@ def test_a_users_reward_pickles_as_its_spec_for_isolated_workers(here):
     assert r.total == 2.0 and r.status is Status.CORRECT, r
 
 
-# --- the one call before the model loads (rlvr.commands._config_cli.check_user_reward) -------------------
+# --- the one call before the model loads (rlvr.commands.config_cli.check_user_reward) -------------------
 
 
 @pytest.mark.parametrize("body, needle", [
@@ -109,7 +109,7 @@ def test_a_users_reward_pickles_as_its_spec_for_isolated_workers(here):
     ("    return None\n", "returned NoneType, not a Reward, a float or a bool"),
 ])
 def test_the_check_before_the_model_loads_refuses_a_broken_function(here, capsys, body, needle):
-    from rlvr.commands._config_cli import check_user_reward
+    from rlvr.commands.config_cli import check_user_reward
 
     (here / "rlvr_t16_call.py").write_text("def score(response, example):\n" + body)
     with pytest.raises(typer.Exit):
@@ -119,7 +119,7 @@ def test_the_check_before_the_model_loads_refuses_a_broken_function(here, capsys
 
 
 def test_the_check_refuses_a_function_that_takes_the_wrong_arguments(here, capsys):
-    from rlvr.commands._config_cli import check_user_reward
+    from rlvr.commands.config_cli import check_user_reward
 
     (here / "rlvr_t16_arity.py").write_text("def score(response):\n    return 1.0\n")
     with pytest.raises(typer.Exit):
@@ -129,7 +129,7 @@ def test_the_check_refuses_a_function_that_takes_the_wrong_arguments(here, capsy
 
 def test_the_check_leaves_input_dependent_errors_to_the_run(here, capsys):
     """A KeyError on the dummy example's empty meta may be right for the real examples: the run counts it."""
-    from rlvr.commands._config_cli import check_user_reward
+    from rlvr.commands.config_cli import check_user_reward
 
     (here / "rlvr_t16_meta.py").write_text("def score(response, example):\n    return example.meta['numbers'][0]\n")
     check_user_reward("rlvr_t16_meta:score")

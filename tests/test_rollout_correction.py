@@ -384,7 +384,7 @@ def test_masked_tokens_keep_the_normalizer_and_splits_give_the_same_gradient():
 
 
 def test_auto_resolves_by_backend_and_bad_values_name_the_key():
-    from rlvr.train import config as config_mod
+    from rlvr.train.config import algo as config_mod
 
     assert Objective(AlgoConfig(), 2, 16, None, rollout_backend="vllm").correction == "token_tis"
     assert Objective(AlgoConfig(), 2, 16, None, rollout_backend="hf").correction == "none"
@@ -392,7 +392,7 @@ def test_auto_resolves_by_backend_and_bad_values_name_the_key():
     assert Objective(AlgoConfig(), 2, 16, None).parts.correction is None
     explicit = Objective(_algo("seq_mask", cap=3.0, low=0.25), 2, 16, None, rollout_backend="vllm")
     assert explicit.correction == "seq_mask" and explicit.parts.correction == ("seq_mask", 3.0, 0.25)
-    assert config_mod._ROLLOUT_CORRECTIONS == ("auto", "none", *ROLLOUT_CORRECTIONS)
+    assert config_mod.ROLLOUT_CORRECTION_MODES == ("auto", "none", *ROLLOUT_CORRECTIONS)
     with pytest.raises(ConfigError, match="algo.rollout_correction='tis' is unknown"):
         load_config(TrainConfig, None, ["algo.rollout_correction=tis"])
     with pytest.raises(ConfigError, match="algo.rollout_correction_cap=0.5 must be >= 1"):

@@ -131,13 +131,13 @@ def test_what_fsdp2_does_not_combine_with_is_refused_naming_the_key(extra, key):
 
 def test_lora_with_the_vllm_engine_is_refused_under_fsdp2():
     """Checked on the config object (this venv has no vllm, whose own check would speak first)."""
-    from rlvr.train.config import _check_sharded
+    from rlvr.train.config.pg import check_sharded
 
     cfg = load_config(TrainConfig, None, [*TINY, "distributed.learner=fsdp2", "model.lora_rank=4"])
-    _check_sharded(cfg)  # hf: fine
+    check_sharded(cfg)  # hf: fine
     cfg.rollout.backend = "vllm"
     with pytest.raises(ConfigError, match="adapter-only push"):
-        _check_sharded(cfg)
+        check_sharded(cfg)
 
 
 def test_unknown_learner_is_refused():

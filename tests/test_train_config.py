@@ -159,10 +159,10 @@ def test_sft_and_ei_cross_field_rules_fail_at_config_load():
 
 
 def test_length_reward_names_match_the_objective():
-    import rlvr.train.config as config_mod
+    import rlvr.train.config.algo as config_mod
     from rlvr.train.objective import LENGTH_REWARDS
 
-    assert sorted(config_mod._LENGTH_REWARDS) == sorted(LENGTH_REWARDS)
+    assert sorted(config_mod.LENGTH_REWARD_NAMES) == sorted(LENGTH_REWARDS)
 
 
 def test_lr_schedule_values():

@@ -22,8 +22,7 @@ from rlvr.rollout import HFGenerator, SamplingSpec
 from rlvr.rollout.batch import rollouts_to_batch
 from rlvr.train.batching import ForwardSpec
 from rlvr.train.config import AlgoConfig, TrainConfig
-from rlvr.train.objective import LossParts, Minibatch
-from rlvr.train.pg import accumulate_gradients, batch_logprobs
+from rlvr.train.objective import LossParts, Minibatch, accumulate_gradients, batch_logprobs
 from rlvr.train.recipes import get_recipe
 
 

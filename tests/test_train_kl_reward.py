@@ -12,10 +12,11 @@ import torch
 
 from rlvr.algo import masked_mean, masked_var
 from rlvr.config import ConfigError, load_config
-from rlvr.train import objective, pg
+from rlvr.train import objective
 from rlvr.train.config import AlgoConfig, TrainConfig
-from rlvr.train.pg import kl_reward_to_go, token_advantages, train, validate_train_config
+from rlvr.train.pg import train, validate_train_config
 from rlvr.train.recipes import get_recipe
+from rlvr.train.targets import kl_reward_to_go, token_advantages
 
 # Two responses, T = 4. Position 0 is a prompt token (mask 0); row 1 has 2 response tokens + 1 pad.
 MASK = torch.tensor([[0, 1, 1, 1], [0, 1, 1, 0]], dtype=torch.bool)
@@ -131,7 +132,7 @@ TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "mode
 
 def test_loop_with_kl_in_reward_and_whitening(tmp_path, monkeypatch):
     seen = []
-    real = pg.token_advantages
+    real = objective.token_advantages
 
     def spy(adv, mask, algo, old_logp=None, ref_logp=None):
         out = real(adv, mask, algo, old_logp, ref_logp)
@@ -171,8 +172,7 @@ def test_token_advantages_reach_the_gradient_token_by_token():
     from rlvr.rollout import HFGenerator, SamplingSpec
     from rlvr.rollout.batch import rollouts_to_batch
     from rlvr.train.batching import ForwardSpec
-    from rlvr.train.objective import LossParts, Minibatch
-    from rlvr.train.pg import accumulate_gradients, batch_logprobs
+    from rlvr.train.objective import LossParts, Minibatch, accumulate_gradients, batch_logprobs
 
     model, tok = build_tiny_model(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, seed=3)
     rollouts = HFGenerator(model, tok).generate(["12+7=", "3+45="], SamplingSpec(n=4, temperature=1.0,

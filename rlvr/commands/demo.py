@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from rlvr.commands._config_cli import load_or_exit, threads_override, with_keys_help
+from rlvr.commands.config_cli import load_or_exit, threads_override, with_keys_help
 from rlvr.train.config import DemoConfig
 
 

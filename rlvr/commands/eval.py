@@ -20,7 +20,7 @@ from pathlib import Path
 
 import typer
 
-from rlvr.commands._config_cli import (
+from rlvr.commands.config_cli import (
     check_user_reward,
     fail,
     load_from_run,

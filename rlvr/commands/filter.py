@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import typer
 
-from rlvr.commands._config_cli import (
+from rlvr.commands.config_cli import (
     check_user_reward,
     load_from_run,
     policy_positionals,

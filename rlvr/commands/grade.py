@@ -151,7 +151,7 @@ def grade(
         else:
             rows.append((lineno, row))
     if rows:  # a reward function of the user's: one call on the first line before scoring them all
-        from rlvr.commands._config_cli import check_user_reward
+        from rlvr.commands.config_cli import check_user_reward
 
         check_user_reward(reward, "--reward", SimpleExample(rows[0][1]["reference"], rows[0][1]["meta"]),
                           rows[0][1]["response"])

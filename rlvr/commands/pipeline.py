@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from rlvr.commands._config_cli import check_user_reward, fail, run_trainer
+from rlvr.commands.config_cli import check_user_reward, fail, run_trainer
 
 
 def pipeline(

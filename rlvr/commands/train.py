@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from rlvr.commands._config_cli import fail, load_run_config, report, run_trainer, with_keys_help
+from rlvr.commands.config_cli import fail, load_run_config, report, run_trainer, with_keys_help
 from rlvr.train.config import TrainConfig
 
 

@@ -149,16 +149,6 @@ class LoraPush:
         return _named_base_weights(self.module, merged=True)
 
 
-def merged_tensors(model) -> Iterator[tuple[str, torch.Tensor]]:
-    """(base HF name, W + scaling * B @ A) of every weight; the base model's own tensor where no adapter."""
-    return _named_base_weights(model, merged=True)
-
-
-def base_tensors(model) -> Iterator[tuple[str, torch.Tensor]]:
-    """(base HF name, W) of every base weight: the model with its adapter off."""
-    return _named_base_weights(model, merged=False)
-
-
 def adapter_state(model) -> dict[str, torch.Tensor]:
     """The adapter's tensors as peft saves them (get_peft_model_state_dict)."""
     from peft import get_peft_model_state_dict

@@ -148,7 +148,7 @@ def score_shared_prefix(
                 out = model(input_ids=suf_ids, position_ids=suf_pos, use_cache=False, rlvr_prefix=pk)
             del pk
         else:
-            _select_rows(cache, gor)  # (g, ...) -> (b, ...) rows of each row's group, differentiable
+            select_rows(cache, gor)  # (g, ...) -> (b, ...) rows of each row's group, differentiable
             full_am = torch.cat([pre_am[gor], real_suf.long()], dim=1)
             out = model(input_ids=suf_ids, attention_mask=full_am, position_ids=suf_pos, use_cache=True,
                         **{cache_kw: cache})
@@ -176,7 +176,7 @@ def score_shared_prefix(
     return ScoreOutput(logprobs=logprobs, entropy=entropy, full_logprobs=full)
 
 
-def _select_rows(cache, rows: torch.Tensor) -> None:
+def select_rows(cache, rows: torch.Tensor) -> None:
     """cache rows -> cache rows[rows], in place. index_select (backward: one index_add) where the
     cache exposes its layers' keys/values, else the cache's own batch_select_indices."""
     layers = getattr(cache, "layers", None)

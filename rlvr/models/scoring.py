@@ -36,7 +36,7 @@ class ScoreOutput:
         return self.logprobs if self.full_logprobs is None else self.full_logprobs
 
 
-def _position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
+def position_ids_of(attention_mask: torch.Tensor) -> torch.Tensor:
     # Positions count real tokens only, so left-padded rows get the same positions as unpadded
     # ones (transformers would otherwise number the pads). For right padding this is arange.
     return (attention_mask.long().cumsum(-1) - 1).clamp_min(0)
@@ -91,7 +91,7 @@ def score_tokens(
             cols = am.any(dim=0).nonzero()
             L = int(cols[-1]) + 1 if len(cols) else 1
             am = am[:, :L]
-            kwargs = {"attention_mask": am, "position_ids": _position_ids(am)}
+            kwargs = {"attention_mask": am, "position_ids": position_ids_of(am)}
         if with_hidden:
             kwargs["output_hidden_states"] = True
         out = model(input_ids=ids[:, :L], use_cache=False, **kwargs)

@@ -28,7 +28,7 @@ from rlvr.models.cascade import SharedPrefixKV
 from rlvr.models.cascade import attention as cascade_attention
 from rlvr.models.cascade import supported as cascade_supported
 from rlvr.models.packed import inner_model, is_out_of_memory
-from rlvr.models.prefix import _select_rows
+from rlvr.models.prefix import select_rows
 from rlvr.rollout.sampling import (  # noqa: F401 - find_completed_stop, process_logits, sample_rows re-exported
     StopStrings,
     decode_batch,
@@ -251,7 +251,7 @@ class HFGenerator:
         if not hasattr(past, "batch_select_indices"):
             return (*self._forward(ids, attn, None), None)
 
-        _select_rows(past, rows)
+        select_rows(past, rows)
         return logits[rows], past, None
 
     def _prefill_cascade(self, ids, attn, rows):

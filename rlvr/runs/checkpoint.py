@@ -509,13 +509,11 @@ def _load_model_weights(model: Any, model_dir: Path) -> None:
 SHARDED_DIR = "sharded"  # a sharded learner's torch.distributed.checkpoint folder (rlvr.train.sharded)
 
 
-def _is_sharded(model: Any) -> bool:
+def is_sharded_module(model: Any) -> bool:
+    """A sharded learner's module (FSDP2): its ranks load their own files."""
     from torch.distributed.fsdp import FSDPModule
 
     return isinstance(model, FSDPModule)
-
-
-is_sharded_module = _is_sharded  # a sharded learner's module (FSDP2): its ranks load their own files
 
 
 def sharded_state(model: Any, optimizer: Any) -> dict[str, Any]:
@@ -577,7 +575,7 @@ def load_checkpoint(
     state = _read(ckpt, ckpt / "trainer_state.json", _json_file(dict))  # read first: damage found before loading
     rng_js = _read(ckpt, ckpt / "rng.json", _json_file(dict)) if restore_rng and (ckpt / "rng.json").exists() else None
     rng_tensors = _read(ckpt, ckpt / "rng.pt", _torch_file) if rng_js is not None else None
-    if model is not None and (_is_sharded(model) or (optimizer is not None and (ckpt / SHARDED_DIR).is_dir()
+    if model is not None and (is_sharded_module(model) or (optimizer is not None and (ckpt / SHARDED_DIR).is_dir()
                                                      and not (ckpt / "optimizer.pt").exists())):
         load_sharded_state(ckpt, model, optimizer)  # a sharded learner's, or a sharded run resumed by one process
         model, optimizer = None, None

@@ -42,8 +42,8 @@ _EXPORTS = {
     "filter_problems": "rlvr.train.filtering",
     "DemoResult": "rlvr.train.demo",
     "run_demo": "rlvr.train.demo",
-    "TrainResult": "rlvr.train.pg",
-    "accumulate_gradients": "rlvr.train.pg",
+    "TrainResult": "rlvr.train.session",
+    "accumulate_gradients": "rlvr.train.objective",
     "train": "rlvr.train.pg",
     "validate_train_config": "rlvr.train.pg",
     "RECIPES": "rlvr.train.recipes",
@@ -115,8 +115,10 @@ if TYPE_CHECKING:
     from rlvr.train.ei import train_ei
     from rlvr.train.evaluation import evaluate_policy
     from rlvr.train.filtering import filter_problems
-    from rlvr.train.pg import TrainResult, accumulate_gradients, train, validate_train_config
+    from rlvr.train.objective import accumulate_gradients
+    from rlvr.train.pg import train, validate_train_config
     from rlvr.train.recipes import RECIPES, get_recipe
+    from rlvr.train.session import TrainResult
     from rlvr.train.sft import train_sft, validate_sft_config
     from rlvr.train.tasks import TaskData, TaskDataError, load_task_data
 

@@ -23,7 +23,7 @@ import copy
 import torch
 
 from rlvr.models import TrainingBatch
-from rlvr.models.scoring import _position_ids
+from rlvr.models.scoring import position_ids_of
 from rlvr.train.batching import micro_batches
 
 
@@ -80,7 +80,7 @@ class Critic:
             return self.values_from_hidden(hidden)
         device = next(self.trunk.parameters()).device
         am = batch.attention_mask.to(device)
-        out = self.trunk(input_ids=batch.input_ids.to(device), attention_mask=am, position_ids=_position_ids(am),
+        out = self.trunk(input_ids=batch.input_ids.to(device), attention_mask=am, position_ids=position_ids_of(am),
                          use_cache=False, output_hidden_states=True)
         return self.values_from_hidden(out.hidden_states[-1])
 
@@ -99,7 +99,7 @@ class Critic:
             width = int(mb.attention_mask.sum(-1).max())
             am = mb.attention_mask[:, :width].to(device)
             hid = model(input_ids=mb.input_ids[:, :width].to(device), attention_mask=am,
-                        position_ids=_position_ids(am), use_cache=False, output_hidden_states=True).hidden_states[-1]
+                        position_ids=position_ids_of(am), use_cache=False, output_hidden_states=True).hidden_states[-1]
             v = self.values_from_hidden(hid)
             out[chunk.start:chunk.stop, :width] = torch.where(am.bool(), v, torch.zeros_like(v)).cpu()
         model.train(was)

@@ -27,15 +27,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from rlvr import rollout
 from rlvr.config import ConfigError, to_dict
 from rlvr.data import get_task, write_jsonl
 from rlvr.rewards.batch import score_rollouts
 from rlvr.rollout.types import SamplingSpec
 from rlvr.runs.progress import Progress
 from rlvr.runtime import set_num_threads
+from rlvr.train import session
 from rlvr.train.common import load_model_at, quiet_transformers, step_seed
-from rlvr.train.config import DistillConfig, _error_text
+from rlvr.train.config import DistillConfig
 from rlvr.train.ei import select_verified
 from rlvr.train.session import TrainResult, say
 from rlvr.train.sft import train_sft
@@ -88,11 +88,8 @@ def write_traces(cfg: DistillConfig, out: Path) -> dict[str, Any]:
     template = task.template
     reg_task = get_task(cfg.data.task)
     prompt = (lambda ex: reg_task.prompt(ex, template, tok)) if template else task.prompt
-    try:
-        engine = rollout.build_generator(cfg.rollout, teacher, tok, model_source=source, seed=cfg.run.seed,
-                                         default_batch_size=tr.problems_per_call * tr.samples)
-    except (KeyError, ImportError, ValueError) as exc:
-        raise ConfigError(_error_text(exc)) from None
+    engine = session.sampler(cfg.rollout, teacher, tok, model_source=source, seed=cfg.run.seed,
+                             batch_size=tr.problems_per_call * tr.samples)
     rows: list[dict[str, Any]] = []
     counts = {"problems": len(problems), "samples": 0, "verified": 0, "solved": 0, "duplicates": 0, "capped": 0}
     t0 = time.perf_counter()

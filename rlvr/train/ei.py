@@ -30,7 +30,6 @@ from typing import Any
 
 import torch
 
-from rlvr import rollout
 from rlvr.algo import Truncation
 from rlvr.models import score_tokens
 from rlvr.models.export import push_tensors
@@ -218,8 +217,8 @@ def train_ei(
     a, s, r = cfg.algo, cfg.sampling, cfg.run
     optimizer, scheduler = optimizer_from_config(model, cfg.optim, total_steps=r.steps,
                                                  master_weights=cfg.model.master_weights)
-    generator = rollout.build_generator(cfg.rollout, model, tokenizer, model_source=session.model_source(cfg.model),
-                                seed=r.seed, default_batch_size=s.n_prompts * s.group_size)
+    generator = session.sampler(cfg.rollout, model, tokenizer, model_source=session.model_source(cfg.model),
+                                seed=r.seed, batch_size=s.n_prompts * s.group_size)
     sampler = with_thinking_budget(generator, s.thinking_budget, s.stop_thinking_text)
     with session.RunLoop(cfg, "ei", resume=resume, model=model, tokenizer=tokenizer, optimizer=optimizer,
                          scheduler=scheduler, task=task) as loop:

@@ -25,18 +25,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rlvr import rollout
 from rlvr.config import ConfigError
 from rlvr.data import get_task
 from rlvr.data.templates import THINKING_MODES
 from rlvr.eval import CPU_EVAL_TOKENS, EvalResult, cpu_chunks, evaluate
-from rlvr.models.positions import check_positions
 from rlvr.rewards.judge import judge_failure_note, judge_metrics
 from rlvr.rollout import with_thinking_budget
 from rlvr.rollout.types import SamplingSpec
-from rlvr.runtime import set_num_threads
-from rlvr.train.common import no_new_adapter, policy_from_config, quiet_transformers, resolve_model_dir
-from rlvr.train.config import DataConfig, EvalConfig, _error_text
+from rlvr.train import session
+from rlvr.train.config import DataConfig, EvalConfig
 from rlvr.train.run_settings import find_run_dir, run_settings
 from rlvr.train.session import say
 from rlvr.train.tasks import (
@@ -84,84 +81,39 @@ def evaluate_policy(cfg: EvalConfig, *, budgets: Sequence[int] | None = None, mo
     (stdout) and the progress (stderr); write run.out and its .samples.jsonl when set. resume is accepted for
     the stage contract and has no effect: an evaluation is re-run whole."""
     del resume
-    if modes:  # one row per thinking mode (Qwen3's /think, /no_think): the rows tag the questions themselves
-        modes = list(dict.fromkeys(modes))
-        bad = [m for m in modes if m not in THINKING_MODES]
-        if bad or budgets:
-            raise ConfigError(f"--thinking-mode {','.join(modes)}: " + (
-                f"known modes are {', '.join(THINKING_MODES)}" if bad else "not together with --thinking-budget"))
-        cfg = replace(cfg, data=replace(cfg.data, thinking_mode=""))
-        budget_of = {m: 0 if m == "no_think" else cfg.sampling.thinking_budget for m in modes}
-    else:
-        budget_of = {b: b for b in (dict.fromkeys(budgets) if budgets else [cfg.sampling.thinking_budget])}
+    cfg, budget_of = _rows(cfg, budgets, modes)
     budgets = list(budget_of)  # the rows: thinking budgets, or thinking modes
-    init_from, name = cfg.model.init_from, cfg.model.name
-    model_dir = resolve_model_dir(init_from) if init_from else None  # FileNotFoundError before any work
+    init_from = cfg.model.init_from
+    model_source = session.sampling_model_source(cfg.model)  # FileNotFoundError before any work
     run_dir = find_run_dir(init_from) if init_from else None
+    available = _check_held_out(cfg)  # the task first (cheap): before the model loads
 
-    # The task first (cheap): a missing held-out split or a bad file (every bad line) fails before the model loads.
-    try:
-        check_data_files(cfg.data, train=False)
-        check = load_task_data(cfg.data, None, train=False)
-    except TaskDataError:
-        raise
-    except (ValueError, KeyError, OSError) as exc:
-        raise ConfigError(str(exc)) from None
-    available = len(check.eval)
-    if not available:
-        raise TaskDataError(f"task {cfg.data.task!r} has no built-in held-out problems: set data.eval_path=FILE "
-                            f"(a JSONL file of {cfg.data.task} problems)")
-
-    set_num_threads(cfg.run.num_threads or None)
-    quiet_transformers()
-    # What vLLM loads (None: a tiny model built in memory) and what the messages call the policy.
-    model_source = str(model_dir) if model_dir is not None else (None if name == "tiny" else name)
-    source = model_source or "tiny (fresh random weights)"
-    say(f"loading model {source} ...")
     t0 = time.perf_counter()
+    model, tok = session.sampling_policy(cfg.model, seed=cfg.run.seed, threads=cfg.run.num_threads,
+                                        source=model_source)
     try:
-        model, tok = policy_from_config(no_new_adapter(cfg.model), seed=cfg.run.seed)
         task = load_task_data(cfg.data, tok, train=False, judge=cfg.judge, judge_device=cfg.model.device)
     except TaskDataError:
         raise
     except (ValueError, KeyError, OSError) as exc:
         raise ConfigError(str(exc)) from None
-    model.eval()
     examples = eval_examples(task, cfg.data.num_eval)
     prompts_of = {k: [(mode_prompt(task.prompt, k) if modes else task.prompt)(ex) for ex in examples] for k in budgets}
-    prompts = prompts_of[budgets[-1]]
     spec = SamplingSpec.for_task(task, cfg.sampling, seed=cfg.run.seed, logprobs=False)
     tokens, keys = cfg.sampling.max_tokens, f"sampling.max_tokens={cfg.sampling.max_tokens}"
     if max(budget_of.values()) > 0:
         top = max(budget_of.values())
         tokens, keys = tokens + top, f"{keys} + a thinking budget of {top}"
-    # before any generation: prompt + response within the model's positions
-    for rows in prompts_of.values():
+    for rows in prompts_of.values():  # before any generation: prompt + response within the model's positions
         named = [(str(getattr(ex, "id", i)), p) for i, (ex, p) in enumerate(zip(examples, rows, strict=True))]
-        check_positions(model, tok, named, tokens, response_keys=keys,
-                        model_desc=f"model.init_from={init_from}" if init_from else f"model.name={name}")
+        session.check_prompts(model, tok, cfg.model, named, tokens, keys)
+    _say_plan(cfg, task, examples, available, spec, model_source, run_dir, budgets, bool(modes))
 
-    reward = cfg.data.reward or get_task(cfg.data.task).reward_name(task.template)
-    count = f"{len(examples)} held-out problems" + (
-        f" (first {len(examples)} of {available}; data.num_eval=0 for all)" if len(examples) < available else "")
-    what = f"{source} (run {run_dir})" if run_dir is not None else source
-    if model_source is None:
-        what = "a fresh tiny model (model.name=tiny, random weights)"
-    budget_note = "" if budgets == [-1] else (f", thinking mode {'/'.join(budgets)}" if modes else
-                                              f", thinking budget {'/'.join(budget_label(b) for b in budgets)}")
-    print(f"evaluating {what} on {task.name} (template {task.template}, reward {reward}): {count}, "
-          f"{_decoding(cfg, spec)}{budget_note}{_taken(cfg, run_dir)}")
-
-    if cfg.rollout.backend != "hf":
-        say(f"starting the {cfg.rollout.backend} engine ...")
-    try:
-        base_gen = rollout.build_generator(cfg.rollout, model, tok, model_source=model_source, seed=cfg.run.seed,
-                                   default_batch_size=cfg.sampling.batch_size)
-    except (KeyError, ImportError, ValueError) as exc:
-        raise ConfigError(_error_text(exc)) from None
+    base_gen = session.sampler(cfg.rollout, model, tok, model_source=model_source, seed=cfg.run.seed,
+                               batch_size=cfg.sampling.batch_size)
     load_s = time.perf_counter() - t0
     # On CPU, prompts per generate call sized by tokens: 256 long prompts in one call are several times slower
-    chunks = cpu_chunks(tok, prompts, n=spec.n, max_tokens=tokens, max_prompts=cfg.sampling.batch_size,
+    chunks = cpu_chunks(tok, prompts_of[budgets[-1]], n=spec.n, max_tokens=tokens, max_prompts=cfg.sampling.batch_size,
                         device=cfg.model.device, backend=cfg.rollout.backend)
     calls = len(chunks) if chunks is not None else -(-len(examples) // cfg.sampling.batch_size)
     how = (f"{calls} generate calls of at most {CPU_EVAL_TOKENS} tokens (CPU)" if chunks is not None
@@ -171,7 +123,6 @@ def evaluate_policy(cfg: EvalConfig, *, budgets: Sequence[int] | None = None, mo
     for budget in budgets:
         generator = with_thinking_budget(base_gen, budget_of[budget], cfg.sampling.stop_thinking_text,
                                          template=task.template)
-        prompts = prompts_of[budget]
         started = time.perf_counter()
 
         def progress(done: int, total: int, started=started) -> None:
@@ -179,8 +130,9 @@ def evaluate_policy(cfg: EvalConfig, *, budgets: Sequence[int] | None = None, mo
                 say(f"  {done}/{total} problems, {time.perf_counter() - started:.0f} s")
 
         try:
-            results[budget] = evaluate(generator, examples, prompts, None, spec, chunk_size=cfg.sampling.batch_size,
-                                       chunks=chunks, scorer=task_scorer(task, cfg.data), on_chunk=progress)
+            results[budget] = evaluate(generator, examples, prompts_of[budget], None, spec,
+                                       chunk_size=cfg.sampling.batch_size, chunks=chunks,
+                                       scorer=task_scorer(task, cfg.data), on_chunk=progress)
         except ValueError as exc:  # e.g. a thinking budget with a backend that cannot take prompt ids
             raise ConfigError(str(exc)) from None
         # data.reward=judge: failed judge requests are said (an unreachable judge graded nothing), then counted
@@ -192,6 +144,54 @@ def evaluate_policy(cfg: EvalConfig, *, budgets: Sequence[int] | None = None, mo
     if cfg.run.out:
         _write(cfg, out)
     return out
+
+
+def _rows(cfg: EvalConfig, budgets: Sequence[int] | None, modes: Sequence[str] | None
+          ) -> tuple[EvalConfig, dict[int | str, int]]:
+    """The evaluation's rows, each with its thinking budget: one per thinking mode (Qwen3's /think, /no_think:
+    the rows tag the questions themselves, so data.thinking_mode is cleared), else one per budget (default:
+    sampling.thinking_budget)."""
+    if not modes:
+        return cfg, {b: b for b in (dict.fromkeys(budgets) if budgets else [cfg.sampling.thinking_budget])}
+    modes = list(dict.fromkeys(modes))
+    bad = [m for m in modes if m not in THINKING_MODES]
+    if bad or budgets:
+        raise ConfigError(f"--thinking-mode {','.join(modes)}: " + (
+            f"known modes are {', '.join(THINKING_MODES)}" if bad else "not together with --thinking-budget"))
+    cfg = replace(cfg, data=replace(cfg.data, thinking_mode=""))
+    return cfg, {m: 0 if m == "no_think" else cfg.sampling.thinking_budget for m in modes}
+
+
+def _check_held_out(cfg: EvalConfig) -> int:
+    """The held-out problems available, every bad line of the task's files reported first; a task without a
+    held-out split is a TaskDataError naming data.eval_path. Cheap: runs before the model loads."""
+    try:
+        check_data_files(cfg.data, train=False)
+        check = load_task_data(cfg.data, None, train=False)
+    except TaskDataError:
+        raise
+    except (ValueError, KeyError, OSError) as exc:
+        raise ConfigError(str(exc)) from None
+    if not check.eval:
+        raise TaskDataError(f"task {cfg.data.task!r} has no built-in held-out problems: set data.eval_path=FILE "
+                            f"(a JSONL file of {cfg.data.task} problems)")
+    return len(check.eval)
+
+
+def _say_plan(cfg: EvalConfig, task, examples, available: int, spec, model_source: str | None,
+              run_dir: Path | None, budgets: list, modes: bool) -> None:
+    """The header line: the policy, the task, its template and reward, how many problems, the decoding."""
+    reward = cfg.data.reward or get_task(cfg.data.task).reward_name(task.template)
+    count = f"{len(examples)} held-out problems" + (
+        f" (first {len(examples)} of {available}; data.num_eval=0 for all)" if len(examples) < available else "")
+    source = model_source or "tiny (fresh random weights)"
+    what = f"{source} (run {run_dir})" if run_dir is not None else source
+    if model_source is None:
+        what = "a fresh tiny model (model.name=tiny, random weights)"
+    budget_note = "" if budgets == [-1] else (f", thinking mode {'/'.join(budgets)}" if modes else
+                                              f", thinking budget {'/'.join(budget_label(b) for b in budgets)}")
+    print(f"evaluating {what} on {task.name} (template {task.template}, reward {reward}): {count}, "
+          f"{_decoding(cfg, spec)}{budget_note}{_taken(cfg, run_dir)}")
 
 
 def _taken(cfg: EvalConfig, run_dir: Path | None) -> str:

@@ -26,7 +26,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from rlvr import rollout
 from rlvr.config import ConfigError, to_dict
 from rlvr.data import DataError, get_task, iter_jsonl, write_jsonl
 from rlvr.data.filters import (
@@ -41,13 +40,11 @@ from rlvr.data.filters import (
 )
 from rlvr.data.templates import think_style
 from rlvr.eval import CPU_EVAL_TOKENS, cpu_chunks
-from rlvr.models.positions import check_positions
 from rlvr.rollout import with_thinking_budget
 from rlvr.rollout.types import SamplingSpec
 from rlvr.runs.progress import Progress
-from rlvr.runtime import set_num_threads
-from rlvr.train.common import no_new_adapter, policy_from_config, quiet_transformers, resolve_model_dir
-from rlvr.train.config import FilterConfig, _error_text
+from rlvr.train import session
+from rlvr.train.config import FilterConfig
 from rlvr.train.run_settings import find_run_dir
 from rlvr.train.session import say
 from rlvr.train.tasks import TaskDataError, check_data_files, load_task_data, task_scorer
@@ -304,46 +301,25 @@ def filter_problems(cfg: FilterConfig, *, resume: bool = False) -> FilterResult:
     sel = cfg.filter
     k, the_band = sel.k, Band.parse(sel.band)
     run_dir = find_run_dir(cfg.model.init_from) if cfg.model.init_from else None
-    taken = f"; the run's data and response settings from {run_dir / 'config.yaml'}" if run_dir is not None else ""
-    model_source = None  # what vLLM loads; None: a tiny model built in memory
-    if cfg.model.init_from:
-        model_source = str(resolve_model_dir(cfg.model.init_from))  # FileNotFoundError before any work
-    elif cfg.model.name != "tiny":
-        model_source = cfg.model.name
+    model_source = session.sampling_model_source(cfg.model)  # FileNotFoundError before any work
     out_dir, dataset_path = _check_output(cfg)
     sources = list(dict.fromkeys(sel.decontaminate_against))
 
     # ---- the task (cheap), evaluation files: everything that can fail does so before the model loads
     task, reg_task, train, rows, eval_items, eval_sources = _problems(cfg, sources)
-
     # ---- 0. multiple choice, 1. decontamination
-    status = ["kept"] * len(train)
-    choice_of: dict[int, str] = {}  # index -> why it is a multiple-choice question
-    if sel.drop_multiple_choice:
-        for i, ex in enumerate(train):
-            if (why := multiple_choice(ex.question, ex.reference)) is not None:
-                choice_of[i], status[i] = why, "multiple choice"
-    decon = None
-    if eval_items:
-        decon = decontaminate([ex for i, ex in enumerate(train) if i not in choice_of], eval_items, n=sel.ngram,
-                              threshold=sel.overlap)
-        index_of = [i for i in range(len(train)) if i not in choice_of]  # back to positions in `train`
-        decon = replace(decon, matches=[replace(m, index=index_of[m.index]) for m in decon.matches])
-        for m in decon.matches:
-            status[m.index] = "contaminated"
+    status, choice_of, decon = _prefilter(sel, train, eval_items)
     survivors = [i for i in range(len(train)) if status[i] == "kept"]
 
     # ---- the policy
-    set_num_threads(cfg.run.num_threads or None)
-    quiet_transformers()
-    policy = model_source or "a fresh tiny model (model.name=tiny, random weights)"
-    if run_dir is not None:
-        policy += f" (run {run_dir})"
+    policy = (model_source or "a fresh tiny model (model.name=tiny, random weights)") + (
+        f" (run {run_dir})" if run_dir is not None else "")
     spec = SamplingSpec.for_task(task, cfg.sampling, seed=cfg.run.seed, n=k, logprobs=False)
     reward_name = cfg.data.reward or reg_task.reward_name(task.template)
     decoding = (f"{'greedy' if spec.temperature == 0 else f'T={spec.temperature:g}'}"
                 + (f" top_p={spec.top_p:g}" if spec.top_p < 1 else "") + f", max_tokens={spec.max_tokens}"
                 + (f", stop={','.join(repr(x) for x in spec.stop)}" if spec.stop else ""))
+    taken = f"; the run's data and response settings from {run_dir / 'config.yaml'}" if run_dir is not None else ""
     band_label = f"{the_band}" + (f" ({the_band.name})" if the_band.name else "")
     print(f"filtering {len(train)} training problems of {task.name} (template {task.template}, reward "
           f"{reward_name}) with {policy}: k={k} samples each, {decoding}, band {band_label}{taken}")
@@ -352,77 +328,14 @@ def filter_problems(cfg: FilterConfig, *, resume: bool = False) -> FilterResult:
     if decon is not None:
         print(f"decontamination: dropped {len(decon.dropped)} of {len(train)} ({sel.ngram}-gram overlap >= "
               f"{sel.overlap:g} against {', '.join(dict.fromkeys(eval_sources))}, {len(eval_items)} problems)")
-    say(f"loading model {model_source or 'tiny (fresh random weights)'} ...")
     t0 = time.perf_counter()
-    try:
-        model, tok = policy_from_config(no_new_adapter(cfg.model), seed=cfg.run.seed)
-    except (ValueError, KeyError, OSError) as exc:
-        raise ConfigError(str(exc)) from None
-    model.eval()
-    template = task.template
-    task = replace(task, prompt=lambda ex: reg_task.prompt(ex, template, tok))
-    try:
-        task.prompt(train[0])  # a chat template without a tokenizer chat_template fails here, not mid-run
-    except ValueError as exc:
-        raise ConfigError(f"data.template={template}: {exc}") from None
-    tokens, keys = spec.max_tokens, f"sampling.max_tokens={spec.max_tokens}"
-    if cfg.sampling.thinking_budget > 0:
-        tokens, keys = tokens + cfg.sampling.thinking_budget, f"{keys} + sampling.thinking_budget={cfg.sampling.thinking_budget}"
-    # before any sampling: prompt + response within the model's positions
-    check_positions(model, tok, [(str(getattr(ex, "id", i)), task.prompt(ex)) for i, ex in enumerate(train)],
-                    tokens, response_keys=keys, model_desc=f"model.init_from={cfg.model.init_from}"
-                    if cfg.model.init_from else f"model.name={cfg.model.name}")
-    try:
-        base_gen = rollout.build_generator(cfg.rollout, model, tok, model_source=model_source, seed=cfg.run.seed,
-                                   default_batch_size=cfg.sampling.batch_size * max(k, sel.no_reasoning_k))
-    except (KeyError, ImportError, ValueError) as exc:
-        raise ConfigError(_error_text(exc)) from None
-    generator = with_thinking_budget(base_gen, cfg.sampling.thinking_budget, cfg.sampling.stop_thinking_text,
-                                     template=template)
+    task, sample = _sampling(cfg, task, reg_task, train, model_source)
     say(f"loaded in {time.perf_counter() - t0:.1f} s")
-    scorer = task_scorer(task, cfg.data)
-
-    def sample(indices: list[int], spec_, description: str, prompt=None) -> PassCounts:
-        examples = [train[i] for i in indices]
-        with Progress(total=len(examples), description=description, stream=sys.stderr) as bar:
-            def progress(done: int, total: int) -> None:
-                bar.update(done - bar.completed)
-
-            # On CPU, problems per generate call sized by tokens (rlvr.eval.cpu_chunks): long prompts in a
-            # fixed batch of sampling.batch_size x k rows are several times slower.
-            budget = spec_.max_tokens + (max(cfg.sampling.thinking_budget, 0) if prompt is None else 0)
-            texts = [(prompt or task.prompt)(ex) for ex in examples]  # a no-reasoning prompt is (prompt, prefix)
-            chunks = cpu_chunks(tok, [p if isinstance(p, str) else p[0] for p in texts], n=spec_.n, max_tokens=budget,
-                                max_prompts=cfg.sampling.batch_size, device=cfg.model.device,
-                                backend=cfg.rollout.backend)
-            if chunks is not None and len(chunks) > 1:
-                say(f"{description}: {len(examples)} problems x {spec_.n} samples in {len(chunks)} generate calls "
-                    f"of at most {CPU_EVAL_TOKENS} tokens (CPU)")
-            # The no-reasoning prompt closes the think block itself: no thinking budget around it.
-            return estimate_pass_rates(generator if prompt is None else base_gen, task, examples, spec_,
-                                       prompt=prompt, scorer=scorer, chunk_size=cfg.sampling.batch_size,
-                                       chunks=chunks, on_progress=progress)
 
     # ---- 2. solved without reasoning
-    no_reasoning = None
-    nr_counts = None
-    nr_indices = list(survivors)
     t_sample = time.perf_counter()
-    if sel.no_reasoning_k and survivors:
-        nr_spec = replace(spec, n=sel.no_reasoning_k, seed=cfg.run.seed + 1)
-        nr_counts = sample(survivors, nr_spec, "no-reasoning", prompt=no_reasoning_prompt(task.prompt, style=think_style(template)))
-        nr_kept = []
-        for i, rate in zip(survivors, nr_counts.rates, strict=True):
-            if rate > sel.no_reasoning_max_rate + 1e-9:
-                status[i] = "solved without reasoning"
-            else:
-                nr_kept.append(i)
-        no_reasoning = {"k": sel.no_reasoning_k, "max_rate": sel.no_reasoning_max_rate,
-                        "dropped": len(survivors) - len(nr_kept), "sampled": len(survivors)}
-        print(f"solved without reasoning: dropped {no_reasoning['dropped']} of {len(survivors)} "
-              f"(k={sel.no_reasoning_k}, rate > {sel.no_reasoning_max_rate:g})")
-        survivors = nr_kept
-
+    nr_indices = list(survivors)
+    no_reasoning, nr_counts, survivors = _no_reasoning(cfg, task, spec, sample, status, survivors)
     # ---- 3. pass rates and the band
     counts = sample(survivors, spec, "pass rates") if survivors else PassCounts([], [], k, [])
     sample_s = time.perf_counter() - t_sample
@@ -438,15 +351,128 @@ def filter_problems(cfg: FilterConfig, *, resume: bool = False) -> FilterResult:
     # ---- outputs
     out_dir.mkdir(parents=True, exist_ok=True)
     write_jsonl(dataset_path, [rows[i] for i in kept_indices])
-    per_problem: dict[int, dict] = {}
-    for j, i in enumerate(survivors):
-        per_problem[i] = {"correct": counts.correct[j], "k": k, "pass_rate": counts.rates[j],
-                          "failed": counts.failed[j]}
-    nr_of: dict[int, tuple[int, int]] = {}
+    nr_of = {} if nr_counts is None else {
+        i: (c, sel.no_reasoning_k) for i, c in zip(nr_indices, nr_counts.correct, strict=True)}
+    write_jsonl(out_dir / "pass_rates.jsonl", _rate_rows(train, status, k, survivors, counts, nr_of, choice_of, decon))
+    bins = rate_histogram(counts.correct, k, kept_mask)
+    nr_bins = None
     if nr_counts is not None:
-        nr_of = {i: (c, sel.no_reasoning_k) for i, c in zip(nr_indices, nr_counts.correct, strict=True)}
+        nr_bins = rate_histogram(nr_counts.correct, sel.no_reasoning_k,
+                                 [r <= sel.no_reasoning_max_rate + 1e-9 for r in nr_counts.rates])
+    title = f"{task.name}: {len(counts)} problems sampled, kept {len(kept_indices)} of {len(train)}"
+    draw_histogram(out_dir / "histogram.png", bins, str(the_band), title, nr_bins)
+
+    settings = {"policy": policy, "model_source": model_source, "task": task.name, "template": task.template,
+                "reward": reward_name, "k": k, "band": str(the_band), "band_name": the_band.name,
+                "decoding": decoding, "seed": cfg.run.seed,
+                "band_ends": {"low": the_band.low, "high": the_band.high, "low_inclusive": the_band.low_inclusive,
+                              "high_inclusive": the_band.high_inclusive},
+                "no_reasoning_k": sel.no_reasoning_k, "no_reasoning_max_rate": sel.no_reasoning_max_rate,
+                "decontaminate_against": sources, "ngram": sel.ngram, "overlap": sel.overlap,
+                "drop_multiple_choice": sel.drop_multiple_choice, "config": to_dict(cfg)}
+    report = _report(settings, train, choice_of, decon, no_reasoning, counts, split, kept_indices, bins, nr_bins,
+                     sel, eval_items, eval_sources, out_dir)
+    report["time"] = {"sampling_s": sample_s, "total_s": time.perf_counter() - t_start}
+    (out_dir / "report.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
+    (out_dir / "report.md").write_text(report_markdown(report), encoding="utf-8")
+    return FilterResult(out_dir=out_dir, dataset=dataset_path, report=report)
+
+
+def _prefilter(sel, train: list, eval_items: list[dict]):
+    """(status per training problem, index -> why it is a multiple-choice question, the decontamination or
+    None): steps 0 (multiple choice, data.filter.drop_multiple_choice) and 1 (n-gram overlap with the
+    evaluation problems), before any sampling."""
+    status = ["kept"] * len(train)
+    choice_of: dict[int, str] = {}
+    if sel.drop_multiple_choice:
+        for i, ex in enumerate(train):
+            if (why := multiple_choice(ex.question, ex.reference)) is not None:
+                choice_of[i], status[i] = why, "multiple choice"
+    decon = None
+    if eval_items:
+        decon = decontaminate([ex for i, ex in enumerate(train) if i not in choice_of], eval_items, n=sel.ngram,
+                              threshold=sel.overlap)
+        index_of = [i for i in range(len(train)) if i not in choice_of]  # back to positions in `train`
+        decon = replace(decon, matches=[replace(m, index=index_of[m.index]) for m in decon.matches])
+        for m in decon.matches:
+            status[m.index] = "contaminated"
+    return status, choice_of, decon
+
+
+def _sampling(cfg: FilterConfig, task, reg_task, train: list, model_source: str | None):
+    """(the task prompting with the loaded tokenizer, sample(indices, spec, description, prompt=None) ->
+    PassCounts): the policy loaded, its chat template tried on one problem and every prompt's positions
+    checked before any sampling, the engine started (session's stage kit)."""
+    model, tok = session.sampling_policy(cfg.model, seed=cfg.run.seed, threads=cfg.run.num_threads,
+                                        source=model_source)
+    template, s, sel = task.template, cfg.sampling, cfg.filter
+    task = replace(task, prompt=lambda ex: reg_task.prompt(ex, template, tok))
+    try:
+        task.prompt(train[0])  # a chat template without a tokenizer chat_template fails here, not mid-run
+    except ValueError as exc:
+        raise ConfigError(f"data.template={template}: {exc}") from None
+    tokens, keys = s.max_tokens, f"sampling.max_tokens={s.max_tokens}"
+    if s.thinking_budget > 0:
+        tokens, keys = tokens + s.thinking_budget, f"{keys} + sampling.thinking_budget={s.thinking_budget}"
+    session.check_prompts(model, tok, cfg.model, [(str(getattr(ex, "id", i)), task.prompt(ex))
+                                                 for i, ex in enumerate(train)], tokens, keys)
+    base_gen = session.sampler(cfg.rollout, model, tok, model_source=model_source, seed=cfg.run.seed,
+                               batch_size=s.batch_size * max(sel.k, sel.no_reasoning_k))
+    generator = with_thinking_budget(base_gen, s.thinking_budget, s.stop_thinking_text, template=template)
+    scorer = task_scorer(task, cfg.data)
+
+    def sample(indices: list[int], spec_, description: str, prompt=None) -> PassCounts:
+        examples = [train[i] for i in indices]
+        with Progress(total=len(examples), description=description, stream=sys.stderr) as bar:
+            def progress(done: int, total: int) -> None:
+                bar.update(done - bar.completed)
+
+            # On CPU, problems per generate call sized by tokens (rlvr.eval.cpu_chunks): long prompts in a
+            # fixed batch of sampling.batch_size x k rows are several times slower.
+            budget = spec_.max_tokens + (max(s.thinking_budget, 0) if prompt is None else 0)
+            texts = [(prompt or task.prompt)(ex) for ex in examples]  # a no-reasoning prompt is (prompt, prefix)
+            chunks = cpu_chunks(tok, [p if isinstance(p, str) else p[0] for p in texts], n=spec_.n, max_tokens=budget,
+                                max_prompts=s.batch_size, device=cfg.model.device, backend=cfg.rollout.backend)
+            if chunks is not None and len(chunks) > 1:
+                say(f"{description}: {len(examples)} problems x {spec_.n} samples in {len(chunks)} generate calls "
+                    f"of at most {CPU_EVAL_TOKENS} tokens (CPU)")
+            # The no-reasoning prompt closes the think block itself: no thinking budget around it.
+            return estimate_pass_rates(generator if prompt is None else base_gen, task, examples, spec_,
+                                       prompt=prompt, scorer=scorer, chunk_size=s.batch_size,
+                                       chunks=chunks, on_progress=progress)
+
+    return task, sample
+
+
+def _no_reasoning(cfg: FilterConfig, task, spec, sample, status: list[str], survivors: list[int]):
+    """Step 2, solved without reasoning (data.filter.no_reasoning_k samples with the think block closed):
+    (its summary or None, its PassCounts or None, the survivors left); status updated in place."""
+    sel = cfg.filter
+    if not (sel.no_reasoning_k and survivors):
+        return None, None, survivors
+    nr_spec = replace(spec, n=sel.no_reasoning_k, seed=cfg.run.seed + 1)
+    nr_counts = sample(survivors, nr_spec, "no-reasoning",
+                       prompt=no_reasoning_prompt(task.prompt, style=think_style(task.template)))
+    kept = []
+    for i, rate in zip(survivors, nr_counts.rates, strict=True):
+        if rate > sel.no_reasoning_max_rate + 1e-9:
+            status[i] = "solved without reasoning"
+        else:
+            kept.append(i)
+    summary = {"k": sel.no_reasoning_k, "max_rate": sel.no_reasoning_max_rate,
+               "dropped": len(survivors) - len(kept), "sampled": len(survivors)}
+    print(f"solved without reasoning: dropped {summary['dropped']} of {len(survivors)} "
+          f"(k={sel.no_reasoning_k}, rate > {sel.no_reasoning_max_rate:g})")
+    return summary, nr_counts, kept
+
+
+def _rate_rows(train: list, status: list[str], k: int, survivors: list[int], counts: PassCounts,
+               nr_of: dict[int, tuple[int, int]], choice_of: dict[int, str], decon) -> list[dict[str, Any]]:
+    """pass_rates.jsonl: one row per training problem, its status and what each step found."""
+    per_problem = {i: {"correct": counts.correct[j], "k": k, "pass_rate": counts.rates[j], "failed": counts.failed[j]}
+                   for j, i in enumerate(survivors)}
     contaminated_by = {m.index: m for m in (decon.matches if decon else [])}
-    rate_rows = []
+    rows = []
     for i, ex in enumerate(train):
         row: dict[str, Any] = {"index": i, "id": str(ex.id), "status": status[i],
                                **per_problem.get(i, {"correct": None, "k": k, "pass_rate": None, "failed": None})}
@@ -457,33 +483,18 @@ def filter_problems(cfg: FilterConfig, *, resume: bool = False) -> FilterResult:
         if i in contaminated_by:
             row["eval_id"] = contaminated_by[i].eval_id
             row["overlap"] = contaminated_by[i].overlap
-        rate_rows.append(row)
-    write_jsonl(out_dir / "pass_rates.jsonl", rate_rows)
+        rows.append(row)
+    return rows
 
-    bins = rate_histogram(counts.correct, k, kept_mask)
-    nr_bins = None
-    if nr_counts is not None:
-        nr_bins = rate_histogram(nr_counts.correct, sel.no_reasoning_k,
-                                 [r <= sel.no_reasoning_max_rate + 1e-9 for r in nr_counts.rates])
-    rates = counts.rates
-    title = f"{task.name}: {len(counts)} problems sampled, kept {len(kept_indices)} of {len(train)}"
-    draw_histogram(out_dir / "histogram.png", bins, str(the_band), title, nr_bins)
 
-    matches = []
-    for m in (decon.matches if decon else []):
-        matches.append({**m.row(), "eval_source": eval_sources[m.eval_index]})
-    report: dict[str, Any] = {
-        "settings": {
-            "policy": policy, "model_source": model_source, "task": task.name, "template": task.template,
-            "reward": reward_name, "k": k, "band": str(the_band), "band_name": the_band.name,
-            "decoding": decoding, "seed": cfg.run.seed,
-            "band_ends": {"low": the_band.low, "high": the_band.high, "low_inclusive": the_band.low_inclusive,
-                          "high_inclusive": the_band.high_inclusive},
-            "no_reasoning_k": sel.no_reasoning_k, "no_reasoning_max_rate": sel.no_reasoning_max_rate,
-            "decontaminate_against": sources, "ngram": sel.ngram, "overlap": sel.overlap,
-            "drop_multiple_choice": sel.drop_multiple_choice,
-            "config": to_dict(cfg),
-        },
+def _report(settings: dict, train: list, choice_of: dict, decon, no_reasoning, counts: PassCounts, split: dict,
+            kept_indices: list[int], bins, nr_bins, sel, eval_items: list, eval_sources: list[str],
+            out_dir: Path) -> dict[str, Any]:
+    """report.json (without its time, which the caller adds last)."""
+    k, rates = sel.k, counts.rates
+    matches = [{**m.row(), "eval_source": eval_sources[m.eval_index]} for m in (decon.matches if decon else [])]
+    return {
+        "settings": settings,
         "counts": {
             "problems": len(train),
             "multiple_choice": len(choice_of),
@@ -509,11 +520,7 @@ def filter_problems(cfg: FilterConfig, *, resume: bool = False) -> FilterResult:
         } if decon is not None else None,
         "files": {key: str(out_dir / name) for key, name in zip(
             ("dataset", "pass_rates", "histogram", "report_json", "report_md"), OUTPUT_FILES, strict=True)},
-        "time": {"sampling_s": sample_s, "total_s": time.perf_counter() - t_start},
     }
-    (out_dir / "report.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
-    (out_dir / "report.md").write_text(report_markdown(report), encoding="utf-8")
-    return FilterResult(out_dir=out_dir, dataset=dataset_path, report=report)
 
 
 def _check_output(cfg: FilterConfig) -> tuple[Path, Path]:

@@ -28,7 +28,6 @@ import torch
 
 from rlvr.algo import Truncation
 from rlvr.distributed import build_placement
-from rlvr.rewards.batch import score_rollouts  # noqa: F401 - re-exported
 from rlvr.rewards.judge import judge_metrics
 from rlvr.rewards.types import Status
 from rlvr.rollout import rollouts_to_batch
@@ -36,32 +35,25 @@ from rlvr.rollout.types import sampled_length, sampled_mean_logprob, unsampled_l
 from rlvr.runtime import FlopCounter, memory_stats, peak_tflops, reset_peak_memory
 from rlvr.train import session, sharded
 from rlvr.train.batching import BatchPlan, ForwardSpec, split_indices
-from rlvr.train.common import (  # noqa: F401 - policy_from_config re-exported
+from rlvr.train.common import (
     clip_and_step,
     eval_prefixed,
     optimizer_from_config,
-    policy_from_config,
     step_seed,
 )
 from rlvr.train.config import TrainConfig
 from rlvr.train.critic import Critic
 from rlvr.train.curriculum import ProblemSource
-from rlvr.train.objective import (  # noqa: F401 - re-exported: tests and users import them from here
-    LENGTH_REWARDS,
+from rlvr.train.objective import (
     Minibatch,
     Objective,
     StepStats,
     accumulate_gradients,
-    batch_logprobs,
     forward_logprobs,
-    kl_reward_to_go,
-    micro_batch_loss,
-    shape_and_advantage,
-    token_advantages,
 )
 from rlvr.train.reference import ReferencePolicy, load_teacher
-from rlvr.train.rollout_source import Sampled, build_rollout_source, sample_groups  # noqa: F401 - re-exported
-from rlvr.train.session import (  # noqa: F401 - re-exported
+from rlvr.train.rollout_source import Sampled, build_rollout_source
+from rlvr.train.session import (
     Timer,
     TrainResult,
     reward_error_log,

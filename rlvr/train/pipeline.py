@@ -60,7 +60,7 @@ import yaml
 
 from rlvr.config import (
     ConfigError,
-    _Dumper,
+    YamlDumper,
     config_rows,
     dump_yaml,
     load_config,
@@ -441,7 +441,7 @@ def _value_text(value: Any) -> str:
     if value is None:
         return ""
     # rlvr.config's dumper quotes exactly the strings its strict loader would read as something else
-    text = yaml.dump(value, Dumper=_Dumper, default_flow_style=True, width=1_000_000, allow_unicode=True)
+    text = yaml.dump(value, Dumper=YamlDumper, default_flow_style=True, width=1_000_000, allow_unicode=True)
     return text.strip().removesuffix("...").strip()
 
 

@@ -15,6 +15,12 @@
 plus what they share between: status lines, a stop on a non-finite loss, the run's records
 (TrainResult, Timer) and the metrics of a step's samples.
 
+The stages that only sample (`evaluate_policy`, `filter_problems`, `distill`'s teacher) take the same kit
+without a run directory: `sampling_model_source` (what an engine loads), `sampling_policy` (threads,
+transformers quiet, the policy in eval mode), `check_prompts` (prompt + response budget within the model's
+positions) and `sampler` (the stage's engine, one builder for every stage: rlvr.rollout.build_generator with
+its errors as ConfigError).
+
 RLVR_DEBUG_KILL_AT_STEP (`KILL_ENV`) is the one test hook in the trainers: SIGKILL the process right
 after the checkpoint of that step is written, as a preempted job dies (tests/test_train_resume.py
 runs a trainer in a subprocess, so a monkeypatch cannot reach it).
@@ -34,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlvr import rollout
 from rlvr.config import ConfigError
 from rlvr.data import get_task
 from rlvr.data.task_data import TaskDataError
@@ -55,7 +62,14 @@ from rlvr.runs.rundir import (
     read_jsonl,
 )
 from rlvr.runtime import seed_everything, set_num_threads
-from rlvr.train.common import finish_run, policy_from_config, quiet_transformers, resolve_model_dir
+from rlvr.train.common import (
+    finish_run,
+    no_new_adapter,
+    policy_from_config,
+    quiet_transformers,
+    resolve_model_dir,
+)
+from rlvr.train.config.checks import error_text
 from rlvr.train.tasks import check_data_files, eval_examples, load_task_data
 
 KILL_ENV = "RLVR_DEBUG_KILL_AT_STEP"
@@ -97,7 +111,7 @@ class TrainingDiverged(RuntimeError):
 class CheckpointFailed(RuntimeError):
     """A step's checkpoint could not be written (a full disk, an I/O error): the run stopped; the message says
     which step was lost, which checkpoint is intact and how to resume (the commands print it as `error: ...`,
-    exit 1: rlvr.commands._config_cli.run_trainer)."""
+    exit 1: rlvr.commands.config_cli.run_trainer)."""
 
 
 def say(message: str, enabled: bool = True) -> None:
@@ -159,7 +173,7 @@ def refuse_existing_run(cfg) -> None:
 
 class Interrupted(KeyboardInterrupt):  # noqa: N818 - what the user did; no `except Exception` swallows it
     """SIGINT/SIGTERM stopped a run; the message says at which step, what was saved, how to resume.
-    The commands print it and exit 130 (rlvr.commands._config_cli.run_trainer)."""
+    The commands print it and exit 130 (rlvr.commands.config_cli.run_trainer)."""
 
 
 class StopOnSignal:
@@ -267,6 +281,49 @@ def check_positions(model, tokenizer, task, cfg, *, train: bool = True) -> None:
     m = cfg.model
     check_model_positions(model, tokenizer, prompts, tokens, response_keys=keys,
           model_desc=f"model.init_from={m.init_from}" if m.init_from else f"model.name={m.name}")
+
+
+def sampling_model_source(mcfg) -> str | None:
+    """What an engine loads for a stage that samples (eval, filter): model.init_from's model folder (a run
+    directory: its latest checkpoint; FileNotFoundError before any work when it is not there), the hub id or
+    folder of model.name, or None for the tiny model built in memory."""
+    if mcfg.init_from:
+        return str(resolve_model_dir(mcfg.init_from))
+    return None if mcfg.name == "tiny" else mcfg.name
+
+
+def sampling_policy(mcfg, *, seed: int, threads: int, source: str | None):
+    """(model, tokenizer) of a stage that samples: torch threads set (0 = RLVR_NUM_THREADS or torch's
+    default), transformers quiet, the policy of `mcfg` loaded without a new LoRA adapter and in eval mode; a
+    model that cannot load is a ConfigError. `source`: sampling_model_source(mcfg), for the message."""
+    set_num_threads(threads or None)
+    quiet_transformers()
+    say(f"loading model {source or 'tiny (fresh random weights)'} ...")
+    try:
+        model, tokenizer = policy_from_config(no_new_adapter(mcfg), seed=seed)
+    except (ValueError, KeyError, OSError) as exc:
+        raise ConfigError(str(exc)) from None
+    model.eval()
+    return model, tokenizer
+
+
+def check_prompts(model, tokenizer, mcfg, prompts, tokens: int, keys: str) -> None:
+    """Before any sampling: every (id, prompt) of `prompts` plus `tokens` response tokens (the budget, named by
+    `keys`) fits the model's positions, else ConfigError naming the keys and the model (rlvr.models.positions)."""
+    check_model_positions(model, tokenizer, prompts, tokens, response_keys=keys,
+                          model_desc=f"model.init_from={mcfg.init_from}" if mcfg.init_from else f"model.name={mcfg.name}")
+
+
+def sampler(rcfg, model, tokenizer, *, model_source: str | None, seed: int, batch_size: int):
+    """A stage's engine (rlvr.rollout.build_generator: rollout.backend hf or vllm) on `model`: an engine other
+    than hf is said as it starts; an unknown backend, a missing package or a bad setting is a ConfigError."""
+    if rcfg.backend != "hf":
+        say(f"starting the {rcfg.backend} engine ...")
+    try:
+        return rollout.build_generator(rcfg, model, tokenizer, model_source=model_source, seed=seed,
+                                       default_batch_size=batch_size)
+    except (KeyError, ImportError, ValueError) as exc:
+        raise ConfigError(error_text(exc)) from None
 
 
 def record_model_shape(cfg, model):

@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rlvr import rollout
 from rlvr.config import ConfigError
 from rlvr.data import load_sft
 from rlvr.models import TrainingBatch, build_training_batch
@@ -107,8 +106,8 @@ def train_sft(
     o = cfg.optim
     optimizer, scheduler = optimizer_from_config(model, o, total_steps=r.steps, master_weights=cfg.model.master_weights)
     # evaluation samples through the configured engine; the learner's weights are pushed before each one
-    generator = rollout.build_generator(cfg.rollout, model, tokenizer, model_source=session.model_source(cfg.model),
-                                seed=r.seed, default_batch_size=r.eval_batch_size)
+    generator = session.sampler(cfg.rollout, model, tokenizer, model_source=session.model_source(cfg.model),
+                                seed=r.seed, batch_size=r.eval_batch_size)
     sampler = with_thinking_budget(generator, cfg.sampling.thinking_budget, cfg.sampling.stop_thinking_text,
                                    template=getattr(task, "template", ""))
     with session.RunLoop(cfg, "sft", resume=resume, model=model, tokenizer=tokenizer, optimizer=optimizer,

@@ -214,12 +214,6 @@ def shard(model, mcfg) -> None:
     fully_shard(model, mp_policy=mp)
 
 
-def is_sharded(model) -> bool:
-    from torch.distributed.fsdp import FSDPModule
-
-    return isinstance(model, FSDPModule)
-
-
 # ------------------------------------------------------------------------------------- the update
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from rlvr.data import get_task, load_hf
 from rlvr.data.jsonl import DataError, scan_jsonl
 from rlvr.data.task_data import TaskData, TaskDataError  # noqa: F401 - re-exported
-from rlvr.data.tasks.base import _source_keys, map_columns
+from rlvr.data.tasks.base import map_columns, source_keys
 from rlvr.data.templates import mode_tagged
 from rlvr.envs.task import env_task_data
 from rlvr.eval import cpu_chunks, evaluate
@@ -109,7 +109,7 @@ def check_data_files(data_cfg, *, train: bool = True) -> None:
             continue
         if not getattr(data_cfg, "env", ""):  # the task's row format, under this file's column mapping
             columns = by_key[key]
-            required = _source_keys(reg.required_keys, columns)
+            required = source_keys(reg.required_keys, columns)
 
             def parse(row, where, i, _parse=reg.parse_row, _columns=columns):
                 return _parse(map_columns(row, _columns, where), where, i)

@@ -65,7 +65,7 @@ def generate(
     """n distinct problems of `split` ("train" or "test"), deterministic in (seed, split, knobs).
     A problem's split depends only on its text, so train and test never share a problem.
     Asking for more than `capacity` allows raises ProblemSpaceError at once."""
-    dig, ops = _knobs(digits, ops, operands)
+    dig, ops = operand_knobs(digits, ops, operands)
     available = capacity(split, heldout_fraction, digits=dig, ops=ops, operands=operands,
                          allow_negative=allow_negative)
     check_capacity(n, split, available, "arithmetic",
@@ -93,7 +93,7 @@ def generate(
     ]
 
 
-def _knobs(digits, ops, operands: int, known: tuple[str, ...] = OPS) -> tuple[tuple[int, int], tuple[str, ...]]:
+def operand_knobs(digits, ops, operands: int, known: tuple[str, ...] = OPS) -> tuple[tuple[int, int], tuple[str, ...]]:
     """Checked (digits range, ops) of generate/capacity; `known`: the operators the task has."""
     dig = (digits, digits) if isinstance(digits, int) else tuple(digits)
     if len(dig) != 2 or not 1 <= dig[0] <= dig[1]:
@@ -121,7 +121,7 @@ def capacity(
     """How many distinct problems of `split` generate() can produce with these knobs: exact for
     spaces up to synthetic.ENUMERATE_LIMIT, else the split's share of the space (an upper bound when
     "-" problems with a negative result are excluded)."""
-    dig, ops = _knobs(digits, ops, operands)
+    dig, ops = operand_knobs(digits, ops, operands)
     split_share(split, heldout_fraction)  # rejects an unknown split
     return _capacities(dig, ops, operands, allow_negative, heldout_fraction)[split]
 

@@ -88,7 +88,7 @@ class Task:
         out = []
         for i, row in enumerate(rows):
             where = f"{source}:{i}"
-            for key in _source_keys(self.required_keys, columns):
+            for key in source_keys(self.required_keys, columns):
                 if key not in row:
                     raise DataError(f'{where}: missing key "{key}" (has: {", ".join(sorted(row))})')
             out.append(self.parse_row(map_columns(row, columns, where), where, i))
@@ -101,7 +101,7 @@ class Task:
             raise ValueError(f"task {self.name!r} is synthetic; use generate()")
         return [
             self.parse_row(map_columns(row, columns, where), where, i)
-            for i, (where, row) in enumerate(iter_jsonl(path, _source_keys(self.required_keys, columns)))
+            for i, (where, row) in enumerate(iter_jsonl(path, source_keys(self.required_keys, columns)))
         ]
 
 
@@ -110,7 +110,7 @@ class Task:
 COLUMN_ALIASES = {"question": ("question", "problem"), "answer": ("answer", "reference")}
 
 
-def _source_keys(required: Iterable[str], columns: Mapping[str, str] | None) -> tuple[str, ...]:
+def source_keys(required: Iterable[str], columns: Mapping[str, str] | None) -> tuple[str, ...]:
     """The required keys of a raw row under a column mapping: a mapped key is required under its own name."""
     columns = {k: v for k, v in (columns or {}).items() if v}
     renamed = {alias: columns[role] for role, aliases in COLUMN_ALIASES.items() if role in columns

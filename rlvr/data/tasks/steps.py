@@ -28,7 +28,7 @@ import random
 
 from rlvr.data.example import Example
 from rlvr.data.jsonl import DataError
-from rlvr.data.tasks.arithmetic import _knobs as arithmetic_knobs
+from rlvr.data.tasks.arithmetic import operand_knobs as arithmetic_knobs
 from rlvr.data.tasks.base import Task
 from rlvr.data.tasks.synthetic import check_capacity, sample_unique, split_capacities, split_share
 from rlvr.rewards.steps import problem_terms

@@ -28,7 +28,7 @@ import signal
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from rlvr.rewards.code._harness import decode_value, encode_value
+from rlvr.rewards.code.harness import decode_value, encode_value
 from rlvr.rewards.code.sandbox import Box, ProcResult, SandboxLimits, isolation, run_processes
 from rlvr.rewards.code.task import CodeTask, normalize_stdout, values_equal
 

@@ -1,5 +1,5 @@
 """Grader side of the sandbox: one fresh box (temp dirs + unprivileged uid slot) per process,
-spawn the harness (rlvr/rewards/code/_harness.py) in its own session, feed its stdin, read its
+spawn the harness (rlvr/rewards/code/harness.py) in its own session, feed its stdin, read its
 outputs with byte caps, enforce the wall-clock deadline, kill the whole process group (and, as
 root, every process of the slot's uid) at the end, and remove the box.
 
@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache, wraps
 from pathlib import Path
 
-from rlvr.rewards.code import _harness
+from rlvr.rewards.code import harness
 
-HARNESS_SOURCE = Path(_harness.__file__).read_text(encoding="utf-8")
+HARNESS_SOURCE = Path(harness.__file__).read_text(encoding="utf-8")
 UID_BASE = int(os.environ.get("RLVR_SANDBOX_UID_BASE", "61000"))
 UID_SLOTS = 512
 LOCK_DIR = Path(tempfile.gettempdir()) / "rlvr-sandbox-locks"
@@ -515,7 +515,7 @@ class _Proc:
         cgroup = box.open_cgroup(limits)
         flag_r, flag_w = os.pipe()
         iso = box.iso
-        # +2: the relay and the pid-namespace reaper (see _harness.enter_pid_namespace)
+        # +2: the relay and the pid-namespace reaper (see harness.enter_pid_namespace)
         nproc = limits.max_processes + 2 + (0 if iso.root else _user_process_count())
         cfg = {"root": iso.root, "mode": mode, "grader_pid": os.getpid(), "uid": box.uid, "work": str(box.work),
                "cgroup": cgroup,

@@ -1,0 +1,267 @@
+"""`rlvr train` (policy-gradient RL, the GRPO family): TrainConfig and the rules that involve more than one of
+its sections (the objective's names and combinations, the batch arithmetic, what asynchronous rollouts,
+sharding, LoRA and a teacher combine with). TrainConfig.validate runs them in a fixed order; the first
+problem raises."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rlvr.config import ConfigError
+from rlvr.train.batching import BatchPlan, plan_batches
+from rlvr.train.config.algo import LENGTH_REWARD_NAMES, AlgoConfig, check_process, inert_algo_problems
+from rlvr.train.config.data import DataConfig, check_thinking_mode
+from rlvr.train.config.judge import JudgeConfig
+from rlvr.train.config.model import ModelConfig, TeacherConfig
+from rlvr.train.config.run import DistributedConfig, OptimConfig, RunConfig
+from rlvr.train.config.sampling import RolloutConfig, SamplingConfig
+
+
+@dataclass
+class TrainConfig:
+    """Policy-gradient (GRPO family) training: `rlvr train`."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """Policy."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """Prompts and references."""
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    """Rollout sampling."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Rollout engine."""
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    """Objective."""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    """Optimizer."""
+    run: RunConfig = field(default_factory=RunConfig)
+    """Run directory and logging."""
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    """Placement of generators, scorers and learners (local or Ray); asynchronous rollouts."""
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)
+    """On-policy distillation: a teacher model as the KL reference."""
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    """Model judge of data.reward=judge."""
+
+    def validate(self) -> None:
+        """Every rule of `rlvr train` that involves more than one key, after the sections' own checks:
+        training reads both splits; the objective's names and combinations; the batch arithmetic; what
+        sampling ahead and partial rollouts combine with. rlvr.config runs it when the config is loaded,
+        and the trainer again (validate_train_config) for a config built in Python, before any model."""
+        self.data.check_problem_counts(("train", "test"))
+        self.rollout.check_placement(self.model)
+        check_thinking_mode(self.data, self.sampling)
+        check_policy_gradient(self)
+        check_inert(self)
+        self.batch_plan()
+        check_asynchronous(self)
+        check_sharded(self)
+        check_teacher(self)
+        check_lora(self)
+        self.judge.check_reward(self.data, self.distributed)
+
+    def loss_length_cap(self) -> int:
+        """The most sampled tokens one response can have when sampling.max_tokens does not bound them, else 0:
+        with a thinking budget the reasoning and the answer (thinking_budget + max_tokens), in a multi-turn
+        episode its model turns (at most data.env_max_tokens). Dr. GRPO's constant (algo.aggregation=
+        seq_mean_token_sum_norm with algo.norm_length=0) takes it, since the loss sums those tokens."""
+        s = self.sampling
+        if self.data.env:
+            return self.data.env_max_tokens
+        if s.thinking_budget >= 0:
+            return s.thinking_budget + s.max_tokens
+        return 0
+
+    def batch_plan(self) -> BatchPlan:
+        """The rollout batch split into minibatches and micro-batches (rlvr.train.batching); raises
+        ConfigError / BatchConfigError naming the keys to change."""
+        a, s = self.algo, self.sampling
+        train_batch = a.train_batch_size
+        if a.num_minibatches:
+            rollout = s.n_prompts * s.group_size
+            if a.train_batch_size:
+                raise ConfigError(f"algo.num_minibatches={a.num_minibatches} and algo.train_batch_size="
+                                  f"{a.train_batch_size} both set the minibatch size; set only one (0 = unset)")
+            if rollout % a.num_minibatches:
+                raise ConfigError(
+                    f"algo.num_minibatches={a.num_minibatches} does not divide the rollout batch "
+                    f"sampling.n_prompts*sampling.group_size={s.n_prompts}*{s.group_size}={rollout}")
+            train_batch = rollout // a.num_minibatches
+        return plan_batches(s.n_prompts, s.group_size, train_batch, a.micro_batch_size, a.epochs_per_rollout_batch)
+
+
+def check_policy_gradient(cfg: TrainConfig) -> None:
+    """The objective's names (rlvr.algo's registries) and the combinations of keys `rlvr train` refuses;
+    the first problem raises ConfigError naming its keys."""
+    from rlvr.algo import (  # torch: only here
+        ADVANTAGE_ESTIMATORS,
+        KL_ESTIMATORS,
+        LOSS_AGGREGATIONS,
+        POLICY_LOSSES,
+    )
+
+    a, s = cfg.algo, cfg.sampling
+    registries = [
+        ("algo.advantage", a.advantage, ADVANTAGE_ESTIMATORS),
+        ("algo.loss", a.loss, POLICY_LOSSES),
+        ("algo.aggregation", a.aggregation, LOSS_AGGREGATIONS),
+        ("algo.kl_estimator", a.kl_estimator, KL_ESTIMATORS),
+        ("algo.length_reward", a.length_reward, LENGTH_REWARD_NAMES),
+    ]
+    for key, value, reg in registries:
+        if key == "algo.advantage" and value in ("gae", "process"):
+            continue  # gae: the critic's values make the advantages (rlvr.train.critic); process: step rewards
+        if value not in reg:
+            raise ConfigError(f"{key}={value!r} is unknown; known: {', '.join(repr(k) for k in sorted(reg))}")
+    check_process(a)
+    if a.adv_std not in ("population", "sample"):
+        raise ConfigError(f"algo.adv_std={a.adv_std!r}: use 'population' or 'sample'")
+    if s.group_size < 2 and a.advantage not in ("no_baseline", "zero"):
+        raise ConfigError(
+            f"sampling.group_size={s.group_size}: the {a.advantage!r} advantage compares responses within a "
+            "group, so every advantage would be 0; use sampling.group_size >= 2 or algo.advantage=no_baseline"
+        )
+    if a.loss == "cispo":  # the clipped weight floors at 1 - clip_low; 1 = no lower bound (MiniMax-M1)
+        if not 0 <= a.clip_low <= 1:
+            raise ConfigError(f"algo.clip_low={a.clip_low} must be in [0, 1] with algo.loss=cispo "
+                              "(1 = no lower bound on the importance weight)")
+    elif not 0 <= a.clip_low < 1:
+        raise ConfigError(f"algo.clip_low={a.clip_low} must be in [0, 1)")
+    if a.clip_high < 0:
+        raise ConfigError(f"algo.clip_high={a.clip_high} must be >= 0")
+    if a.dual_clip and a.dual_clip <= 1:
+        raise ConfigError(f"algo.dual_clip={a.dual_clip} must be > 1 (or 0 = off)")
+    if a.dual_clip and a.loss == "cispo":
+        raise ConfigError(f"algo.dual_clip={a.dual_clip} bounds the clipped surrogate of grpo_clip / gspo; "
+                          "algo.loss=cispo has none (its weight is capped at 1 + algo.clip_high): set algo.dual_clip=0")
+    if a.kl_coef < 0 or a.entropy_coef < 0 or a.length_reward_coef < 0:
+        raise ConfigError("algo.kl_coef, algo.entropy_coef and algo.length_reward_coef must be >= 0")
+    if a.kl_in not in ("loss", "reward"):
+        raise ConfigError(f"algo.kl_in={a.kl_in!r}: use 'loss' or 'reward'")
+    if (problem := a.kl_loss_problem()) is not None:  # also the algo section's own check
+        raise ConfigError(problem)
+    if a.kl_in == "reward" and a.kl_coef == 0:
+        # refused rather than a silent no-op: whoever sets kl_in=reward expects a KL penalty
+        raise ConfigError("algo.kl_in='reward' with algo.kl_coef=0 shapes nothing; set algo.kl_coef > 0 "
+                          "(or leave algo.kl_in=loss)")
+    if a.loss == "kimi" and (a.kl_in == "reward" or a.whiten_advantages):
+        raise ConfigError(
+            "algo.loss='kimi' needs one advantage per response (A_i = r_i - tau log Z); algo.kl_in=reward "
+            "and algo.whiten_advantages make per-token advantages, so use them with another algo.loss"
+        )
+    if (a.advantage == "gae") != bool(a.critic):
+        raise ConfigError(
+            "algo.advantage='gae' needs a value model: set algo.critic=shared or separate"
+            if a.advantage == "gae" else
+            f"algo.critic={a.critic!r} is only used by algo.advantage='gae' (PPO); set algo.advantage=gae "
+            "or leave algo.critic empty")
+    if a.loss == "kimi" and a.entropy_mask_quantile < 1:
+        raise ConfigError("algo.entropy_mask_quantile < 1 selects tokens, but algo.loss='kimi' is one loss per "
+                          "response (the same value on each of its tokens); use another algo.loss or leave "
+                          "algo.entropy_mask_quantile=1")
+    if a.advantage == "gae" and a.loss == "kimi":
+        raise ConfigError("algo.loss='kimi' needs one advantage per response; GAE gives one per token")
+    if not 0 < a.gamma <= 1 or not 0 <= a.gae_lambda <= 1:
+        raise ConfigError(f"algo.gamma={a.gamma} must be in (0, 1] and algo.gae_lambda={a.gae_lambda} in [0, 1]")
+    if a.value_coef < 0 or a.value_clip < 0 or a.critic_lr < 0:
+        raise ConfigError("algo.value_coef, algo.value_clip and algo.critic_lr must be >= 0")
+    if a.refill_rounds < 0 or a.length_reward_warmup_steps < 0 or a.num_minibatches < 0:
+        raise ConfigError("algo.refill_rounds, algo.length_reward_warmup_steps and algo.num_minibatches "
+                          "must be >= 0")
+    if a.refill_rounds and not a.filter_zero_variance:
+        raise ConfigError(f"algo.refill_rounds={a.refill_rounds} refills the groups that "
+                          "algo.filter_zero_variance drops; set algo.filter_zero_variance=true too")
+    if a.ref_refresh_every < 0:
+        raise ConfigError(f"algo.ref_refresh_every={a.ref_refresh_every} must be >= 0")
+    if a.length_reward == "dapo_overlong" and not 0 < a.overlong_buffer <= s.max_tokens:
+        raise ConfigError(
+            f"algo.overlong_buffer={a.overlong_buffer} must be in (0, sampling.max_tokens={s.max_tokens}]"
+        )
+    if cfg.data.env and a.length_reward == "dapo_overlong":
+        raise ConfigError("data.env with algo.length_reward='dapo_overlong': an episode's model turns are not bounded "
+                          "by sampling.max_tokens (a per-turn cap), so the overlong window has no end to sit before; "
+                          "use algo.length_reward=kimi (group-relative) or '' with data.env")
+    if cfg.data.env and a.advantage == "process":
+        raise ConfigError("data.env: algo.advantage=process needs per-step rewards of a text response; "
+                          "episodes give one reward at the end (use grpo, rloo, ppo, ...)")
+    d = cfg.distributed
+    if cfg.data.env and (d.max_staleness or d.queue_size or d.segment_tokens):
+        raise ConfigError("data.env: multi-turn episodes are sampled turn by turn within a step; they do not "
+                          "combine with distributed.max_staleness, queue_size or segment_tokens (leave those 0)")
+    if cfg.data.env and s.thinking_budget >= 0:
+        raise ConfigError("data.env: a thinking budget renders its own prompts; multi-turn episodes need "
+                          "sampling.thinking_budget=-1")
+    if s.temperature <= 0:
+        raise ConfigError(f"sampling.temperature={s.temperature}: RL needs sampling (> 0); greedy has no spread")
+    if cfg.run.steps < 1:
+        raise ConfigError(f"run.steps={cfg.run.steps} must be >= 1")
+    if cfg.optim.lr <= 0:
+        raise ConfigError(f"optim.lr={cfg.optim.lr} must be > 0")
+
+
+def check_inert(cfg: TrainConfig) -> None:
+    """Refuse every algo key of `rlvr train` set to a non-default value that another key's value makes do
+    nothing (issue 36), all at once, each line naming both keys and what to do. The data section's own
+    (DataConfig.inert_problems) and the judge's (JudgeConfig.check_reward) are checked with their sections."""
+    problems = inert_algo_problems(cfg.algo, cfg.rollout.backend)
+    if problems:
+        raise ConfigError(problems)
+
+
+def check_asynchronous(cfg: TrainConfig) -> None:
+    """What sampling ahead (distributed.max_staleness / queue_size) and partial rollouts
+    (distributed.segment_tokens) combine with: the sampler wrappers of rlvr.distributed cannot render a
+    thinking budget's second prompt, and the two are alternatives."""
+    d, s, a = cfg.distributed, cfg.sampling, cfg.algo
+    if not (d.max_staleness or d.queue_size or d.segment_tokens):
+        return
+    what = "distributed.segment_tokens" if d.segment_tokens else "distributed.max_staleness"
+    if s.thinking_budget >= 0:
+        raise ConfigError(f"{what} does not combine with sampling.thinking_budget; leave one of them unset")
+    if d.segment_tokens:
+        if d.max_staleness or d.queue_size:
+            raise ConfigError("distributed.segment_tokens (partial rollouts) and distributed.max_staleness "
+                              "(sampling ahead) are two ways to go asynchronous; set only one")
+        if a.filter_zero_variance and a.refill_rounds:
+            raise ConfigError("distributed.segment_tokens does not combine with algo.refill_rounds")
+
+
+def check_sharded(cfg: TrainConfig) -> None:
+    """What distributed.learner=fsdp2 (rlvr.train.sharded) does not combine with."""
+    if cfg.distributed.learner != "fsdp2":
+        return
+    a = cfg.algo
+    if a.critic == "separate":
+        raise ConfigError("distributed.learner='fsdp2' shards the policy, whose trunk a shared critic uses: "
+                          "set algo.critic=shared (algo.critic=separate is not sharded yet)")
+    if a.ref_refresh_every:
+        raise ConfigError("distributed.learner='fsdp2' keeps the reference frozen at the start policy: "
+                          "algo.ref_refresh_every must be 0")
+    if cfg.model.lora_rank and cfg.rollout.backend == "vllm":
+        raise ConfigError("distributed.learner='fsdp2' with model.lora_rank > 0 and rollout.backend=vllm: the "
+                          "adapter-only push from shards is not built yet (use rollout.backend=hf, or lora_rank=0)")
+
+
+def check_lora(cfg: TrainConfig) -> None:
+    """model.lora_rank > 0: the reference is the frozen base (the adapter off), which no refresh can move."""
+    if cfg.model.lora_rank and cfg.algo.ref_refresh_every:
+        raise ConfigError(f"algo.ref_refresh_every={cfg.algo.ref_refresh_every} with model.lora_rank>0: the reference "
+                          "of a LoRA policy is its frozen base (the adapter switched off), which no refresh can move; "
+                          "set algo.ref_refresh_every=0, or model.lora_rank=0 to train (and refresh from) every weight")
+
+
+def check_teacher(cfg: TrainConfig) -> None:
+    """teacher.model: the KL term is what reads the teacher, so it must be on, and the reference stays the teacher."""
+    if not cfg.teacher.model:
+        return
+    a = cfg.algo
+    if a.kl_coef <= 0:
+        raise ConfigError(f"teacher.model={cfg.teacher.model!r} is read through the KL term: set algo.kl_coef > 0 "
+                          "(on-policy distillation: algo.kl_in=reward algo.kl_coef=1)")
+    if a.ref_refresh_every:
+        raise ConfigError("teacher.model: the reference is the teacher, never refreshed from the policy; "
+                          "algo.ref_refresh_every must be 0")
+    if cfg.distributed.learner == "fsdp2":
+        raise ConfigError("teacher.model with distributed.learner=fsdp2 is not built yet (the teacher is not sharded)")
+    if cfg.model.lora_rank:
+        raise ConfigError("teacher.model with model.lora_rank > 0: a LoRA run's reference is its own base (the "
+                          "adapter off); a separate teacher is not combined with it yet")
