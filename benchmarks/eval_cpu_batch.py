@@ -46,8 +46,8 @@ def main() -> None:
     from rlvr.eval import CPU_EVAL_TOKENS, evaluate, token_chunks
     from rlvr.models.positions import prompt_lengths
     from rlvr.rollout import HFGenerator
-    from rlvr.train.common import policy_from_config
     from rlvr.train.config import EvalConfig
+    from rlvr.train.policy import policy_from_config
     from rlvr.train.tasks import eval_examples, load_task_data, task_scorer
 
     cfg = load_config(EvalConfig, None, ["data.task=math", f"data.eval_path={args.data}", "data.template=r1_zero",

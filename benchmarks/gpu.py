@@ -18,7 +18,7 @@ killed, an in-process stage interrupted, at that limit: `TIMED OUT` in its row).
 error and the rest still run. The table and benchmarks/results/gpu_bench.{md,json} (the work folder on CPU; and
 --out-dir) are rewritten after every stage, so a run cut short still reports what it measured.
   build       model folder, tokenizer, data (gpu_check.build);
-  <variant 1> `rlvr train` (rlvr.train.pg.train) in a child process under the first --variant (default `plain`:
+  <variant 1> `rlvr train` (rlvr.train.pg.loop.train) in a child process under the first --variant (default `plain`:
               rlvr's defaults), --steps steps (the first a warm-up) and with --profile one more step whose learner
               runs under torch.profiler (top ops by device and CPU time, host syncs -> gpu_profile.txt). Every
               child shares one compile cache (TORCHINDUCTOR_CACHE_DIR=--compile-cache, default WORK/compile_cache,
@@ -278,7 +278,7 @@ def deadline(seconds: float):
 
 
 def step_prompts(a, built: dict) -> list[str]:
-    """The prompts rlvr's trainer draws for its first step (its data stream: rlvr.train.common.take)."""
+    """The prompts rlvr's trainer draws for its first step (its data stream: rlvr.train.session.take)."""
     return _stream_prompts(a, built, a.n_prompts)
 
 
@@ -289,8 +289,8 @@ def trl_prompts(a, built: dict) -> list[str]:
 
 def _stream_prompts(a, built: dict, count: int) -> list[str]:
     from rlvr.config import load_config
-    from rlvr.train.common import take
     from rlvr.train.config import TrainConfig
+    from rlvr.train.session import take
     from rlvr.train.tasks import load_task_data
 
     cfg = load_config(TrainConfig, None, rlvr_overrides(a, built, Path(a.work) / "unused", 1))
@@ -321,7 +321,7 @@ def check_variants(a, built: dict) -> None:
     """Every variant's configuration loads and validates (a typo fails here, before minutes of work)."""
     from rlvr.config import load_config
     from rlvr.train.config import TrainConfig
-    from rlvr.train.pg import validate_train_config
+    from rlvr.train.pg.loop import validate_train_config
 
     for name, extra in a.variants:
         try:
@@ -364,14 +364,15 @@ def summarize(rows: list[dict], timed_from: int, timed_to: int, extra: list[str]
 def stage_rlvr(a, built: dict, name: str, extra: list[str], steps: int, profile_out: Path | None = None,
                on_rows=None) -> dict:
     """`rlvr train` in this process under one variant; per-step times from its metrics (steps 2.. timed), the
-    learner's FLOPs done per step (rlvr.runtime.FlopCounter on the learner's model around rlvr.train.pg.learn:
+    learner's FLOPs done per step (rlvr.runtime.FlopCounter on the learner's model around rlvr.train.pg.loop.learn:
     `perf/flops_done`). profile_out: one more step whose learner runs under torch.profiler (not timed).
     on_rows(rows): after every step (the child saves its partial result)."""
     from rlvr.config import load_config
     from rlvr.runs import checkpoint as ckpt_mod
     from rlvr.runtime import FlopCounter
-    from rlvr.train import pg, session
+    from rlvr.train import session
     from rlvr.train.config import TrainConfig
+    from rlvr.train.pg import loop as pg
 
     total = steps + (1 if profile_out is not None else 0)
     cfg = load_config(TrainConfig, None, rlvr_overrides(a, built, Path(a.work) / f"run_{name}", total) + extra)
@@ -432,7 +433,7 @@ def child_main(spec_path: str) -> int:
     a = argparse.Namespace(**spec["args"])
     _offline_env()
     from rlvr.runtime import set_num_threads
-    from rlvr.train.common import quiet_transformers
+    from rlvr.train.policy import quiet_transformers
 
     set_num_threads(None)
     quiet_transformers()
@@ -859,8 +860,8 @@ def _compare_paths(a, model, batch, label: str, grads_of) -> list[dict]:
     from rlvr.config import load_config
     from rlvr.train.batching import ForwardSpec
     from rlvr.train.config import TrainConfig
-    from rlvr.train.objective import LossParts, Minibatch, accumulate_gradients, batch_logprobs
-    from rlvr.train.recipes import get_recipe
+    from rlvr.train.pg.objective import LossParts, Minibatch, accumulate_gradients, batch_logprobs
+    from rlvr.train.pg.recipes import get_recipe
 
     rm = batch.response_mask
     seen_packed: list[int] = []
@@ -1230,7 +1231,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from rlvr.runtime import set_num_threads
-    from rlvr.train.common import quiet_transformers
+    from rlvr.train.policy import quiet_transformers
 
     if a.device == "cuda" and not torch.cuda.is_available():
         print("gpu.py: no CUDA device visible; use --dry-run to check the pipeline on CPU", file=sys.stderr)

@@ -9,15 +9,15 @@ Models: Qwen2.5-0.5B / 1.5B / 7B shapes (SHAPES), built on the meta device from 
 adapters are counted on the Linear modules whose name ends in one of LORA_TARGETS: rank r adds
 lora_A (r, in) and lora_B (out, r), r * (in + out) parameters per targeted Linear.
 
-Bytes per element, as the code keeps them (rlvr/train/common.py build_optimizer, rlvr/train/precision.py,
-rlvr/train/reference.py, rlvr/train/sharded.py on the fsdp2 branch):
+Bytes per element, as the code keeps them (rlvr/train/optimizer.py build_optimizer, rlvr/train/precision.py,
+rlvr/train/pg/reference.py, rlvr/train/pg/sharded.py on the fsdp2 branch):
 
   1 GPU, model.dtype=bfloat16 model.master_weights=float32 (MasterWeightAdamW):
       weights 2, grads 4 (summed in float32 over the micro-batches), fp32 master 4, Adam exp_avg + exp_avg_sq 4 + 4
       (its step counter is a Python int: no tensor); KL reference (algo.kl_coef > 0): a deep copy, 2
   1 GPU, float32 (or master_weights=same): torch.optim.AdamW: weights b, grads b, moments 2b, plus its
       float32 step scalar: 4 bytes per parameter tensor (b = the dtype's bytes)
-  FSDP2 over N ranks (distributed.learner=fsdp2), bf16 + fp32 masters: rlvr.train.sharded.shard calls
+  FSDP2 over N ranks (distributed.learner=fsdp2), bf16 + fp32 masters: rlvr.train.pg.sharded.shard calls
       model.float() and shards with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): the sharded
       float32 parameters ARE the masters (weights 4, master 0), grads 4, torch AdamW moments 8 (+ step
       scalars); the reference is sharded the same way (float32, 4). Each tensor is split along dim 0 into
@@ -34,7 +34,7 @@ Not sharded by FSDP2, so NOT divided by N (columns "gathered" and the activation
     in bf16. An estimate of the working set, not a bound;
   - activations (each rank runs its micro-batches of algo.micro_batch_tokens tokens);
   - on rank 0 only, the sampler: a full copy of the policy in the model dtype (2 bytes / parameter,
-    rlvr.train.sharded.generator_model: the hf sampler's module; with vLLM the rollout source still holds
+    rlvr.train.pg.sharded.generator_model: the hf sampler's module; with vLLM the rollout source still holds
     it), counted in the "fits" table; vLLM colocated also takes rollout.gpu_memory_utilization x the
     GPU's memory.
 
@@ -246,7 +246,7 @@ def compute(shapes: dict[str, dict] | None = None, ranks=LORA_RANKS, gpu_counts=
 def fits(result: dict, budget: int) -> list[dict]:
     """Per row: the learner's peak estimate with gradient checkpointing and a `budget`-token micro-batch
     (static + gathered + activations; vLLM elsewhere or asleep), without and with the KL reference; rank 0
-    of an FSDP2 run adds the sampler's full copy of the policy in bf16 (rlvr.train.sharded.generator_model).
+    of an FSDP2 run adds the sampler's full copy of the policy in bf16 (rlvr.train.pg.sharded.generator_model).
     A row fits a card when rank 0's peak is at most HEADROOM of it."""
     act = {a["model"]: a["budgets"][str(budget)] for a in result["activations"] if a["checkpointing"]}
     params = {m["model"]: m["params"] for m in result["models"]}

@@ -7,7 +7,7 @@
 The workload is one GRPO minibatch: --prompts prompts of --prompt tokens, each with --group responses of
 random lengths in [resp/2, resp], a randomly initialized Qwen2 (--shape tiny: 2 layers, width 64; qwen0.5b:
 Qwen2.5-0.5B's shape, vocabulary 151,936), micro-batches of algo.micro_batch_tokens=--tokens.
-Variants, each timed on rlvr.train.objective.accumulate_gradients (forward, loss, backward of every
+Variants, each timed on rlvr.train.pg.objective.accumulate_gradients (forward, loss, backward of every
 micro-batch) and batch_logprobs (one no-grad forward, as the old-logprob / reference forwards):
 
   padded         algo.packing=false algo.shared_prefix=false: every row whole, right-padded (sdpa)
@@ -76,8 +76,8 @@ def run(args) -> dict:
     from rlvr.config import load_config
     from rlvr.train.batching import ForwardSpec
     from rlvr.train.config import TrainConfig
-    from rlvr.train.objective import LossParts, Minibatch, accumulate_gradients, batch_logprobs
-    from rlvr.train.recipes import get_recipe
+    from rlvr.train.pg.objective import LossParts, Minibatch, accumulate_gradients, batch_logprobs
+    from rlvr.train.pg.recipes import get_recipe
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = getattr(torch, args.dtype)

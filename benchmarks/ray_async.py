@@ -47,8 +47,8 @@ MODES = {
 def run_mode(extra: list[str], steps: int, seed: int) -> dict:
     from rlvr.config import load_config
     from rlvr.train.config import TrainConfig
-    from rlvr.train.pg import train
-    from rlvr.train.recipes import get_recipe
+    from rlvr.train.pg.loop import train
+    from rlvr.train.pg.recipes import get_recipe
 
     rows: list[dict] = []
 

@@ -10,7 +10,7 @@ embeddings; rlvr.models.tiny.REAL_SHAPES) and a 512-token byte-level BPE tokeniz
 in-process on arithmetic lines, saved once as a Hugging Face folder (nothing is downloaded). Shape,
 not weights, decides memory.
 
-Part "step": ONE step of `rlvr.train.pg.train` with model.name=<that folder>, model.dtype=bfloat16,
+Part "step": ONE step of `rlvr.train.pg.loop.train` with model.name=<that folder>, model.dtype=bfloat16,
 model.master_weights=float32, the arithmetic task, 2 prompts x 2 samples x 8 new tokens,
 algo.micro_batch_tokens=32, with model.gradient_checkpointing false / true. Part "activations": one
 forward + backward of rlvr.models.score_tokens on B x T random tokens in float32 (CPU bf16 matmuls
@@ -95,7 +95,7 @@ def build_model_dir(path: Path) -> Path:
 
 def child_step(model_dir: str, out_dir: str, variant: str) -> dict:
     """One RL step through pg.train; returns its memory and time metrics."""
-    import rlvr.train.pg as pg
+    import rlvr.train.pg.loop as pg
     from rlvr.train.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, SamplingConfig, TrainConfig
 
     opts = {**STEP_VARIANTS, **EXTRA_STEP_VARIANTS}[variant]
@@ -133,7 +133,7 @@ def child_activations(model_dir: str, variant: str, batch: int, seq: int) -> dic
     import torch
 
     from rlvr.models import score_tokens
-    from rlvr.train.common import build_policy
+    from rlvr.train.policy import build_policy
 
     gc = variant == "checkpointing"
     model, _ = build_policy(model_dir, dtype="float32", gradient_checkpointing=gc)

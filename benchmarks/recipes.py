@@ -67,8 +67,8 @@ def _run_recipe(name: str, sft_dir: Path, out: Path, rl_cfg, rl_task, a) -> dict
         cfg = load_config(EIConfig, None, model + common + ["algo.epochs=1"])
         res = train_ei(cfg, data=rl_task)
     else:
-        from rlvr.train.pg import train
-        from rlvr.train.recipes import get_recipe
+        from rlvr.train.pg.loop import train
+        from rlvr.train.pg.recipes import get_recipe
 
         # the KL anchor is off in every recipe here, as in the demo (a tiny model far from any
         # reference gains nothing from it); PPO keeps its per-token KL reward (part of the method)
@@ -99,8 +99,8 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "runs" / "bench-recipes"))
     a = ap.parse_args()
     from rlvr.runtime import set_num_threads
-    from rlvr.train.common import quiet_transformers
     from rlvr.train.demo import DemoConfig, _configs, demo_task
+    from rlvr.train.policy import quiet_transformers
     from rlvr.train.sft import train_sft
 
     set_num_threads(a.threads)
@@ -124,7 +124,7 @@ def main() -> None:
         rl_task = type(task)(**{**task.__dict__, "train": pool})
         print(f"seed {seed}: SFT warm start ...", flush=True)
         sft_res = train_sft(sft_cfg, data=sft_task, stop_at_accuracy=dcfg.sft_target_accuracy)
-        from rlvr.train.common import resolve_model_dir
+        from rlvr.train.policy import resolve_model_dir
 
         sft_dir = resolve_model_dir(sft_res.run_dir)
         start = _held_out_accuracy(sft_dir, task, rl_cfg)

@@ -9,7 +9,7 @@ The workload is the demo's GRPO phase (rlvr.train.demo: the tiny Qwen2 model, su
 the demo's SFT checkpoint (--init-from; by default a fresh SFT warm-up as `rlvr demo` does, once,
 cached under /tmp/rlvr-step-sft).
 
-1. Time: `rlvr.train.pg.train` runs --steps steps; every phase is timed inside the real loop by
+1. Time: `rlvr.train.pg.loop.train` runs --steps steps; every phase is timed inside the real loop by
    thin wrappers around the functions the loop calls: generate (the sampler), score (rewards,
    advantages), old/ref logprobs (batch_logprobs, the reference), forward (micro_batch_loss),
    backward (the rest of accumulate_gradients), optimizer (clip_and_step), and bookkeeping
@@ -133,9 +133,9 @@ class PhaseClock:
 
     @staticmethod
     def install() -> None:
-        import rlvr.train.objective as obj
-        import rlvr.train.pg as pg
-        import rlvr.train.reference as ref
+        import rlvr.train.pg.loop as pg
+        import rlvr.train.pg.objective as obj
+        import rlvr.train.pg.reference as ref
 
         if PhaseClock._undo:
             return
@@ -182,7 +182,7 @@ class _Runner:
         self._t = threading.Thread(target=self._run, daemon=True)
 
     def _run(self):
-        from rlvr.train.pg import train
+        from rlvr.train.pg.loop import train
 
         def on_step(step, metrics):
             row = self.clock.take(metrics)
@@ -247,14 +247,14 @@ def _limit_seconds(count, threads: int) -> float:
 def count_phases(cfg, task) -> dict[str, dict]:
     """Replay one step phase by phase: FLOPs and the ops (with shapes) of each phase
     (benchmarks/compute_limit.count_flops)."""
-    import rlvr.train.objective as objective_mod
+    import rlvr.train.pg.objective as objective_mod
     from rlvr.rewards.batch import score_rollouts
     from rlvr.rollout import build_generator, rollouts_to_batch
     from rlvr.train.batching import ForwardSpec
-    from rlvr.train.common import policy_from_config
-    from rlvr.train.objective import LossParts
-    from rlvr.train.pg import validate_train_config
-    from rlvr.train.rollout_source import NoPushCheck, RolloutSource, sample_groups
+    from rlvr.train.pg.loop import validate_train_config
+    from rlvr.train.pg.objective import LossParts
+    from rlvr.train.pg.rollout_source import NoPushCheck, RolloutSource, sample_groups
+    from rlvr.train.policy import policy_from_config
     from rlvr.train.session import Timer
 
     plan = validate_train_config(cfg)
@@ -369,7 +369,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", str(a.threads))
     torch.set_num_threads(a.threads)
-    from rlvr.train.common import quiet_transformers
+    from rlvr.train.policy import quiet_transformers
 
     quiet_transformers()
     configs = {a.label: demo_setup(a.init_from, a.threads, a.steps, a.set, a.fresh)}

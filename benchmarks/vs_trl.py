@@ -156,8 +156,8 @@ def demo_setup(num_eval: int, sft_steps: int):
 
 
 def prompt_stream(rl_task, rl_cfg, steps: int, n_prompts: int) -> list[Any]:
-    """The examples rlvr's trainer draws for steps 1..steps (rlvr.train.common.take, data.seed)."""
-    from rlvr.train.common import take
+    """The examples rlvr's trainer draws for steps 1..steps (rlvr.train.session.take, data.seed)."""
+    from rlvr.train.session import take
 
     return take(rl_task.train, 0, steps * n_prompts, rl_cfg.data.seed)
 
@@ -173,10 +173,10 @@ def _peak_rss_gb() -> float:
 
 def worker_rlvr(spec: dict) -> dict:
     from rlvr.config import load_config
-    from rlvr.train.common import resolve_model_dir
     from rlvr.train.config import TrainConfig
-    from rlvr.train.pg import train
-    from rlvr.train.recipes import get_recipe
+    from rlvr.train.pg.loop import train
+    from rlvr.train.pg.recipes import get_recipe
+    from rlvr.train.policy import resolve_model_dir
 
     s = spec["settings"]
     _, rl_cfg, _, rl_task = demo_setup(spec["num_eval"], spec["sft_steps"])
@@ -217,7 +217,7 @@ def worker_trl(spec: dict) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from rlvr.train.common import quiet_transformers
+    from rlvr.train.policy import quiet_transformers
 
     s = spec["settings"]
     torch.set_num_threads(s["threads"])
@@ -302,7 +302,7 @@ def worker_flops(spec: dict) -> dict:
     throughput at exactly those ops' shapes on the configured threads."""
     sys.path.insert(0, str(ROOT))
     import rlvr.rollout as ro
-    import rlvr.train.pg as pg
+    import rlvr.train.pg.loop as pg
     from benchmarks.compute_limit import count_flops, matmul_throughput, summary
 
     counts: dict = {}
@@ -377,8 +377,8 @@ def collect(work: Path, name: str) -> dict | None:
 
 def build_sft(out: Path, d, task) -> Path:
     """The demo's SFT checkpoint under out/sft (reused when present)."""
-    from rlvr.train.common import resolve_model_dir
     from rlvr.train.demo import _configs
+    from rlvr.train.policy import resolve_model_dir
     from rlvr.train.sft import train_sft
 
     marker = out / "sft_done.json"
@@ -510,7 +510,7 @@ def main(argv: list[str] | None = None) -> dict:
     except ImportError:
         sys.exit('vs_trl.py needs TRL: pip install -e ".[bench]"')
     from rlvr.runtime import set_num_threads
-    from rlvr.train.common import quiet_transformers
+    from rlvr.train.policy import quiet_transformers
 
     set_num_threads(a.threads)
     quiet_transformers()

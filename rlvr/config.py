@@ -13,10 +13,18 @@ Layers, lowest first: dataclass defaults (a section's `default_factory` preset i
 unknown key fails naming the full dotted key, the file and line, and close matches; a wrong type
 names the key, the expected type and the value; all problems are reported at once. After
 construction each section's `__post_init__` (automatic) and then `validate()` (if defined) run
-bottom-up, so derived values are filled right after parsing and cross-field checks fail early.
+bottom-up, so derived values are filled right after parsing and cross-field checks fail early. A
+top-level `validate()` that re-checks sections for a config built in Python calls `validate_sections`,
+which skips the sections this load has just checked (each rule runs once).
 
 Field types: `str`, `int`, `float`, `bool`, `Literal[...]`, `list[X]` of those, and section
 dataclasses (every field with a default). Anything else is refused when the config is loaded.
+A `Literal` is a closed choice set: the help lists its choices, and a value outside them fails naming
+the key, the file and line and the choices (`choice_problem`, the one wording, which a section's
+`validate()` uses for a config built in Python); a field's metadata `refused={value: reason}` says why
+a value that is no choice is refused (model.dtype=float16). An open set (a registry users may add to)
+stays a `str` checked by its section against the live registry; metadata `names=(...)` lists its
+built-in names in the help.
 
 YAML is read with a stricter resolver than PyYAML's YAML 1.1 default: only `true`/`false` are
 booleans (`yes`, `on`, `no` stay strings, so they fail for a bool field and survive for a str
@@ -27,6 +35,7 @@ resolver, so a dumped config loads back exactly.
 from __future__ import annotations
 
 import ast
+import contextvars
 import dataclasses
 import difflib
 import functools
@@ -45,17 +54,21 @@ T = TypeVar("T")
 
 __all__ = [
     "ConfigError",
+    "choice_problem",
     "config_help",
     "config_markdown",
     "config_rows",
     "dump_yaml",
     "field_docs",
+    "field_metadata",
     "load_config",
     "parse_override",
     "split_config_args",
     "to_dict",
     "to_yaml",
     "type_name",
+    "unknown_choice",
+    "validate_sections",
 ]
 
 
@@ -266,10 +279,51 @@ def _schema(cls: type) -> dict[str, tuple[Any, type]]:
 def type_name(tp: Any) -> str:
     """Readable type: `float`, `list[str]`, `{loss, reward}` for Literals."""
     if typing.get_origin(tp) is Literal:
-        return "{" + ", ".join(str(a).lower() if isinstance(a, bool) else str(a) for a in typing.get_args(tp)) + "}"
+        return "{" + ", ".join(_choice_text(a, quote=False) for a in typing.get_args(tp)) + "}"
     if typing.get_origin(tp) is list:
         return f"list[{type_name(typing.get_args(tp)[0])}]"
     return tp.__name__ if isinstance(tp, type) else str(tp).replace("typing.", "")
+
+
+def _choice_text(choice: Any, quote: bool = True) -> str:
+    """A choice as YAML spells it: true / false for bools, '' for the empty string, strings quoted (quote=True)."""
+    if isinstance(choice, bool):
+        return str(choice).lower()
+    if isinstance(choice, str) and (quote or not choice):
+        return repr(choice)
+    return str(choice)
+
+
+def unknown_choice(key: str, value: Any, known: Sequence[Any]) -> str:
+    """The one wording of a value outside a set of names, closed (a Literal field) or open (a registry):
+    `algo.kl_in='both' is unknown; known: 'loss', 'reward'`."""
+    return f"{key}={_show(value)} is unknown; known: {', '.join(_choice_text(k) for k in known)}"
+
+
+def _is_choice(value: Any, choices: Sequence[Any]) -> bool:
+    # `type(...) is` so that True does not match 1 and 1 does not match 1.0.
+    return any(type(allowed) is type(value) and allowed == value for allowed in choices)
+
+
+def choice_problem(key: str, value: Any, tp: Any, refused: Mapping[str, str] | None = None) -> str | None:
+    """Why `value` is none of the choices of the Literal type `tp` of config key `key`, or None. A value in
+    `refused` (a field's metadata: value -> reason, `{key}` in the reason spelled as the key) is refused with its
+    reason; a YAML bool or number whose text is a choice (`cuda_graphs: true` for the string 'true') is told to
+    be quoted."""
+    choices = typing.get_args(tp)
+    if _is_choice(value, choices):
+        return None
+    if refused and isinstance(value, str) and value in refused:
+        return f"{key}={value!r} is refused: {refused[value].format(key=key)}"
+    text = _choice_text(value, quote=False)
+    hint = (f" (quote it: YAML reads {text} as a {type(value).__name__}, not the string {text!r})"
+            if isinstance(value, bool | int | float) and text in choices else "")
+    return unknown_choice(key, value, choices) + hint
+
+
+def field_metadata(cls: type, name: str) -> Mapping[str, Any]:
+    """The metadata of field `name` of the dataclass `cls` (`refused`, `names`: module docstring)."""
+    return next((f.metadata for f in dataclasses.fields(cls) if f.name == name), {})
 
 
 # ------------------------------------------------------------------------------------ field docs
@@ -339,11 +393,13 @@ def _coerce(value: Any, tp: Any, raw: str | None = None) -> Any:
     """Convert a YAML value to `tp` or raise _TypeMismatch(expected description)."""
     origin = typing.get_origin(tp)
     if origin is Literal:
-        for allowed in typing.get_args(tp):
-            # `type(...) is` so that True does not match 1 and 1 does not match 1.0.
-            if type(allowed) is type(value) and allowed == value:
+        choices = typing.get_args(tp)
+        for allowed in choices:
+            if _is_choice(value, (allowed,)):
                 return allowed
-        raise _TypeMismatch("one of " + ", ".join(repr(a) for a in typing.get_args(tp)))
+        if raw is not None and raw in choices:
+            return raw  # `rollout.cuda_graphs=true` on the command line means the string "true", as for a str
+        raise _TypeMismatch("one of " + ", ".join(_choice_text(a) for a in choices))
     if origin is list:
         one = raw is not None and value is not None and not isinstance(value, list | dict)
         if one:  # `sampling.stop=</answer>` on the command line: a one-item list
@@ -459,15 +515,24 @@ class _Builder:
         for key in self.schema:  # every type error is collected (in field order) before anything is built
             if (item := self.leaves.get(key)) is None:
                 continue
+            tp, owner = self.schema[key]
             try:
-                item.value = _coerce(item.value, self.schema[key][0], item.raw)
+                item.value = _coerce(item.value, tp, item.raw)
             except _TypeMismatch as exc:
+                if typing.get_origin(tp) is Literal:  # a closed choice set: the wording its section's checks use
+                    refused = field_metadata(owner, key.rpartition(".")[2]).get("refused")
+                    self.errors.append(f"{item.origin}: {choice_problem(key, item.value, tp, refused)}")
+                    continue
                 self.errors.append(f"{item.origin}: config key '{key}' expects {exc}, "
                                    f"got {_show(item.value)} ({type(item.value).__name__})")
         if self.errors:
             raise ConfigError(self.errors)
         cfg = self._build(self.cls, "", None)
-        _run_validate(cfg, "")
+        token = _VALIDATED.set(set())
+        try:
+            _run_validate(cfg, "")
+        finally:
+            _VALIDATED.reset(token)
         return cfg
 
     def _build(self, cls: type, prefix: str, default: Any) -> Any:
@@ -497,6 +562,11 @@ class _Builder:
             raise ConfigError(f"invalid config ({where}): {exc}") from exc
 
 
+# The ids of the sections load_config has validated so far in this load (None outside one): a top-level
+# validate() that re-checks sections for a config built in Python (validate_sections) skips those.
+_VALIDATED: contextvars.ContextVar[set[int] | None] = contextvars.ContextVar("rlvr_config_validated", default=None)
+
+
 def _run_validate(cfg: Any, prefix: str) -> None:
     """Call `validate()` on every section (children first), then on the top level."""
     for f in dataclasses.fields(cfg):
@@ -512,6 +582,19 @@ def _run_validate(cfg: Any, prefix: str) -> None:
         except (ValueError, TypeError, AssertionError) as exc:
             where = f"section '{prefix[:-1]}'" if prefix else type(cfg).__name__
             raise ConfigError(f"invalid config ({where}): {exc}") from exc
+    if (done := _VALIDATED.get()) is not None:
+        done.add(id(cfg))
+
+
+def validate_sections(cfg: Any, *names: str) -> None:
+    """Run `validate()` of the sections `names` of `cfg` (and of their own sections, children first), as
+    load_config does: for a top-level `validate()` that re-checks them when the config was built in Python.
+    Inside load_config a section it has already validated is skipped, so each rule runs once per load."""
+    done = _VALIDATED.get() or set()
+    for name in names:
+        section = getattr(cfg, name)
+        if id(section) not in done:
+            _run_validate(section, name + ".")
 
 
 # ------------------------------------------------------------------------------------ public API
@@ -637,11 +720,14 @@ def config_rows(cls: type) -> list[tuple[str, str, str, str]]:
     Defaults are those of the top-level default instance (so `lambda: OptimConfig(lr=1e-3)` shows
     1e-3)."""
     docs, instance, rows = field_docs(cls), cls(), []
-    for key, (tp, _) in _schema(cls).items():
+    for key, (tp, owner) in _schema(cls).items():
         if not _is_section(tp):
             value = functools.reduce(getattr, key.split("."), instance)
             text = yaml.dump(to_dict(value), Dumper=YamlDumper, default_flow_style=True, width=10_000)
-            rows.append((key, type_name(tp), text.strip().removesuffix("...").strip(), docs[key]))
+            kind = type_name(tp)
+            if names := field_metadata(owner, key.rpartition(".")[2]).get("names"):  # an open set: its built-ins
+                kind = "{" + ", ".join(_choice_text(n, quote=False) for n in names) + "} or a registered name"
+            rows.append((key, kind, text.strip().removesuffix("...").strip(), docs[key]))
     return rows
 
 

@@ -696,7 +696,7 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = stage(f"bare: {a.backend} generator without the trainer")
     from rlvr.data import get_task
-    from rlvr.train.common import resolve_model_dir
+    from rlvr.train.policy import resolve_model_dir
 
     task = get_task("gsm8k")
     prompts = [task.prompt(ex, "r1_zero") for ex in task.load(built["train"])[: a.n_prompts]]

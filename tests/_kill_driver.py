@@ -44,7 +44,7 @@ import torch  # noqa: E402
 
 import rlvr.runs.checkpoint  # noqa: E402
 import rlvr.runs.plots  # noqa: E402
-import rlvr.train.pg  # noqa: E402,F401
+import rlvr.train.pg.loop  # noqa: E402,F401
 import rlvr.train.session  # noqa: E402
 from rlvr.cli import app  # noqa: E402
 

@@ -7,7 +7,7 @@ The device is PyTorch's lazy-tensor device ("lazy", computed on the CPU through 
 own that real tensors live on, so a collective given a CPU tensor is caught while the learner's model stays on
 the CPU. The group is a group of one (FileStore): every collective is the identity, after checking the devices.
 
-    python tests/_lonely_group.py sharded FILE   -> rlvr.train.sharded.ShardedGradients (GRPO + PPO's shared
+    python tests/_lonely_group.py sharded FILE   -> rlvr.train.pg.sharded.ShardedGradients (GRPO + PPO's shared
                                                     critic) on Shards(device=lazy) vs accumulate_gradients
     python tests/_lonely_group.py dp FILE        -> rlvr.distributed.dp.GradientWorker with its policy on lazy
 Prints one JSON line: what was compared, and the collectives the group saw.
@@ -103,9 +103,9 @@ def sharded(store_file: str) -> dict:
     from rlvr.rollout.batch import rollouts_to_batch
     from rlvr.train.batching import BatchPlan, ForwardSpec
     from rlvr.train.config import TrainConfig
-    from rlvr.train.critic import Critic
-    from rlvr.train.objective import Minibatch, Objective, StepStats, accumulate_gradients
-    from rlvr.train.sharded import ShardedGradients, Shards
+    from rlvr.train.pg.critic import Critic
+    from rlvr.train.pg.objective import Minibatch, Objective, StepStats, accumulate_gradients
+    from rlvr.train.pg.sharded import ShardedGradients, Shards
 
     device = lonely_group(store_file)
     model, tok = build_tiny_model(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, seed=3)

@@ -20,7 +20,7 @@ from benchmarks import vs_trl  # noqa: E402
 def test_rlvr_side_config_is_the_grpo_setting(tmp_path):
     from rlvr.config import load_config
     from rlvr.train.config import TrainConfig
-    from rlvr.train.recipes import get_recipe
+    from rlvr.train.pg.recipes import get_recipe
 
     s = vs_trl.settings(type("A", (), dict(vs_trl.PRESETS["default"]))())
     (tmp_path / "sft").mkdir()

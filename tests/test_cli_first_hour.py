@@ -227,7 +227,7 @@ def test_reference_free_rewards_really_ignore_the_reference():
 
 
 def test_config_literals_match_the_registries_they_stand_for():
-    """rlvr/train/config.py spells out lists whose registries live behind a torch import."""
+    """rlvr/train/config/ spells out lists whose registries live behind a torch import (model loading)."""
     from rlvr.config import load_config
     from rlvr.models.loading import ATTN_IMPLEMENTATIONS
     from rlvr.train.config import DataConfig, TrainConfig

@@ -155,7 +155,7 @@ def test_checkpoint_every_has_a_periodic_default():
 
 
 def test_recipes_fit_80_columns():
-    from rlvr.train.recipes import recipe_rows
+    from rlvr.train.pg.recipes import recipe_rows
 
     res = _rlvr("recipes", COLUMNS="80", LINES="50")
     assert res.returncode == 0, res.stderr

@@ -291,7 +291,7 @@ def test_every_gpu_example_documents_a_cpu_smoke_line_that_validates(monkeypatch
     config it makes passes the real loader's checks on this CPU machine (the run itself: the slow test below)."""
     from rlvr.config import load_config
     from rlvr.train.config import TrainConfig
-    from rlvr.train.pg import validate_train_config
+    from rlvr.train.pg.loop import validate_train_config
 
     monkeypatch.chdir(Path(__file__).resolve().parent.parent)  # the lines' paths are relative to the repository
     assert len(EXAMPLES) == 6

@@ -96,7 +96,7 @@ def test_impossible_batch_arithmetic_says_what_to_change(tmp_path):
 
 
 def test_cross_field_rule_fails_at_config_load_not_in_the_trainer(tmp_path, monkeypatch):
-    import rlvr.train.pg as pg
+    import rlvr.train.pg.loop as pg
 
     monkeypatch.setattr(pg, "train", lambda *a, **k: pytest.fail("the trainer started (it loads the model)"))
     r = _invoke("train", "algo.advantage=gae", f"run.out_dir={tmp_path / 'x'}")

@@ -209,7 +209,8 @@ def test_all_errors_reported_at_once_with_locations(tmp_path):
     assert f"{path}:3: config key 'optim.steps' expects int, got 2.5 (float)" in text
     # `yes` is not a boolean here (YAML 1.1 would silently read it as True)
     assert f"{path}:5: config key 'sampling.greedy' expects bool (true or false), got 'yes' (str)" in text
-    assert "'optim.schedule' expects one of 'constant', 'cosine', got 'linear'" in text
+    # a closed set (a Literal) says the key, the value and every choice, as a section's registry check does
+    assert "override 'optim.schedule=linear': optim.schedule='linear' is unknown; known: 'constant', 'cosine'" in text
     assert "'sampling.stop' expects list[str], got {'a': 'b'}" in text
 
 
@@ -348,7 +349,7 @@ def test_dump_and_load_round_trip_exactly(tmp_path):
 def test_every_project_config_round_trips(tmp_path):
     from rlvr.train.config import EvalConfig, SFTConfig, TrainConfig
     from rlvr.train.demo import DemoConfig
-    from rlvr.train.recipes import RECIPES
+    from rlvr.train.pg.recipes import RECIPES
 
     for cls in (TrainConfig, SFTConfig, EvalConfig, DemoConfig):
         cfg = load_config(cls)

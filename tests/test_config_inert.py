@@ -11,16 +11,16 @@ import torch
 
 from rlvr.config import ConfigError, load_config
 from rlvr.train.config import EvalConfig, FilterConfig, TrainConfig
-from rlvr.train.pg import validate_train_config
-from rlvr.train.recipes import RECIPES, get_recipe
+from rlvr.train.pg.loop import validate_train_config
+from rlvr.train.pg.recipes import RECIPES, get_recipe
 
 JUDGE = ["data.reward=judge", "judge.url=http://127.0.0.1:9/v1", "judge.model=m"]
 LOCAL_JUDGE = ["data.reward=judge", "judge.model=tiny"]
 ENV = ["data.env=calculator"]
 
 # (overrides of `rlvr train`, the keys the refusal must name). Each row is a key set to a non-default value that
-# does nothing under the other key's value (the consumer of each key: rlvr.train.objective, rlvr.algo.losses,
-# rlvr.algo.advantages, rlvr.algo.correction, rlvr.train.reference, rlvr.envs.task, rlvr.train.curriculum,
+# does nothing under the other key's value (the consumer of each key: rlvr.train.pg.objective, rlvr.algo.losses,
+# rlvr.algo.advantages, rlvr.algo.correction, rlvr.train.pg.reference, rlvr.envs.task, rlvr.train.pg.curriculum,
 # rlvr.train.tasks, rlvr.train.judge).
 INERT_TRAIN = [
     # the length term is multiplied by its coefficient (default 0), its window / warm-up need it on

@@ -32,8 +32,9 @@ from rlvr.models.tiny import build_tiny_model
 from rlvr.rollout import HFGenerator, SamplingSpec
 from rlvr.rollout.batch import rollouts_to_batch
 from rlvr.train.batching import ForwardSpec, micro_batches
-from rlvr.train.common import build_optimizer, build_policy, clip_and_step
-from rlvr.train.objective import LossParts, Minibatch, accumulate_gradients, batch_logprobs
+from rlvr.train.optimizer import build_optimizer, clip_and_step
+from rlvr.train.pg.objective import LossParts, Minibatch, accumulate_gradients, batch_logprobs
+from rlvr.train.policy import build_policy
 
 ROOT = Path(__file__).resolve().parent.parent
 SHAPE = dict(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
@@ -374,7 +375,7 @@ def test_out_of_memory_in_the_flex_probe_and_the_static_decode_propagates(monkey
 def group_of_one(tmp_path):
     import torch.distributed as dist
 
-    from rlvr.train.sharded import Shards
+    from rlvr.train.pg.sharded import Shards
 
     assert not dist.is_initialized()
     dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
@@ -385,7 +386,7 @@ def group_of_one(tmp_path):
 
 
 def _sharded_policy(dtype="float32", master="same", lora_rank=0):
-    from rlvr.train.sharded import shard
+    from rlvr.train.pg.sharded import shard
 
     model, tok = build_policy("tiny", seed=3, dtype=dtype, lora_rank=lora_rank, **SHAPE)
     twin = copy.deepcopy(model)
@@ -428,7 +429,7 @@ def test_the_sharded_learner_syncs_gradients_once_per_minibatch(group_of_one, mo
     """8 rows in micro-batches of 1: FSDP2 reduce-scattered every unit's gradient after each micro-batch's
     backward (8 x 3 units); now once per minibatch (3), the earlier backwards accumulating unsharded. The
     gradient equals the one-process learner's."""
-    from rlvr.train.sharded import ShardedGradients, layers_of
+    from rlvr.train.pg.sharded import ShardedGradients, layers_of
 
     model, twin, tok = _sharded_policy()
     mb = _sharded_minibatch(tok, twin)
@@ -451,7 +452,7 @@ def test_the_sharded_learner_syncs_gradients_once_per_minibatch(group_of_one, mo
 def test_packed_sharded_micro_batches_are_cut_on_real_tokens(group_of_one, monkeypatch):
     """algo.packing=true: the sharded learner cuts its micro-batches as accumulate_gradients does when packed
     (real tokens, each shared prompt once), not on rows x the longest row."""
-    import rlvr.train.sharded as sharded_mod
+    import rlvr.train.pg.sharded as sharded_mod
     from rlvr.models.packed import row_prompts
 
     model, twin, tok = _sharded_policy()

@@ -8,7 +8,7 @@ import pytest
 from rlvr.config import load_config
 from rlvr.train import session
 from rlvr.train.config import TrainConfig
-from rlvr.train.pg import train
+from rlvr.train.pg.loop import train
 from rlvr.train.tasks import TaskDataError, check_data_files, load_task_data
 
 datasets = pytest.importorskip("datasets")

@@ -21,7 +21,7 @@ from conftest import LEARN_COMMON, LEARN_MODEL, LEARN_RL_FROM_STEP, LEARN_SFT_ST
 
 from rlvr.config import ConfigError, load_config
 from rlvr.train.config import TrainConfig
-from rlvr.train.pg import train
+from rlvr.train.pg.loop import train
 
 DISTILL = ["algo.advantage=zero", "algo.kl_in=reward", "algo.kl_coef=1", "algo.kl_estimator=k1",
            "sampling.n_prompts=32", "sampling.group_size=4", "optim.lr=5e-4", "run.eval_every=30"]

@@ -18,9 +18,9 @@ from rlvr.rollout import rollouts_to_batch
 from rlvr.rollout.hf_generator import HFGenerator
 from rlvr.rollout.types import SamplingSpec
 from rlvr.train.config import TrainConfig
-from rlvr.train.objective import batch_logprobs
-from rlvr.train.pg import train
-from rlvr.train.recipes import get_recipe
+from rlvr.train.pg.loop import train
+from rlvr.train.pg.objective import batch_logprobs
+from rlvr.train.pg.recipes import get_recipe
 
 
 def _model():

@@ -27,8 +27,8 @@ from safetensors.torch import load_file  # noqa: E402
 
 from rlvr.config import load_config  # noqa: E402
 from rlvr.train.config import TrainConfig  # noqa: E402
-from rlvr.train.pg import train  # noqa: E402
-from rlvr.train.recipes import get_recipe  # noqa: E402
+from rlvr.train.pg.loop import train  # noqa: E402
+from rlvr.train.pg.recipes import get_recipe  # noqa: E402
 
 TINY = [
     "model.hidden_size=32",
@@ -118,7 +118,7 @@ def test_sync_ray_is_bit_identical_to_local(local_run, tmp_path):
 
 
 def _weights_at_init() -> dict[str, torch.Tensor]:
-    from rlvr.train.common import policy_from_config
+    from rlvr.train.policy import policy_from_config
 
     cfg = load_config(TrainConfig, None, TINY, base=get_recipe("grpo"))
     model, _ = policy_from_config(cfg.model, seed=cfg.run.seed)

@@ -20,8 +20,8 @@ from rlvr.rollout import HFGenerator, SamplingSpec
 from rlvr.rollout.batch import rollouts_to_batch
 from rlvr.train.batching import BatchPlan, ForwardSpec
 from rlvr.train.config import TrainConfig
-from rlvr.train.objective import Minibatch, Objective, StepStats, accumulate_gradients, forward_entropy
-from rlvr.train.pg import train
+from rlvr.train.pg.loop import train
+from rlvr.train.pg.objective import Minibatch, Objective, StepStats, accumulate_gradients, forward_entropy
 
 TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
         "data.num_train=80", "data.num_eval=8", "data.digits=1", "sampling.n_prompts=4", "sampling.group_size=4",

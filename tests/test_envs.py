@@ -152,7 +152,7 @@ def test_loss_mask_gradient_flows_only_through_model_tokens(tiny):
     from rlvr.algo import loss_normalizers
     from rlvr.train.batching import ForwardSpec
     from rlvr.train.config import AlgoConfig
-    from rlvr.train.objective import LossParts, Minibatch, micro_batch_loss
+    from rlvr.train.pg.objective import LossParts, Minibatch, micro_batch_loss
 
     model, tok = tiny
     prompt, t1, tool, t2 = (tok.encode(s) for s in ("<|user|>2+3?\n<|assistant|>", "<calc>2+3</calc>",
@@ -228,7 +228,7 @@ def test_config_keys_are_checked(monkeypatch):
         load_config(TrainConfig, None, ["data.env=calculator", "data.env_max_turns=0"])
     with pytest.raises(ConfigError, match="data.env"):
         load_config(TrainConfig, None, ["data.env=calculator", "data.curriculum=pass_rate"])
-    from rlvr.train.pg import validate_train_config
+    from rlvr.train.pg.loop import validate_train_config
     from rlvr.train.tasks import TaskDataError, load_task_data
 
     with pytest.raises(ConfigError, match="thinking_budget"):
@@ -252,10 +252,10 @@ def test_train_with_env_and_resume_matches_uninterrupted_run(tmp_path, recipe, m
     2 steps + resume to 3 (every non-timing metric, the env/* metrics included, and the weights;
     the 2-step run's final evaluation at step 2 is the one extra)."""
     from rlvr.runs import plots
-    from rlvr.train.pg import train
+    from rlvr.train.pg.loop import train
 
     monkeypatch.setattr(plots, "plot_run", lambda *a, **k: None)  # plotting is most of the time here
-    from rlvr.train.recipes import get_recipe
+    from rlvr.train.pg.recipes import get_recipe
 
     def cfg(out, steps):
         return load_config(TrainConfig, None, TINY_ENV + [f"run.out_dir={out}", f"run.steps={steps}", "data.env=test_dense", "data.env_max_tokens=64",

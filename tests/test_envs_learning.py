@@ -66,7 +66,7 @@ def _rl_overrides(init_from, out, seed):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_calculator_tool_use_raises_solve_rate(tmp_path, seed, monkeypatch):
     from rlvr.runs import plots
-    from rlvr.train.pg import train
+    from rlvr.train.pg.loop import train
 
     monkeypatch.setattr(plots, "plot_run", lambda *a, **k: None)
     model, tok = build_tiny_model(hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128, seed=seed)

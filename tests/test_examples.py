@@ -1,6 +1,6 @@
 """Every config in examples/ loads and validates with the real loader, as `rlvr train examples/X.yaml`
 would before any work starts: `rlvr.config.load_config(TrainConfig, path)` then
-`rlvr.train.pg.validate_train_config`. No GPU and no data: the loader's checks of the machine (CUDA
+`rlvr.train.pg.loop.validate_train_config`. No GPU and no data: the loader's checks of the machine (CUDA
 devices, an importable vllm, data files present) are answered as on a GPU user's machine with two GPUs,
 vllm installed and the data fetched, where the data files are empty placeholders: the config is
 valid without reading a row of them.
@@ -22,8 +22,8 @@ import yaml
 
 from rlvr.config import load_config
 from rlvr.train.config import TrainConfig
-from rlvr.train.pg import validate_train_config
-from rlvr.train.recipes import RECIPE_KEYS, RECIPES
+from rlvr.train.pg.loop import validate_train_config
+from rlvr.train.pg.recipes import RECIPE_KEYS, RECIPES
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
 EXAMPLES = sorted(EXAMPLES_DIR.glob("*.yaml"))

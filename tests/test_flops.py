@@ -16,10 +16,10 @@ from rlvr.models.tiny import build_tiny_model
 from rlvr.models.tokenize import build_training_batch
 from rlvr.runtime import FlopCounter, FlopTerms, mfu
 from rlvr.train.batching import ForwardSpec
-from rlvr.train.common import build_policy
 from rlvr.train.config import TrainConfig
-from rlvr.train.objective import LossParts, Minibatch, accumulate_gradients, batch_logprobs
-from rlvr.train.recipes import get_recipe
+from rlvr.train.pg.objective import LossParts, Minibatch, accumulate_gradients, batch_logprobs
+from rlvr.train.pg.recipes import get_recipe
+from rlvr.train.policy import build_policy
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 

@@ -71,7 +71,7 @@ def test_trainer_command_line_is_a_valid_config(argv, tmp_path, monkeypatch):
 
     from rlvr.config import load_config
     from rlvr.train.config import TrainConfig
-    from rlvr.train.pg import validate_train_config
+    from rlvr.train.pg.loop import validate_train_config
 
     # the loader checks the machine: answer as the GPU machine the check runs on would (a CUDA device,
     # vllm importable); the data files exist there because stage 1 writes them

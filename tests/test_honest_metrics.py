@@ -18,7 +18,7 @@ from rlvr.data.example import Example
 from rlvr.rewards.types import Reward, Status
 from rlvr.rollout.types import Rollout
 from rlvr.train.config import TrainConfig
-from rlvr.train.pg import _Notes, _samples, train
+from rlvr.train.pg.loop import _Notes, _samples, train
 
 TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
         "data.digits=1", "data.num_train=40", "data.num_eval=2", "sampling.n_prompts=2", "sampling.group_size=2",

@@ -82,6 +82,34 @@ def layer_of(mod: str) -> str:
     return mod.split(".")[1] if "." in mod else ""
 
 
+# Within rlvr/train/, three rooms over the configs (docs/design.md, "Layers"): the run kit under every stage, the
+# RL learner (rlvr/train/pg/) on the kit, the stages on top. The configs and the torch-free arithmetic they check
+# against (batch sizes, learning-rate schedules) are the floor. A module may import its own floor or a lower one.
+TRAIN_FLOORS: dict[str, int] = {
+    "config": 0, "batching": 0, "schedules": 0,
+    "precision": 1, "optimizer": 1, "policy": 1, "tasks": 1, "judge": 1, "run_settings": 1, "session": 1,
+    "pg": 2,
+    "sft": 3, "ei": 3, "distill": 3, "evaluation": 3, "filtering": 3, "pipeline": 3, "demo": 3,
+}
+
+
+def train_room(mod: str) -> str:
+    """The room of a module under rlvr.train ("" for rlvr.train itself, its API table, and anything else)."""
+    parts = mod.split(".")
+    return parts[2] if parts[:2] == ["rlvr", "train"] and len(parts) > 2 else ""
+
+
+def train_reach_ups(graph: dict[str, set[str]]) -> list[str]:
+    out = []
+    for mod, targets in sorted(graph.items()):
+        a = train_room(mod)
+        for t in sorted(targets):
+            b = train_room(t)
+            if a and b and TRAIN_FLOORS[b] > TRAIN_FLOORS[a]:
+                out.append(f"{mod} ({a}) imports {t} ({b})")
+    return out
+
+
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components of more than one module (Tarjan, iterative)."""
     index: dict[str, int] = {}
@@ -151,6 +179,15 @@ def test_no_layer_imports_a_layer_above_it():
     assert reach_ups(import_graph()) == []
 
 
+def test_every_train_module_has_a_room():
+    rooms = {train_room(m) for m in _modules(ROOT)} - {""}
+    assert rooms <= set(TRAIN_FLOORS), f"add these to TRAIN_FLOORS (and docs/design.md): {sorted(rooms - set(TRAIN_FLOORS))}"
+
+
+def test_within_train_the_kit_is_under_the_learner_and_the_stages():
+    assert train_reach_ups(import_graph()) == []
+
+
 @pytest.fixture
 def fake_tree(tmp_path):
     def make(files: dict[str, str]) -> Path:
@@ -178,6 +215,18 @@ def test_the_checks_see_a_lazy_cycle_and_a_lazy_reach_up(fake_tree):
     graph = import_graph(root)
     assert cycles(graph) == [["rlvr.train.a", "rlvr.train.b"]]
     assert reach_ups(graph) == ["rlvr.algo.m (algo) imports rlvr.train.a (train)"]
+
+
+
+def test_the_room_check_sees_the_kit_reaching_up_to_the_learner(fake_tree):
+    root = fake_tree({
+        "train/__init__.py": "",
+        "train/pg/__init__.py": "",
+        "train/pg/loop.py": "from rlvr.train.session import say\n",
+        "train/session.py": "def f():\n    from rlvr.train.pg.loop import x\n",
+        "train/sft.py": "from rlvr.train.pg import loop\n",
+    })
+    assert train_reach_ups(import_graph(root)) == ["rlvr.train.session (session) imports rlvr.train.pg.loop (pg)"]
 
 
 def test_the_command_line_and_the_configs_import_no_torch():

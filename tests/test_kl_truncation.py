@@ -30,9 +30,9 @@ from rlvr.algo import LossNormalizers, Truncation, token_scores
 from rlvr.models import build_training_batch
 from rlvr.train.batching import BatchPlan, ForwardSpec
 from rlvr.train.config import AlgoConfig
-from rlvr.train.objective import LossParts, Minibatch, Objective, accumulate_gradients, micro_batch_loss
-from rlvr.train.pg import Learner, learn
-from rlvr.train.reference import ReferencePolicy
+from rlvr.train.pg.loop import Learner, learn
+from rlvr.train.pg.objective import LossParts, Minibatch, Objective, accumulate_gradients, micro_batch_loss
+from rlvr.train.pg.reference import ReferencePolicy
 
 PI = torch.tensor([0.6, 0.3, 0.1])
 RHO = torch.tensor([0.2, 0.3, 0.5])
@@ -166,7 +166,7 @@ def test_kl_in_the_reward_with_a_recorded_old_policy():
 
     def old_logp_fn(model, batch, fwd):
         asked.append(fwd.truncation)
-        from rlvr.train.objective import forward_logprobs
+        from rlvr.train.pg.objective import forward_logprobs
         return forward_logprobs(model, batch, fwd)
 
     learn(learner, _batch(), torch.zeros(2), torch.arange(2), step=1, old_logp_fn=old_logp_fn)

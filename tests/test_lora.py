@@ -22,10 +22,11 @@ from rlvr.rollout import HFGenerator, SamplingSpec  # noqa: E402
 from rlvr.rollout.batch import rollouts_to_batch  # noqa: E402
 from rlvr.runs.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
 from rlvr.train.batching import ForwardSpec  # noqa: E402
-from rlvr.train.common import build_optimizer, build_policy, clip_and_step, resolve_model_dir  # noqa: E402
 from rlvr.train.config import ModelConfig, TrainConfig  # noqa: E402
-from rlvr.train.objective import batch_logprobs  # noqa: E402
-from rlvr.train.reference import ReferencePolicy  # noqa: E402
+from rlvr.train.optimizer import build_optimizer, clip_and_step  # noqa: E402
+from rlvr.train.pg.objective import batch_logprobs  # noqa: E402
+from rlvr.train.pg.reference import ReferencePolicy  # noqa: E402
+from rlvr.train.policy import build_policy, resolve_model_dir  # noqa: E402
 
 SHAPE = dict(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
 PROMPTS = ["12+7=", "3+45=", "60+1=", "8+8="]
@@ -263,7 +264,7 @@ def test_checkpoint_of_another_kind_is_refused(tmp_path):
 
 
 def test_policy_from_config_reads_the_lora_keys():
-    from rlvr.train.common import no_new_adapter, policy_from_config
+    from rlvr.train.policy import no_new_adapter, policy_from_config
 
     m = dataclasses.replace(ModelConfig(), lora_rank=2, lora_alpha=4.0, lora_target_modules="q_proj", **SHAPE)
     model, _ = policy_from_config(m, seed=1)

@@ -29,7 +29,7 @@ pytest.importorskip("peft")
 
 from rlvr.config import load_config  # noqa: E402
 from rlvr.train.config import TrainConfig  # noqa: E402
-from rlvr.train.pg import train  # noqa: E402
+from rlvr.train.pg.loop import train  # noqa: E402
 
 MODEL = ["model.hidden_size=64", "model.num_layers=2", "model.num_heads=4", "model.intermediate_size=128",
          "model.tie_embeddings=true"]

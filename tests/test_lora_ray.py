@@ -14,7 +14,7 @@ pytest.importorskip("peft")
 
 from rlvr.config import load_config  # noqa: E402
 from rlvr.train.config import TrainConfig  # noqa: E402
-from rlvr.train.pg import train  # noqa: E402
+from rlvr.train.pg.loop import train  # noqa: E402
 
 TINY = [
     "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",

@@ -23,7 +23,7 @@ from rlvr.models import load_policy, lora  # noqa: E402
 from rlvr.rollout import HFGenerator, SamplingSpec  # noqa: E402
 from rlvr.train.config import EvalConfig, TrainConfig  # noqa: E402
 from rlvr.train.evaluation import evaluate_policy  # noqa: E402
-from rlvr.train.pg import train  # noqa: E402
+from rlvr.train.pg.loop import train  # noqa: E402
 
 TINY = [
     "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",

@@ -88,7 +88,7 @@ def test_rlvr_train_with_lora_on_the_vllm_engine(lora_engine, tmp_path, monkeypa
     from rlvr.config import load_config
     from rlvr.rollout import builder
     from rlvr.train.config import TrainConfig
-    from rlvr.train.pg import train
+    from rlvr.train.pg.loop import train
 
     monkeypatch.setitem(builder.GENERATOR_BACKENDS, "vllm", lambda rcfg, model, tok, **kw: lora_engine[0])
 

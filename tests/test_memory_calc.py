@@ -14,7 +14,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchmarks import memory  # noqa: E402
-from rlvr.train.common import build_optimizer  # noqa: E402
+from rlvr.train.optimizer import build_optimizer  # noqa: E402
 
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
             vocab_size=128, max_position_embeddings=64)
@@ -69,7 +69,7 @@ def test_full_finetuning_bytes_equal_a_real_step(dtype, master_weights, tied):
 
 
 def test_reference_copy_bytes_equal_the_deep_copy():
-    from rlvr.train.reference import ReferencePolicy
+    from rlvr.train.pg.reference import ReferencePolicy
 
     model = tiny_model(torch.bfloat16)
     ref = ReferencePolicy(model, enabled=True)

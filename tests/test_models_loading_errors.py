@@ -5,7 +5,7 @@ import pytest
 
 from rlvr.models import build_tiny_model, load_policy, load_tokenizer, save_policy
 from rlvr.models.loading import model_source
-from rlvr.train.common import build_policy
+from rlvr.train.policy import build_policy
 
 SMALL = dict(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
 

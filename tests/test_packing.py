@@ -18,8 +18,8 @@ from rlvr.models.tiny import build_tiny_model
 from rlvr.models.tokenize import build_training_batch
 from rlvr.train.batching import ForwardSpec, micro_batches
 from rlvr.train.config import TrainConfig
-from rlvr.train.objective import LossParts, Minibatch, StepStats, accumulate_gradients, batch_logprobs
-from rlvr.train.recipes import get_recipe
+from rlvr.train.pg.objective import LossParts, Minibatch, StepStats, accumulate_gradients, batch_logprobs
+from rlvr.train.pg.recipes import get_recipe
 
 # on CPU flex_attention runs eagerly, as intended there (rlvr.models.packed)
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
@@ -299,7 +299,7 @@ def test_the_shared_prompt_token_budget_is_the_packed_length():
 def test_training_packed_equals_the_padded_path(tmp_path, shared, monkeypatch):
     """rlvr train, 3 steps, same seed: algo.packing=true gives the padded path's losses, gradient norms and
     entropies (with the shared prefix on or off there), and the sampler / learner logprobs agree."""
-    import rlvr.train.objective as obj
+    import rlvr.train.pg.objective as obj
 
     calls = []
     real = obj.score_packed

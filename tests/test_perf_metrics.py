@@ -10,7 +10,7 @@ import pytest
 from rlvr.config import load_config
 from rlvr.runtime import peak_for_name, peak_tflops
 from rlvr.train.config import TrainConfig
-from rlvr.train.pg import train
+from rlvr.train.pg.loop import train
 
 TINY = ["model.hidden_size=32", "model.num_layers=2", "model.num_heads=2", "model.intermediate_size=64",
         "model.tie_embeddings=true", "data.num_train=40", "data.num_eval=0", "data.digits=1",
@@ -23,7 +23,7 @@ def _rows(run_dir):
 
 
 def test_perf_metrics_every_step_with_the_hand_counted_flops(tmp_path):
-    from rlvr.train.common import policy_from_config
+    from rlvr.train.policy import policy_from_config
 
     cfg = load_config(TrainConfig, None, [*TINY, f"run.out_dir={tmp_path / 'run'}", "run.peak_tflops=0.5"])
     res = train(cfg)

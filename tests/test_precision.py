@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from rlvr.models import build_tiny_model
-from rlvr.train.common import build_policy, clip_and_step, optimizer_from_config, policy_from_config
 from rlvr.train.config import ModelConfig, OptimConfig
+from rlvr.train.optimizer import clip_and_step, optimizer_from_config
+from rlvr.train.policy import build_policy, policy_from_config
 from rlvr.train.precision import MasterWeightAdamW
 
 SMALL = dict(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)

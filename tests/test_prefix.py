@@ -17,7 +17,7 @@ from rlvr.models.prefix import prefix_groups, score_shared_prefix
 from rlvr.models.tiny import build_tiny_model
 from rlvr.models.tokenize import build_training_batch
 from rlvr.train.config import TrainConfig
-from rlvr.train.pg import train
+from rlvr.train.pg.loop import train
 
 
 def _grouped_batch(seed=0, groups=3, per_group=4, shuffle=True, resp_len=(1, 4)):
@@ -285,8 +285,8 @@ def test_a_minibatch_split_in_two_with_global_normalizers_gives_the_same_gradien
     from rlvr.algo import loss_normalizers
     from rlvr.rollout import HFGenerator, SamplingSpec, rollouts_to_batch
     from rlvr.train.batching import ForwardSpec
-    from rlvr.train.objective import LossParts, Minibatch, accumulate_gradients
-    from rlvr.train.recipes import get_recipe
+    from rlvr.train.pg.objective import LossParts, Minibatch, accumulate_gradients
+    from rlvr.train.pg.recipes import get_recipe
 
     model, tok = build_tiny_model(hidden_size=32, num_layers=1, num_heads=2, seed=0)
     ros = HFGenerator(model, tok, batch_size=16).generate(["1+2=", "3+4=", "5+6=", "7+8="],

@@ -23,9 +23,9 @@ from rlvr.rewards.types import Reward, SimpleExample, Status
 from rlvr.rollout import rollouts_to_batch
 from rlvr.rollout.types import Rollout
 from rlvr.train.config import AlgoConfig, TrainConfig
-from rlvr.train.objective import Objective, shape_and_advantage
-from rlvr.train.pg import train, validate_train_config
-from rlvr.train.process import (
+from rlvr.train.pg.loop import train, validate_train_config
+from rlvr.train.pg.objective import Objective, shape_and_advantage
+from rlvr.train.pg.process import (
     StepMarks,
     center_by_step,
     merge_shared_ends,
@@ -319,7 +319,7 @@ def test_process_credit_goes_to_the_right_step_where_the_outcome_rewards_a_lucky
     -2/sqrt(3), those of R3 +2/sqrt(3): the update raises the right "5" instead."""
     from rlvr.models import build_tiny_model
     from rlvr.train.batching import ForwardSpec
-    from rlvr.train.objective import LossParts, Minibatch, accumulate_gradients
+    from rlvr.train.pg.objective import LossParts, Minibatch, accumulate_gradients
 
     model, tok = build_tiny_model(seed=0, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
     e = ex("4+1+4=")

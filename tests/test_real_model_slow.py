@@ -2,7 +2,7 @@
 
 The slow test builds a random-init model with the Qwen2.5-0.5B shape (494M parameters, vocabulary
 151,936, tied embeddings) and a small byte-level BPE tokenizer trained in-process, saves them as a
-Hugging Face folder, and runs ONE RL step of `rlvr.train.pg.train` with model.name=<folder> in
+Hugging Face folder, and runs ONE RL step of `rlvr.train.pg.loop.train` with model.name=<folder> in
 bfloat16 with float32 master weights, gradient checkpointing and a token budget per micro-batch.
 On the 2-core AVX2 development machine it takes about 5 minutes at one thread (4 of them in the
 learner: CPU bf16 matmuls are slow, the LM-head backward above all) and peaks at 8.7 GiB of
@@ -73,7 +73,7 @@ def test_shaped_model_has_the_real_parameter_count():
 @pytest.mark.slow
 def test_one_rl_step_of_a_qwen2_5_0_5b_shaped_model_bf16_masters_checkpointing(tmp_path):
     from rlvr.train.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, SamplingConfig, TrainConfig
-    from rlvr.train.pg import train
+    from rlvr.train.pg.loop import train
 
     folder = save_shaped_policy(tmp_path / "model")
     cfg = TrainConfig(

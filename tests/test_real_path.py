@@ -24,8 +24,8 @@ from rlvr.config import load_config
 from rlvr.rollout import GENERATOR_BACKENDS, Rollout, SamplingSpec
 from rlvr.rollout.hf_generator import find_completed_stop
 from rlvr.train.config import TrainConfig
-from rlvr.train.pg import train
-from rlvr.train.recipes import get_recipe
+from rlvr.train.pg.loop import train
+from rlvr.train.pg.recipes import get_recipe
 
 TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
         "data.num_train=80", "data.num_eval=4", "data.digits=1", "sampling.n_prompts=2", "sampling.group_size=4",

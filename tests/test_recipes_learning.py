@@ -26,8 +26,8 @@ from conftest import LEARN_COMMON, LEARN_MODEL, LEARN_RL_FROM_STEP
 
 from rlvr.config import load_config
 from rlvr.train.config import TrainConfig
-from rlvr.train.pg import train
-from rlvr.train.recipes import get_recipe
+from rlvr.train.pg.loop import train
+from rlvr.train.pg.recipes import get_recipe
 
 RL_STEPS = 30
 

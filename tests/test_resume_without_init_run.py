@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 
 from rlvr.config import ConfigError, load_config
 from rlvr.train.config import SFTConfig, TrainConfig, resuming
-from rlvr.train.pg import train
+from rlvr.train.pg.loop import train
 from rlvr.train.sft import train_sft
 
 TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",

@@ -104,7 +104,7 @@ def flat_reward(response: str, example):
 def _lrs(tmp_path, name, extra):
     from rlvr.config import load_config
     from rlvr.train.config import TrainConfig
-    from rlvr.train.pg import train
+    from rlvr.train.pg.loop import train
 
     seen = {}
     train(load_config(TrainConfig, None, SMALL + [f"run.out_dir={tmp_path / name}"] + extra),
@@ -176,8 +176,8 @@ def _scripted_run(tmp_path, monkeypatch, name, answers, extra, recipe=None):
     import rlvr.rollout as rollout_mod
     from rlvr.config import load_config
     from rlvr.train.config import TrainConfig
-    from rlvr.train.pg import train
-    from rlvr.train.recipes import get_recipe
+    from rlvr.train.pg.loop import train
+    from rlvr.train.pg.recipes import get_recipe
 
     monkeypatch.setattr(rollout_mod, "build_generator", lambda cfg, model, tok, **kw: ScriptedResponses(tok, answers))
     rows = {}
@@ -234,8 +234,8 @@ def test_dapo_overlong_penalty_counts_the_answer_of_a_thinking_budget(tmp_path, 
 def test_dr_grpo_constant_and_overlong_penalty_refuse_or_cover_what_they_cannot_mean():
     from rlvr.config import ConfigError, load_config
     from rlvr.train.config import TrainConfig
-    from rlvr.train.objective import Objective
-    from rlvr.train.pg import objective_length_cap, validate_train_config
+    from rlvr.train.pg.loop import objective_length_cap, validate_train_config
+    from rlvr.train.pg.objective import Objective
 
     def cfg(*o):
         return load_config(TrainConfig, None, list(o))
@@ -251,4 +251,4 @@ def test_dr_grpo_constant_and_overlong_penalty_refuse_or_cover_what_they_cannot_
     assert Objective(c.algo, 2, 8, None, loss_tokens=40).norm_length == 40
     # an episode's model turns are not bounded by sampling.max_tokens (a per-turn cap): refused, keys named
     with pytest.raises(ConfigError, match="data.env.*algo.length_reward='dapo_overlong'"):
-        validate_train_config(cfg("data.env=calculator", "algo.length_reward=dapo_overlong"))
+        validate_train_config(cfg("data.env=calculator", "algo.length_reward=dapo_overlong", "algo.length_reward_coef=1"))

@@ -9,7 +9,7 @@ scoring the sampler's truncated (top-k / top-p) distribution.
 - top-p / top-k: with the trainer scoring pi_K (the same kept-set rule as the sampler) the weighted
   gradient equals E_{pi_K}[A grad log pi_K] exactly, while a ratio against the full softmax is off
   by log(kept mass) on every token (the peers' bias);
-- config: auto resolves by backend, a bad value names the key; a short `rlvr.train.pg.train` run with a
+- config: auto resolves by backend, a bad value names the key; a short `rlvr.train.pg.loop.train` run with a
   generator whose sampler logprobs are perturbed logs the correction metrics and a gradient that
   differs from algo.rollout_correction=none.
 """
@@ -36,7 +36,7 @@ from rlvr.models.tokenize import build_training_batch
 from rlvr.rollout.hf_generator import process_logits
 from rlvr.train.batching import ForwardSpec
 from rlvr.train.config import AlgoConfig, TrainConfig
-from rlvr.train.objective import LossParts, Minibatch, Objective, accumulate_gradients, micro_batch_loss
+from rlvr.train.pg.objective import LossParts, Minibatch, Objective, accumulate_gradients, micro_batch_loss
 
 # ------------------------------------------------------------------------------- the pure math
 
@@ -367,7 +367,7 @@ def test_masked_tokens_keep_the_normalizer_and_splits_give_the_same_gradient():
     out = []
     for micro in (4, 1):
         model = TableModel(table)
-        from rlvr.train.objective import StepStats
+        from rlvr.train.pg.objective import StepStats
 
         st = StepStats()
         accumulate_gradients(model, Minibatch(batch, adv), parts, ForwardSpec.of(algo, micro), norm_length=0, stats=st)
@@ -384,7 +384,7 @@ def test_masked_tokens_keep_the_normalizer_and_splits_give_the_same_gradient():
 
 
 def test_auto_resolves_by_backend_and_bad_values_name_the_key():
-    from rlvr.train.config import algo as config_mod
+    import typing
 
     assert Objective(AlgoConfig(), 2, 16, None, rollout_backend="vllm").correction == "token_tis"
     assert Objective(AlgoConfig(), 2, 16, None, rollout_backend="hf").correction == "none"
@@ -392,7 +392,8 @@ def test_auto_resolves_by_backend_and_bad_values_name_the_key():
     assert Objective(AlgoConfig(), 2, 16, None).parts.correction is None
     explicit = Objective(_algo("seq_mask", cap=3.0, low=0.25), 2, 16, None, rollout_backend="vllm")
     assert explicit.correction == "seq_mask" and explicit.parts.correction == ("seq_mask", 3.0, 0.25)
-    assert config_mod.ROLLOUT_CORRECTION_MODES == ("auto", "none", *ROLLOUT_CORRECTIONS)
+    modes = typing.get_args(typing.get_type_hints(AlgoConfig)["rollout_correction"])
+    assert modes == ("auto", "none", *ROLLOUT_CORRECTIONS)  # the Literal the help lists
     with pytest.raises(ConfigError, match="algo.rollout_correction='tis' is unknown"):
         load_config(TrainConfig, None, ["algo.rollout_correction=tis"])
     with pytest.raises(ConfigError, match="algo.rollout_correction_cap=0.5 must be >= 1"):
@@ -431,7 +432,7 @@ class _Perturbed:
 
 def _run(tmp_path, monkeypatch, *extra):
     import rlvr.rollout.builder as builder
-    import rlvr.train.pg as pg
+    import rlvr.train.pg.loop as pg
     import rlvr.train.session as session
 
     monkeypatch.setitem(builder.GENERATOR_BACKENDS, "hf", lambda *a, **k: _Perturbed(builder._hf(*a, **k)))
@@ -463,7 +464,7 @@ def test_trainer_scores_the_truncated_distribution_at_top_p(tmp_path, monkeypatc
     # sampling.top_p / top_k: the sampler draws from pi_K; the trainer scores pi_K too, so the HF backend's
     # sampler and trainer logprobs agree (before: off by log(kept mass) on every token); the correction
     # has only the engine's numerics to weigh
-    import rlvr.train.pg as pg
+    import rlvr.train.pg.loop as pg
     import rlvr.train.session as session
 
     monkeypatch.setattr(session, "finish_run", lambda path, last: {})

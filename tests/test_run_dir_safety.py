@@ -207,8 +207,8 @@ def test_resume_of_an_empty_or_unreadable_config_yaml_is_an_error_not_every_defa
 
 def _tiny_policy():
     from rlvr.config import load_config
-    from rlvr.train.common import policy_from_config
     from rlvr.train.config import TrainConfig
+    from rlvr.train.policy import policy_from_config
 
     cfg = load_config(TrainConfig, None, TINY)
     return policy_from_config(cfg.model, seed=0)
@@ -405,7 +405,7 @@ LAUNCHER = """
 import os, subprocess, sys, time
 worker = '''
 import os, sys, time, types
-from rlvr.train import sharded
+from rlvr.train.pg import sharded
 cfg = types.SimpleNamespace(distributed=types.SimpleNamespace(learner="fsdp2"), model=types.SimpleNamespace(device="cpu"))
 shards = sharded.start(cfg)
 print("worker", os.getpid(), flush=True)

@@ -1,4 +1,4 @@
-"""The sharded learner (distributed.learner=fsdp2, rlvr.train.sharded) against the one-process learner.
+"""The sharded learner (distributed.learner=fsdp2, rlvr.train.pg.sharded) against the one-process learner.
 
 Default tier: a group of one (no launcher, in this process) trains exactly like the one-process learner,
 its checkpoint holds the sharded state and the consolidated model, the one-process learner resumes from it,
@@ -27,7 +27,7 @@ from safetensors.torch import load_file
 
 from rlvr.config import ConfigError, load_config
 from rlvr.train.config import TrainConfig
-from rlvr.train.pg import train
+from rlvr.train.pg.loop import train
 
 TINY = [
     "model.hidden_size=32",

@@ -4,7 +4,7 @@ docs/multi_gpu.md's two-node commands, read from the page (section "Two nodes"),
 the host, the port, the GPU count and the paths: `torchrun --nnodes 2 --nproc_per_node 1 --rdzv-backend c10d
 --rdzv-endpoint 127.0.0.1:PORT -m rlvr train CONFIG distributed.learner=fsdp2 run.out_dir=RUN` started twice,
 two "nodes" of one gloo process each on the CPU, the tiny model for 3 steps. Asserted: both torchruns exit 0
-and no rank was stopped by its parent-death watcher (rlvr.train.sharded.exit_with_parent); the run equals one
+and no rank was stopped by its parent-death watcher (rlvr.train.pg.sharded.exit_with_parent); the run equals one
 process (weights within 1e-5, metrics within 1e-4 relative, as tests/test_sharded.py's two-process runs);
 the checkpoint holds 2 shards; exactly one node printed the run (global rank 0); and the page's resume
 command, on two nodes, resumes the run's step-2 checkpoint to the straight run's step 3. 50-65 s on 2 cores.

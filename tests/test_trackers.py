@@ -129,7 +129,7 @@ def test_a_failing_tracker_warns_once_and_the_training_run_completes(tmp_path, f
     trackio cannot be imported (found at validation, gone at run time): two warnings naming the key, the
     run finishes with every row in metrics.jsonl, and the healthy tracker got every row, at its step, and
     the resolved config."""
-    from rlvr.train.pg import train
+    from rlvr.train.pg.loop import train
 
     monkeypatch.setitem(sys.modules, "trackio", None)  # `import trackio` raises ImportError
     monkeypatch.setenv("TRACKIO_DIR", str(tmp_path / "trackio"))  # the tracker sets it before its import

@@ -8,10 +8,11 @@ import pytest
 
 from rlvr.config import ConfigError, load_config
 from rlvr.train.batching import BatchConfigError, plan_batches, split_indices
-from rlvr.train.common import lr_multiplier, step_seed, take
 from rlvr.train.config import TrainConfig
-from rlvr.train.pg import validate_train_config
-from rlvr.train.recipes import RECIPE_KEYS, RECIPES, get_recipe, recipes_markdown
+from rlvr.train.pg.loop import validate_train_config
+from rlvr.train.pg.recipes import RECIPE_KEYS, RECIPES, get_recipe, recipes_markdown
+from rlvr.train.schedules import lr_multiplier
+from rlvr.train.session import step_seed, take
 
 
 def test_plan_batches_resolves_defaults_and_counts_steps():
@@ -150,7 +151,7 @@ def test_sft_and_ei_cross_field_rules_fail_at_config_load():
     sft.algo.batch_size, sft.algo.micro_batch_size = 8, 2
     assert validate_sft_config(sft) == sft.batch_sizes() == (8, 2)
     sft.algo.aggregation = "nope"
-    with pytest.raises(ConfigError, match="algo.aggregation='nope' is unknown; known: seq_mean_token_mean"):
+    with pytest.raises(ConfigError, match="algo.aggregation='nope' is unknown; known: 'seq_mean_token_mean'"):
         sft.validate()
     ei = EIConfig()
     ei.data.curriculum = "pass_rate"
@@ -159,10 +160,10 @@ def test_sft_and_ei_cross_field_rules_fail_at_config_load():
 
 
 def test_length_reward_names_match_the_objective():
-    import rlvr.train.config.algo as config_mod
-    from rlvr.train.objective import LENGTH_REWARDS
+    from rlvr.algo.names import LENGTH_REWARD_NAMES
+    from rlvr.train.pg.objective import LENGTH_REWARDS
 
-    assert sorted(config_mod.LENGTH_REWARD_NAMES) == sorted(LENGTH_REWARDS)
+    assert sorted(LENGTH_REWARD_NAMES) == sorted(LENGTH_REWARDS)
 
 
 def test_lr_schedule_values():

@@ -12,8 +12,8 @@ from test_train_recipe_book import TINY, _spread_task
 from rlvr.config import ConfigError, load_config
 from rlvr.data.filters import PassCounts
 from rlvr.train.config import DataConfig, TrainConfig
-from rlvr.train.curriculum import ProblemSource
-from rlvr.train.pg import train
+from rlvr.train.pg.curriculum import ProblemSource
+from rlvr.train.pg.loop import train
 
 
 def _cfg(tmp_path, *overrides) -> TrainConfig:
@@ -105,7 +105,7 @@ def test_filter_config_errors_name_the_key(tmp_path):
 
 
 def test_stream_is_unchanged_without_a_filter():
-    from rlvr.train.common import take
+    from rlvr.train.session import take
 
     task = _spread_task()
     src = ProblemSource(task.train, DataConfig(), run_seed=0)

@@ -16,8 +16,8 @@ import torch
 from rlvr.config import load_config
 from rlvr.models import build_tiny_model, save_policy
 from rlvr.train.config import SFTConfig, TrainConfig
-from rlvr.train.pg import train
-from rlvr.train.recipes import get_recipe
+from rlvr.train.pg.loop import train
+from rlvr.train.pg.recipes import get_recipe
 
 TINY = ["data.num_train=40", "data.num_eval=4", "data.digits=1", "sampling.n_prompts=2",
         "sampling.group_size=4", "sampling.max_tokens=4", "run.steps=1", "run.progress=false", "run.num_threads=1",

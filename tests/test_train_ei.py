@@ -153,7 +153,7 @@ def test_zero_kept_makes_no_update_and_says_so(tmp_path, capsys, no_plots):
     assert "round 1: none of the 16 samples (4 questions x 4) was verified correct" in err
     assert "model.init_from" in err
     # the weights are the untouched initial ones: the same seed builds the same tiny model
-    from rlvr.train.common import policy_from_config
+    from rlvr.train.policy import policy_from_config
 
     fresh, _ = policy_from_config(cfg.model, seed=cfg.run.seed)
     saved = _weights(res.run_dir)
@@ -298,7 +298,7 @@ def test_expert_iteration_raises_held_out_accuracy_of_a_partly_trained_model(ari
     arith3 = arith3_task  # conftest: 600 training / 200 held-out sums of three single digits
     from rlvr.models import load_policy
     from rlvr.rollout import HFGenerator
-    from rlvr.train.common import resolve_model_dir
+    from rlvr.train.policy import resolve_model_dir
     from rlvr.train.tasks import eval_policy
 
     starts, gains, sample_gains = [], [], []

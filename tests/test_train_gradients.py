@@ -22,8 +22,8 @@ from rlvr.rollout import HFGenerator, SamplingSpec
 from rlvr.rollout.batch import rollouts_to_batch
 from rlvr.train.batching import ForwardSpec
 from rlvr.train.config import AlgoConfig, TrainConfig
-from rlvr.train.objective import LossParts, Minibatch, accumulate_gradients, batch_logprobs
-from rlvr.train.recipes import get_recipe
+from rlvr.train.pg.objective import LossParts, Minibatch, accumulate_gradients, batch_logprobs
+from rlvr.train.pg.recipes import get_recipe
 
 
 @pytest.fixture(scope="module")

@@ -12,11 +12,11 @@ import torch
 
 from rlvr.algo import masked_mean, masked_var
 from rlvr.config import ConfigError, load_config
-from rlvr.train import objective
 from rlvr.train.config import AlgoConfig, TrainConfig
-from rlvr.train.pg import train, validate_train_config
-from rlvr.train.recipes import get_recipe
-from rlvr.train.targets import kl_reward_to_go, token_advantages
+from rlvr.train.pg import objective
+from rlvr.train.pg.loop import train, validate_train_config
+from rlvr.train.pg.recipes import get_recipe
+from rlvr.train.pg.targets import kl_reward_to_go, token_advantages
 
 # Two responses, T = 4. Position 0 is a prompt token (mask 0); row 1 has 2 response tokens + 1 pad.
 MASK = torch.tensor([[0, 1, 1, 1], [0, 1, 1, 0]], dtype=torch.bool)
@@ -172,7 +172,7 @@ def test_token_advantages_reach_the_gradient_token_by_token():
     from rlvr.rollout import HFGenerator, SamplingSpec
     from rlvr.rollout.batch import rollouts_to_batch
     from rlvr.train.batching import ForwardSpec
-    from rlvr.train.objective import LossParts, Minibatch, accumulate_gradients, batch_logprobs
+    from rlvr.train.pg.objective import LossParts, Minibatch, accumulate_gradients, batch_logprobs
 
     model, tok = build_tiny_model(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, seed=3)
     rollouts = HFGenerator(model, tok).generate(["12+7=", "3+45="], SamplingSpec(n=4, temperature=1.0,

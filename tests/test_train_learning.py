@@ -43,9 +43,9 @@ from rlvr.config import load_config
 from rlvr.eval import evaluate
 from rlvr.models import load_policy
 from rlvr.rollout import HFGenerator, SamplingSpec
-from rlvr.train.common import resolve_model_dir
 from rlvr.train.config import TrainConfig
-from rlvr.train.pg import train
+from rlvr.train.pg.loop import train
+from rlvr.train.policy import resolve_model_dir
 from rlvr.train.tasks import TaskData
 
 SEEDS = (0, 1, 2)

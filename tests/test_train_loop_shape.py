@@ -1,6 +1,6 @@
 """The shape of the trainers' code (issue 26): read from the source, so that it cannot drift back.
 
-- `train()` of rlvr.train.pg reads like its docstring's pseudocode: under 100 lines, no `hasattr`, every
+- `train()` of rlvr.train.pg.loop reads like its docstring's pseudocode: under 100 lines, no `hasattr`, every
   optional collaborator (critic, behaviour policy, push check, sampling wrapper) resolved before the loop;
 - the three trainers share their run's start and end (rlvr.train.session) instead of pg's privates;
 - rlvr.distributed does not reach up into rlvr.train (the trainer hands it its functions);
@@ -35,7 +35,7 @@ def _imports(path: Path) -> list[str]:
 
 
 def test_train_reads_top_to_bottom():
-    from rlvr.train import pg
+    from rlvr.train.pg import loop as pg
 
     src = inspect.getsource(pg.train)
     fn = ast.parse(src).body[0]
@@ -51,7 +51,7 @@ def test_train_reads_top_to_bottom():
 def test_trainers_share_the_run_start_and_end_not_pg():
     for name in ("sft", "ei"):
         mods = _imports(ROOT / "train" / f"{name}.py")
-        assert not any(m == "rlvr.train.pg" or m.startswith("rlvr.train.pg.") for m in mods), name
+        assert not any(m == "rlvr.train.pg.loop" or m.startswith("rlvr.train.pg.loop.") for m in mods), name
         assert "rlvr.train.session" in mods or "rlvr.train.session.TrainResult" in mods, name
 
 
@@ -67,11 +67,11 @@ def test_distributed_does_not_import_the_trainer(path):
 ])
 def test_the_rollout_source_is_chosen_by_configuration(keys, kind, tmp_path):
     from rlvr.distributed import build_placement
-    from rlvr.train import pg
-    from rlvr.train.common import policy_from_config
-    from rlvr.train.curriculum import ProblemSource
-    from rlvr.train.objective import forward_logprobs
-    from rlvr.train.rollout_source import build_rollout_source
+    from rlvr.train.pg import loop as pg
+    from rlvr.train.pg.curriculum import ProblemSource
+    from rlvr.train.pg.objective import forward_logprobs
+    from rlvr.train.pg.rollout_source import build_rollout_source
+    from rlvr.train.policy import policy_from_config
     from rlvr.train.tasks import load_task_data
 
     cfg = load_config(TrainConfig, None, ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
@@ -114,11 +114,11 @@ def test_sampling_ahead_trains_on_the_queued_batch_with_the_behaviour_policy(tmp
 
     from rlvr.rewards.batch import score_rollouts
     from rlvr.rollout import build_generator
-    from rlvr.train import pg
-    from rlvr.train.common import policy_from_config
-    from rlvr.train.curriculum import ProblemSource
-    from rlvr.train.objective import forward_logprobs
-    from rlvr.train.rollout_source import AheadSource, build_rollout_source
+    from rlvr.train.pg import loop as pg
+    from rlvr.train.pg.curriculum import ProblemSource
+    from rlvr.train.pg.objective import forward_logprobs
+    from rlvr.train.pg.rollout_source import AheadSource, build_rollout_source
+    from rlvr.train.policy import policy_from_config
     from rlvr.train.session import Timer
     from rlvr.train.tasks import load_task_data
 

@@ -16,10 +16,16 @@ from rlvr.models import build_tiny_model, build_training_batch
 from rlvr.rewards.types import Reward, Status
 from rlvr.train.batching import ForwardSpec
 from rlvr.train.config import AlgoConfig, TrainConfig
-from rlvr.train.critic import Critic
-from rlvr.train.objective import LossParts, Minibatch, accumulate_gradients, gae_targets, shape_and_advantage
-from rlvr.train.pg import train, validate_train_config
-from rlvr.train.recipes import get_recipe
+from rlvr.train.pg.critic import Critic
+from rlvr.train.pg.loop import train, validate_train_config
+from rlvr.train.pg.objective import (
+    LossParts,
+    Minibatch,
+    accumulate_gradients,
+    gae_targets,
+    shape_and_advantage,
+)
+from rlvr.train.pg.recipes import get_recipe
 from rlvr.train.tasks import TaskData
 
 TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",

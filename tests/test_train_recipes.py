@@ -12,8 +12,8 @@ import torch
 
 from rlvr.config import load_config
 from rlvr.train.config import TrainConfig
-from rlvr.train.pg import train
-from rlvr.train.recipes import RECIPES, get_recipe
+from rlvr.train.pg.loop import train
+from rlvr.train.pg.recipes import RECIPES, get_recipe
 
 TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
         "data.num_train=80", "data.num_eval=8", "data.digits=1", "sampling.n_prompts=4", "sampling.group_size=4",
@@ -116,7 +116,7 @@ def test_kimi_and_grpo_differ_where_kimi_is_defined():
     k3 with beta 0.04)."""
     from rlvr.algo.aggregation import loss_normalizers
     from rlvr.rewards.types import Reward, Status
-    from rlvr.train.objective import LossParts, shape_and_advantage
+    from rlvr.train.pg.objective import LossParts, shape_and_advantage
 
     grpo, kimi = _algo("grpo"), _algo("kimi")
     assert (grpo.advantage, grpo.loss, grpo.length_reward, grpo.kl_coef) == ("grpo", "grpo_clip", "", 0.04)

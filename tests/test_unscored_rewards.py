@@ -75,7 +75,7 @@ def test_batch_std_and_degenerate_groups():
 
 
 def _shape(rewards, **algo):
-    from rlvr.train.objective import Shaping
+    from rlvr.train.pg.objective import Shaping
 
     cfg = AlgoConfig(**algo)
     return Shaping.of(cfg, group_size=4, max_tokens=16)(rewards, torch.full((len(rewards),), 4.0), step=1)
@@ -101,7 +101,7 @@ def test_a_critic_drops_the_unscored_row():
 
 
 def test_refill_counts_only_scored_spread():
-    from rlvr.train.rollout_source import _spread_groups
+    from rlvr.train.pg.rollout_source import _spread_groups
 
     # [1, err, 1, 1]: no spread among the scored ones (scored as 0 it looked like a spread)
     assert _spread_groups(_rewards(1, "err", 1, 1, 1, 0, 1, 1), 4) == 1
@@ -140,14 +140,14 @@ def test_a_crashing_environment_ends_its_episode_unscored():
 
 
 def test_the_step_sampler_gives_the_failed_sample_advantage_zero():
-    # rlvr.train.rollout_source.sample_groups (what every rollout source runs): draw, score, advantages
+    # rlvr.train.pg.rollout_source.sample_groups (what every rollout source runs): draw, score, advantages
     from types import SimpleNamespace
 
     from rlvr.config import load_config
     from rlvr.train.batching import BatchPlan
     from rlvr.train.config import TrainConfig
-    from rlvr.train.objective import Objective
-    from rlvr.train.rollout_source import sample_groups
+    from rlvr.train.pg.objective import Objective
+    from rlvr.train.pg.rollout_source import sample_groups
     from rlvr.train.session import Timer
 
     cfg = load_config(TrainConfig, None, ["sampling.n_prompts=2", "sampling.group_size=4"])
@@ -177,7 +177,7 @@ def test_train_logs_the_unscored_samples_and_goes_on(tmp_path, capsys, arith3_ta
     from rlvr.config import load_config
     from rlvr.rewards import get_reward_fn
     from rlvr.train.config import TrainConfig
-    from rlvr.train.pg import train
+    from rlvr.train.pg.loop import train
     from rlvr.train.tasks import TaskData
 
     arith = get_reward_fn("arithmetic")

@@ -361,7 +361,7 @@ def test_a_push_that_does_not_reach_the_engine_warns_then_stops_the_run(route_vl
     from rlvr.config import load_config
     from rlvr.rollout.push_check import PushCheckError
     from rlvr.train.config import TrainConfig
-    from rlvr.train.pg import train
+    from rlvr.train.pg.loop import train
 
     engine = route_vllm_backend
     engine.update_weights(base[0].named_parameters(), version=0)  # what the run's first model holds (seed 0)

@@ -34,7 +34,7 @@ from conftest import LEARN_COMMON, LEARN_SEEDS, VLLM_TINY_MODEL  # noqa: E402
 
 from rlvr.config import load_config  # noqa: E402
 from rlvr.train.config import SFTConfig, TrainConfig  # noqa: E402
-from rlvr.train.pg import train  # noqa: E402
+from rlvr.train.pg.loop import train  # noqa: E402
 from rlvr.train.sft import train_sft  # noqa: E402
 
 SFT_STEPS, RL_FROM, RL_STEPS = 200, 100, 40

@@ -54,7 +54,7 @@ def setup(threads: int = 1) -> dict:
     """One torch thread (the machine is shared), quiet transformers; returns the run header."""
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     from rlvr.runtime import set_num_threads
-    from rlvr.train.common import quiet_transformers
+    from rlvr.train.policy import quiet_transformers
 
     set_num_threads(threads)
     quiet_transformers()
@@ -98,8 +98,8 @@ def sft_checkpoint(tag: str, task, overrides: list[str], *, seed: int = 0, steps
     """Model directory of an SFT warm start on `task` (a TaskData), cached under runs/studies/sft-TAG-sSEED:
     a second study with the same tag and seed reuses it (fresh=True trains it again)."""
     from rlvr.config import load_config
-    from rlvr.train.common import resolve_model_dir
     from rlvr.train.config import SFTConfig
+    from rlvr.train.policy import resolve_model_dir
     from rlvr.train.sft import train_sft
 
     out = RUNS / f"sft-{tag}-s{seed}"
@@ -124,8 +124,8 @@ def rl_run(name: str, model_dir: Path, task, overrides: list[str], *, recipe: st
     model_dir on `task`; returns its per-step metrics. The KL anchor is off unless an override sets it."""
     from rlvr.config import load_config
     from rlvr.train.config import TrainConfig
-    from rlvr.train.pg import train
-    from rlvr.train.recipes import get_recipe
+    from rlvr.train.pg.loop import train
+    from rlvr.train.pg.recipes import get_recipe
 
     out = RUNS / name
     cfg = load_config(TrainConfig, None, TINY_MODEL + [

@@ -72,8 +72,8 @@ def sampled(model_dir: Path, task, seed: int, n: int = 8) -> dict:
 
 def one_seed(a, seed: int) -> dict:
     """SFT base with planted reflections, its sampled held-out metrics, GRPO, the trained model's metrics."""
-    from rlvr.train.common import resolve_model_dir
     from rlvr.train.config import DataConfig
+    from rlvr.train.policy import resolve_model_dir
     from rlvr.train.tasks import load_task_data
 
     task = load_task_data(DataConfig(task="sum_steps", num_train=800, num_eval=a.num_eval, seed=seed))

@@ -31,7 +31,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from rlvr.algo.registry import lookup
+from rlvr.algo.names import ADVANTAGE_ESTIMATOR_NAMES
+from rlvr.algo.registry import check_names, lookup
 
 STD_KINDS = ("population", "sample")
 
@@ -176,6 +177,7 @@ ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {
     "rloo": rloo,
     "batch_std": batch_std,
 }
+check_names(ADVANTAGE_ESTIMATORS, ADVANTAGE_ESTIMATOR_NAMES, "ADVANTAGE_ESTIMATORS")
 
 
 def compute_advantages(

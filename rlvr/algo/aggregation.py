@@ -38,7 +38,8 @@ from dataclasses import dataclass
 import torch
 
 from rlvr.algo.masked import masked_count, masked_sum
-from rlvr.algo.registry import lookup
+from rlvr.algo.names import LOSS_AGGREGATION_NAMES
+from rlvr.algo.registry import check_names, lookup
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,7 @@ LOSS_AGGREGATIONS: dict[str, AggregationFn] = {
     "seq_mean_token_sum": seq_mean_token_sum,
     "seq_mean_token_sum_norm": seq_mean_token_sum_norm,
 }
+check_names(LOSS_AGGREGATIONS, LOSS_AGGREGATION_NAMES, "LOSS_AGGREGATIONS")
 
 
 def aggregate_loss(

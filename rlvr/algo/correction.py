@@ -30,7 +30,7 @@ against the trainer's truncated pi_K (rlvr.algo.logprobs.Truncation), not its fu
 log pi(y) - log pi_K(y) = log M, M = pi(K) the mass the kept set holds, so a full-softmax ratio is off
 by the factor M on every token (docs/algorithms.md).
 
-Only tensors in, tensors out; the trainer decides what "leaves the loss" means (rlvr.train.objective).
+Only tensors in, tensors out; the trainer decides what "leaves the loss" means (rlvr.train.pg.objective).
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ import torch
 from rlvr.algo.logprobs import TRUNCATED_LOGPROB
 from rlvr.algo.losses import LOG_RATIO_CLAMP
 from rlvr.algo.masked import masked_mean
-from rlvr.algo.registry import lookup
+from rlvr.algo.names import ROLLOUT_CORRECTION_NAMES
+from rlvr.algo.registry import check_names, lookup
 
 
 @dataclass
@@ -136,6 +137,7 @@ ROLLOUT_CORRECTIONS: dict[str, CorrectionFn] = {
     "seq_tis": seq_tis,
     "seq_mask": seq_mask,
 }
+check_names(ROLLOUT_CORRECTIONS, ROLLOUT_CORRECTION_NAMES, "ROLLOUT_CORRECTIONS")
 
 
 def rollout_correction(name: str, old_logp, sampler_logp, mask, *, cap: float = 2.0,

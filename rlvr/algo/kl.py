@@ -25,7 +25,8 @@ from collections.abc import Callable
 
 import torch
 
-from rlvr.algo.registry import lookup
+from rlvr.algo.names import KL_ESTIMATOR_NAMES
+from rlvr.algo.registry import check_names, lookup
 
 KL_CLAMP = 20.0
 
@@ -65,6 +66,7 @@ def k1_clamped(logp, ref_logp):
 KLFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 KL_ESTIMATORS: dict[str, KLFn] = {"k1": k1, "k2": k2, "k3": k3, "k1_clamped": k1_clamped}
+check_names(KL_ESTIMATORS, KL_ESTIMATOR_NAMES, "KL_ESTIMATORS")
 
 
 def kl_estimate(name: str, logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:

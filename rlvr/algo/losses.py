@@ -34,7 +34,8 @@ from collections.abc import Callable
 import torch
 
 from rlvr.algo.masked import masked_mean
-from rlvr.algo.registry import lookup
+from rlvr.algo.names import POLICY_LOSS_NAMES
+from rlvr.algo.registry import check_names, lookup
 
 LOG_RATIO_CLAMP = 20.0
 
@@ -264,6 +265,7 @@ POLICY_LOSSES: dict[str, PolicyLossFn] = {
     "kimi": kimi,
     "cispo": cispo,
 }
+check_names(POLICY_LOSSES, POLICY_LOSS_NAMES, "POLICY_LOSSES")
 
 
 def policy_loss(

@@ -18,7 +18,9 @@ def keys_help(cls: type) -> str:
     """One line per config key, `key (default): doc`, for a command's --help (from field docs)."""
     from rlvr.config import config_rows
 
-    lines = [f"  {key} ({default}): {doc}" for key, _tp, default, doc in config_rows(cls)]
+    # a closed set's choices after its default ("{a, b}" types: Literal fields)
+    lines = [f"  {key} ({default}{'; one of ' + tp if tp.startswith('{') else ''}): {doc}"
+             for key, tp, default, doc in config_rows(cls)]
     # "\b" keeps click/typer from re-wrapping the block into one paragraph.
     return "\b\nConfig keys (YAML file and/or key=value overrides):\n" + "\n".join(lines)
 
@@ -297,8 +299,8 @@ def load_from_run(cls: type, args: Sequence[str] | None, extra: Sequence[str], *
     another task drops the run's data section (it belongs to its own task). An evaluation's data.num_train is
     0 (it reads no training split)."""
     from rlvr.config import ConfigError
-    from rlvr.train.common import resolve_model_dir
     from rlvr.train.config import DataConfig
+    from rlvr.train.policy import resolve_model_dir
     from rlvr.train.run_settings import NO_TRAIN, find_run_dir, run_settings
 
     plain = None if training else NO_TRAIN

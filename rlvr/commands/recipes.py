@@ -13,7 +13,7 @@ def recipes(
 
     By default each recipe is a block of `knob=value` pairs wrapped at the terminal's width (80
     columns read fine); --wide prints the single table, --markdown the table of docs/recipes.md."""
-    from rlvr.train.recipes import ELSEWHERE, RECIPE_KEYS, recipe_rows, recipes_markdown
+    from rlvr.train.pg.recipes import ELSEWHERE, RECIPE_KEYS, recipe_rows, recipes_markdown
 
     if markdown:
         typer.echo(recipes_markdown(), nl=False)

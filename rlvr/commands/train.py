@@ -41,14 +41,14 @@ def train(
     if resume is not None and recipe:
         fail("--resume continues a run with its own config.yaml; drop --recipe")
     if recipe:
-        from rlvr.train.recipes import get_recipe
+        from rlvr.train.pg.recipes import get_recipe
 
         try:
             base = get_recipe(recipe)
         except KeyError as exc:
             fail(exc.args[0])
     cfg = load_run_config(TrainConfig, args, resume=resume, threads=threads, base=base)
-    from rlvr.train.pg import train as run_train
+    from rlvr.train.pg.loop import train as run_train
 
     result = run_trainer(run_train, cfg, resume=resume is not None)
     report(result)

@@ -3,7 +3,7 @@
 distributed.num_learners = N > 1 (with distributed.placement=ray). For every optimizer step the
 trainer's learn() hands the minibatch to DataParallelGradients instead of accumulate_gradients:
 
-The gradient function itself (rlvr.train.objective.accumulate_gradients) is given to the workers by
+The gradient function itself (rlvr.train.pg.objective.accumulate_gradients) is given to the workers by
 the trainer (RayPlacement.learners(model, grad_fn)), and the step's statistics are merged with the
 trainer's accumulator's own `merge`, so this module does not reach up into the trainer.
 

@@ -5,7 +5,7 @@
     rewards   = placement.score(rollouts, examples, reward_fn, workers=..., timeout_s=..., isolate=...)
     placement.metrics(); placement.shutdown()
 
-The trainer (rlvr.train.pg) reaches generators and reward scoring only through these calls.
+The trainer (rlvr.train.pg.loop) reaches generators and reward scoring only through these calls.
 
 - LocalPlacement (distributed.placement=local, the default): everything in this process, exactly
   the single-process code path (build_generator, score_rollouts); it never imports ray.

@@ -87,7 +87,7 @@ class BehaviourPolicy:
     """Old logprobs under the policy version that sampled each row; see the module docstring.
 
     logprobs(model, batch, *args, **kw) -> (B, T) float32: the learner's no-grad forward of a batch
-    (rlvr.train.objective.batch_logprobs or forward_logprobs); the function old_logprobs_fn returns
+    (rlvr.train.pg.objective.batch_logprobs or forward_logprobs); the function old_logprobs_fn returns
     passes its extra arguments on to it."""
 
     def __init__(self, model, keep: int, logprobs: Callable[..., torch.Tensor]):

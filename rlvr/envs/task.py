@@ -1,5 +1,5 @@
 """Trainer glue: `rlvr train data.env=NAME` turns the data section into a TaskData whose `env` is an
-EnvRunner. The trainer (rlvr.train.rollout_source.sample_groups) then samples groups of episodes instead of
+EnvRunner. The trainer (rlvr.train.pg.rollout_source.sample_groups) then samples groups of episodes instead of
 single responses, and takes their rewards from the environment; everything downstream (advantages,
 the GRPO-family losses, PPO's critic, checkpoints and resume) sees ordinary Rollouts whose
 loss_mask keeps tool output out of the loss.

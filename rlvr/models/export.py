@@ -21,7 +21,7 @@ def push_tensors(model) -> Iterable[tuple[str, torch.Tensor]]:
     weights W + scaling * B @ A under the base model's HF names (the learner's module unchanged); a
     generator sharing the module sees push.module is its own model and copies nothing. A sharded learner
     (distributed.learner=fsdp2): each parameter gathered whole, one at a time, as the stream is read (a
-    collective: every rank reads it to the end, rlvr.train.sharded.ShardedSource)."""
+    collective: every rank reads it to the end, rlvr.train.pg.sharded.ShardedSource)."""
     if lora.is_lora(model):
         return lora.LoraPush(model)
     if any(hasattr(p, "full_tensor") for p in model.parameters()):  # a sharded (FSDP2) learner: gathered

@@ -2,7 +2,7 @@
 
 Only the adapters train (model.lora_rank > 0): peft freezes every base weight, so the optimizer (which takes
 the parameters with requires_grad) holds state for the adapters only, and the reference policy of the KL
-penalty is the same module with its adapter off (rlvr.train.reference), not a second copy.
+penalty is the same module with its adapter off (rlvr.train.pg.reference), not a second copy.
 
 What leaves the learner (rlvr.models.export.push_tensors): the merged weights W + scaling * B @ A under the
 base model's own HF names, computed next to the learner's module without changing it (an engine with its own

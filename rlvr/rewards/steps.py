@@ -22,7 +22,7 @@ The Reward it returns:
 - parts: {"answer": outcome, "steps_correct": correct steps / max(steps the problem needs, lines
   written)}: missing and extra steps both lower it (logged as reward/steps_correct);
 - steps, step_ends: one reward (1.0 / 0.0) per written step and the index in the response of the
-  step's last character (the trainer maps those to tokens, rlvr.train.process), plus the 0 of
+  step's last character (the trainer maps those to tokens, rlvr.train.pg.process), plus the 0 of
   stopping early at index len(response).
 
 Stdlib only; the response is capped in length before any parsing (model output is hostile input).

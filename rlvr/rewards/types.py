@@ -32,7 +32,7 @@ class Reward:
     # Majority voting (maj@k in rlvr.eval) groups samples by this answer; reward functions that
     # do not report it are voted on with rlvr.rewards.extract.final_answer instead.
     answer: str | None = None
-    # Process supervision (algo.advantage=process, rlvr.train.process): the reward of each step of the
+    # Process supervision (algo.advantage=process, rlvr.train.pg.process): the reward of each step of the
     # response, in order, and the index in the response text of each step's last character (strictly
     # increasing, one per step); the index len(response) stands for the end of the response, i.e. the
     # token that stopped it (a reward that charges stopping early puts a step there). Both empty: the

@@ -179,7 +179,7 @@ class WrappedGenerator:
 
 def answer_length(ro: Rollout) -> int:
     """The tokens of `ro` that the policy wrote in its answer turn(s), the ones sampling.max_tokens bounds
-    (what the length terms of the objective count, rlvr.train.objective): a thinking budget's answer
+    (what the length terms of the objective count, rlvr.train.pg.objective): a thinking budget's answer
     phase (Rollout.answer_tokens), else every sampled token (loss_mask True: an episode's model turns,
     not its tool output or forced text)."""
     if ro.answer_tokens is not None:

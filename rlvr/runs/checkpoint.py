@@ -506,7 +506,7 @@ def _load_model_weights(model: Any, model_dir: Path) -> None:
         )
 
 
-SHARDED_DIR = "sharded"  # a sharded learner's torch.distributed.checkpoint folder (rlvr.train.sharded)
+SHARDED_DIR = "sharded"  # a sharded learner's torch.distributed.checkpoint folder (rlvr.train.pg.sharded)
 
 
 def is_sharded_module(model: Any) -> bool:

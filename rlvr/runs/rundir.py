@@ -147,7 +147,7 @@ RUN_FOLDERS: dict[str, tuple[str, ...]] = {
     "plots": (r"reward\.png", r"reward_time\.png", r"length\.png", r"optimization\.png", r"system\.png",
               r"other\.png"),  # the figures plot_run writes (rlvr.runs.plots.FIGURES and other.png)
     "base_model": (r".*",),  # a LoRA run's frozen base (rlvr.models.lora.BASE_DIR): all of it is the run's
-    "ref_policy": (r"step_\d+\.pt", r"step_\d+\.tmp"),  # the KL reference's snapshots (rlvr.train.reference)
+    "ref_policy": (r"step_\d+\.pt", r"step_\d+\.tmp"),  # the KL reference's snapshots (rlvr.train.pg.reference)
     "wandb": (r"offline-run-.*", r"run-.*", "latest-run", r"debug(-internal|-cli\..*)?\.log"),
     "trackio": (r".*\.db(-wal|-shm|-journal)?", r".*\.lock", "media"),
     "mlartifacts": (r"\d+",),  # MLflow's artifacts, one folder per experiment id

@@ -23,7 +23,6 @@ from rlvr.eval import comparison_table, comparison_text
 from rlvr.models import load_policy
 from rlvr.rollout import build_generator
 from rlvr.runtime import default_num_threads, set_num_threads
-from rlvr.train.common import quiet_transformers, resolve_model_dir
 from rlvr.train.config import (
     AlgoConfig,
     DataConfig,
@@ -37,8 +36,9 @@ from rlvr.train.config import (
     SFTSamplingConfig,
     TrainConfig,
 )
-from rlvr.train.pg import train
-from rlvr.train.recipes import get_recipe
+from rlvr.train.pg.loop import train
+from rlvr.train.pg.recipes import get_recipe
+from rlvr.train.policy import quiet_transformers, resolve_model_dir
 from rlvr.train.sft import train_sft
 from rlvr.train.tasks import eval_policy, load_task_data
 

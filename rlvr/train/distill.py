@@ -11,7 +11,7 @@
 The lecture's recipe (R1 and Qwen3 distil a large reasoning model into small ones; "imitation may recover most
 of the benefit"): rejection-sampled teacher traces, then SFT. The teacher and student need not share a
 tokenizer (the traces are text). On-policy distillation, where the student samples and the teacher scores each
-token, is `rlvr train teacher.model=...` (rlvr.train.reference.load_teacher).
+token, is `rlvr train teacher.model=...` (rlvr.train.pg.reference.load_teacher).
 
 Resume: a run directory whose traces.json records the same teacher and trace settings reuses its traces.jsonl
 (no teacher is loaded) and the student's SFT continues from its last checkpoint.
@@ -34,10 +34,10 @@ from rlvr.rollout.types import SamplingSpec
 from rlvr.runs.progress import Progress
 from rlvr.runtime import set_num_threads
 from rlvr.train import session
-from rlvr.train.common import load_model_at, quiet_transformers, step_seed
 from rlvr.train.config import DistillConfig
 from rlvr.train.ei import select_verified
-from rlvr.train.session import TrainResult, say
+from rlvr.train.policy import load_model_at, quiet_transformers
+from rlvr.train.session import TrainResult, say, step_seed
 from rlvr.train.sft import train_sft
 from rlvr.train.tasks import TaskDataError, check_data_files, load_task_data
 

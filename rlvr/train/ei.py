@@ -41,9 +41,17 @@ from rlvr.rollout.types import SamplingSpec, sampled_length, sampled_mean_logpro
 from rlvr.runtime import memory_stats, reset_peak_memory
 from rlvr.train import session
 from rlvr.train.batching import split_indices
-from rlvr.train.common import clip_and_step, eval_prefixed, optimizer_from_config, step_seed, take
 from rlvr.train.config import EIConfig
-from rlvr.train.session import Timer, TrainResult, reward_error_log, sample_metrics
+from rlvr.train.optimizer import clip_and_step, optimizer_from_config
+from rlvr.train.session import (
+    Timer,
+    TrainResult,
+    eval_prefixed,
+    reward_error_log,
+    sample_metrics,
+    step_seed,
+    take,
+)
 from rlvr.train.tasks import eval_policy
 
 # ----------------------------------------------------------------------------------- validation

@@ -13,7 +13,7 @@ from rlvr.rewards.judge import HTTPJudge, JudgeReply, JudgeReward
 from rlvr.rewards.types import RewardFn
 from rlvr.rollout import build_generator
 from rlvr.rollout.types import SamplingSpec
-from rlvr.train.common import build_policy
+from rlvr.train.policy import build_policy
 
 
 class GeneratorJudge:

@@ -24,7 +24,7 @@ before the first one runs, so a wrong key in stage 4 fails at once, naming the s
 
 Every stage is a library function of its config, `fn(cfg, *, resume=False)`, and the pipeline is the table
 STAGES {kind: (config class, function, the command's extra checks)} plus resume bookkeeping:
-sft -> rlvr.train.sft.train_sft, rl -> rlvr.train.pg.train, ei -> rlvr.train.ei.train_ei (run directories,
+sft -> rlvr.train.sft.train_sft, rl -> rlvr.train.pg.loop.train, ei -> rlvr.train.ei.train_ei (run directories,
 metrics and checkpoints as their commands write them), eval -> rlvr.train.evaluation.evaluate_policy (eval.json,
 eval.samples.jsonl and config.yaml in the stage's directory), filter -> rlvr.train.filtering.filter_problems
 (its train.jsonl becomes data.train_path of the stages after it; the stage's `options` are its filter.* keys).
@@ -74,8 +74,8 @@ from rlvr.train.config import EIConfig, EvalConfig, FilterConfig, FilterSelectCo
 from rlvr.train.ei import train_ei, validate_ei_config
 from rlvr.train.evaluation import evaluate_policy
 from rlvr.train.filtering import filter_problems
-from rlvr.train.pg import train, validate_train_config
-from rlvr.train.recipes import get_recipe
+from rlvr.train.pg.loop import train, validate_train_config
+from rlvr.train.pg.recipes import get_recipe
 from rlvr.train.session import checkpoint_step, last_metrics, say
 from rlvr.train.sft import train_sft, validate_sft_config
 
@@ -110,7 +110,7 @@ class StageSpec:
     name: str
     kind: str  # one of KINDS (aliases resolved)
     config: str = ""  # a config file of the stage's command ('' = none)
-    recipe: str = ""  # rl: a recipe name (rlvr.train.recipes)
+    recipe: str = ""  # rl: a recipe name (rlvr.train.pg.recipes)
     overrides: dict[str, Any] = field(default_factory=dict)  # dotted key -> value
     init_from: str = "previous"  # previous | none | an earlier stage's name | a path
     options: dict[str, Any] = field(default_factory=dict)  # filter: options of `rlvr filter` (k, band, ...)

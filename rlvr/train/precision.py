@@ -15,7 +15,7 @@ rounds the running sum to 8 bits again, so the error grows with the number of mi
 learner reduces in float32; this one did not). Here a hook on each low-precision parameter
 (register_post_accumulate_grad_hook) moves the micro-batch's gradient, rounded once by its own backward,
 into a float32 sum the optimizer holds (`grads32`) and clears .grad, so the next backward starts from
-nothing. The optimizer step and rlvr.train.common.clip_and_step read that sum (`float32_grads`).
+nothing. The optimizer step and rlvr.train.optimizer.clip_and_step read that sum (`float32_grads`).
 
 Memory per low-precision parameter element: gradient 4 bytes (the float32 sum; the bf16 .grad of one
 parameter exists only between its accumulation and the hook) + master 4 + exp_avg 4 + exp_avg_sq 4, all
@@ -127,7 +127,7 @@ class MasterWeightAdamW(torch.optim.Optimizer):
     @torch.no_grad()
     def float32_grads(self) -> list[torch.Tensor]:
         """The float32 gradient of every parameter that has one, in param_groups order, as tensors the step
-        reads (scaling them in place scales the update's gradient: rlvr.train.common.clip_and_step clips
+        reads (scaling them in place scales the update's gradient: rlvr.train.optimizer.clip_and_step clips
         them so). A low-precision parameter's p.grad (assigned by hand) is first moved into its sum; a
         float32 parameter's is its own .grad."""
         out = []

@@ -29,12 +29,14 @@ runs a trainer in a subprocess, so a monkeypatch cannot reach it).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
+import random
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +53,7 @@ from rlvr.rewards.judge import find_judge
 from rlvr.rewards.types import Status, format_rate
 from rlvr.rollout.types import sampled_length
 from rlvr.runs import checkpoint as ckpt_mod
+from rlvr.runs import plots
 from rlvr.runs.checkpoint import latest_checkpoint
 from rlvr.runs.progress import Progress
 from rlvr.runs.rundir import (
@@ -62,14 +65,8 @@ from rlvr.runs.rundir import (
     read_jsonl,
 )
 from rlvr.runtime import seed_everything, set_num_threads
-from rlvr.train.common import (
-    finish_run,
-    no_new_adapter,
-    policy_from_config,
-    quiet_transformers,
-    resolve_model_dir,
-)
 from rlvr.train.config.checks import error_text
+from rlvr.train.policy import no_new_adapter, policy_from_config, quiet_transformers, resolve_model_dir
 from rlvr.train.tasks import check_data_files, eval_examples, load_task_data
 
 KILL_ENV = "RLVR_DEBUG_KILL_AT_STEP"
@@ -612,3 +609,58 @@ def sample_metrics(rewards, rollouts) -> dict[str, Any]:
 
 def mean(xs: list[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
+
+
+# ------------------------------------------------------------------- run end, data order and seeds
+
+
+def eval_prefixed(metrics: dict[str, float], name: str = "eval") -> dict[str, float]:
+    """Evaluation metrics as logged during training: under eval/ (finish_run drops the prefix again);
+    name="val" for a check on a validation slice of the training split (the demo's SFT stopping check),
+    so that it cannot be read as the held-out figure."""
+    return {f"{name}/{k}": v for k, v in metrics.items()}
+
+
+def finish_run(run_path: Path, last_metrics: dict[str, Any]) -> dict[str, float]:
+    """End of a trainer: write the run's plots and return the final evaluation (the eval/* metrics
+    of the last step, prefix dropped). A plot failure must not lose a finished run: it only warns."""
+    try:
+        plots.plot_run(run_path)
+    except Exception as exc:  # noqa: BLE001 - see docstring
+        print(f"warning: plotting failed: {exc}")
+    return {k[len("eval/") :]: v for k, v in last_metrics.items() if k.startswith("eval/")}
+
+
+def data_order(n: int, seed: int, epoch: int) -> list[int]:
+    """Permutation of range(n) for one pass over the data; a pure function of (seed, epoch)."""
+    order = list(range(n))
+    random.Random(seed * 1_000_003 + epoch).shuffle(order)
+    return order
+
+
+@functools.lru_cache(maxsize=4)
+def _data_order_cached(n: int, seed: int, epoch: int) -> tuple[int, ...]:
+    # every step of a run reads the same epoch's order: shuffle it once, not once per step
+    return tuple(data_order(n, seed, epoch))
+
+
+def take(items: Sequence[Any], position: int, count: int, seed: int) -> list[Any]:
+    """`count` items starting at global position `position` of the endless shuffled stream
+    (epoch e uses data_order(n, seed, e)). The data position saved in checkpoints is `position`."""
+    n = len(items)
+    if n == 0:
+        raise ValueError("no training examples")
+    out = []
+    cache: dict[int, list[int]] = {}
+    for k in range(position, position + count):
+        epoch, i = divmod(k, n)
+        if epoch not in cache:
+            cache[epoch] = _data_order_cached(n, seed, epoch)
+        out.append(items[cache[epoch][i]])
+    return out
+
+
+def step_seed(seed: int, step: int) -> int:
+    """Sampling seed of RL step `step`: a pure function of (run seed, step), so a resumed run
+    samples exactly what an uninterrupted one would."""
+    return (seed * 1_000_003 + step * 7919 + 17) % (2**31 - 1)

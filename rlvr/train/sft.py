@@ -22,14 +22,9 @@ from rlvr.models.scoring import sft_loss  # noqa: F401 - re-exported (rlvr sft's
 from rlvr.rollout import with_thinking_budget
 from rlvr.runtime import memory_stats
 from rlvr.train import session
-from rlvr.train.common import (
-    clip_and_step,
-    eval_prefixed,
-    optimizer_from_config,
-    take,
-)
 from rlvr.train.config import SFTConfig
-from rlvr.train.session import TrainResult
+from rlvr.train.optimizer import clip_and_step, optimizer_from_config
+from rlvr.train.session import TrainResult, eval_prefixed, take
 from rlvr.train.tasks import TaskDataError, eval_policy
 
 

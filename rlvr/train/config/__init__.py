@@ -16,16 +16,19 @@
     demo        DemoConfig (`rlvr demo`)
 
 Every field has a one-line docstring on the line after it (an attribute docstring); `rlvr.config`
-reads those for `--help` and `rlvr train --help-config`. A rule about one section's keys is that
-section's `validate()`; a rule that involves several sections (the objective's combinations, the
+reads those for `--help` and `rlvr train --help-config`. A closed set of choices is a `Literal` field
+(the help lists the choices; the loader refuses another value naming the key, file and line). A rule
+about one section's keys is that section's `validate()`, which reports all its problems at once
+(checks.Checks); a rule that involves several sections (the objective with the sampling keys, the
 batch-size arithmetic, what asynchronous rollouts combine with) is its stage config's `validate()`
 (TrainConfig, SFTConfig, EIConfig, EvalConfig, ...): the one home of each rule. rlvr.config runs them
 right after parsing, and each trainer again for a config built in Python, before any model loads.
 The sampling sections share their decoding keys through DecodingConfig.
 
-torch-free on import (`rlvr --help` reads the help tables): the registries of rlvr.algo are imported
-inside the checks that need them (tests/test_import_graph.py checks that importing this package imports
-no torch).
+torch-free on import (`rlvr --help` reads the help tables): the built-in names of the rlvr.algo
+registries come from rlvr.algo.names (torch-free), and the registries users add to (a loss, an
+advantage, a task, an environment) are imported inside the checks that read them (tests/test_import_graph.py
+checks that importing this package imports no torch).
 
 The table below (`__all__`) is the config's public API, the stage configs and their sections: `from
 rlvr.train.config import X`. Everything else (the rules, the tables of closed choices, the checks kit) has

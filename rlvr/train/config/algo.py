@@ -1,17 +1,25 @@
 """The policy-gradient objective of `rlvr train` (AlgoConfig), the tables of which key each loss, advantage
-and correction reads, and the rules that read only this section: which keys another key makes inert
-(inert_algo_problems) and the process-supervision keys (check_process). TrainConfig.validate
-(rlvr.train.config.pg) runs them with the rules across sections.
+and correction reads, and every rule that reads only this section (AlgoConfig.validate: the names, the ranges,
+the combinations refused and the keys another key makes inert, all at once). The rules that read other
+sections too are TrainConfig.validate's (rlvr.train.config.pg).
 
-The registries these names stand for live behind a torch import (rlvr.algo, rlvr.train.objective): the
-names are spelled out here and tests check that they agree."""
+The names of the rlvr.algo registries come from rlvr.algo.names (torch-free; each registry checks it agrees):
+the closed sets (aggregation, KL estimator, rollout correction, length reward) are Literal fields; the open
+ones (loss, advantage: users register more) are checked against the live registries, imported in the check."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
-from rlvr.config import ConfigError
+from rlvr.algo.names import (
+    ADVANTAGE_ESTIMATOR_NAMES,
+    POLICY_LOSS_NAMES,
+    KlEstimatorName,
+    LengthRewardName,
+    LossAggregationName,
+    RolloutCorrectionName,
+)
 from rlvr.train.config.checks import Checks, changed, default_of
 
 # KL estimators whose gradient as a loss term is 0 in expectation (docs/algorithms.md section 4): refused
@@ -20,11 +28,9 @@ _KL_ZERO_LOSS_GRADIENT = ("k1",)
 # KL "estimators" whose expected gradient as a loss term is that of no divergence (k1_clamped: pi's mass on
 # {pi > ref}; docs/algorithms.md section 4): refused with algo.kl_in=loss too.
 _KL_NO_DIVERGENCE_LOSS_GRADIENT = ("k1_clamped",)
-# algo.rollout_correction values: auto, none and rlvr.algo.ROLLOUT_CORRECTIONS (a test checks they agree).
-ROLLOUT_CORRECTION_MODES = ("auto", "none", "token_tis", "token_mask", "seq_tis", "seq_mask")
-# algo.length_reward values: the keys of rlvr.train.objective.LENGTH_REWARDS (a test checks they agree),
-# spelled out because that module imports the models.
-LENGTH_REWARD_NAMES = ("", "kimi", "dapo_overlong")
+# algo.advantage values besides the registry's: the critic's values (gae, rlvr.train.pg.critic) and step rewards
+# (process, rlvr.train.pg.process) make the advantages.
+_TARGET_ADVANTAGES = ("gae", "process")
 
 
 # Which policy losses read which keys (rlvr.algo.losses; tests/test_config_inert.py checks each against the
@@ -34,10 +40,10 @@ LENGTH_REWARD_NAMES = ("", "kimi", "dapo_overlong")
 CLIPPING_LOSSES = ("grpo_clip", "gspo", "cispo")
 DUAL_CLIP_LOSSES = ("grpo_clip", "gspo")
 # Advantages that divide by a standard deviation, so read algo.adv_std and algo.adv_eps (rlvr.algo.advantages;
-# process normalises its step rewards the same way, rlvr.train.process); no_baseline, zero, group_mean, rloo and
+# process normalises its step rewards the same way, rlvr.train.pg.process); no_baseline, zero, group_mean, rloo and
 # gae (the critic's values) read neither.
 STD_ADVANTAGES = ("grpo", "batch_std", "process")
-# PPO's critic keys: read only with algo.advantage=gae (rlvr.train.critic, rlvr.train.targets.gae_targets).
+# PPO's critic keys: read only with algo.advantage=gae (rlvr.train.pg.critic, rlvr.train.pg.targets.gae_targets).
 _GAE_KEYS = ("gamma", "gae_lambda", "value_coef", "value_clip", "critic_lr")
 
 
@@ -45,9 +51,9 @@ _GAE_KEYS = ("gamma", "gae_lambda", "value_coef", "value_clip", "critic_lr")
 class AlgoConfig:
     """The policy-gradient objective; every name is a key of a registry in rlvr.algo."""
 
-    advantage: str = "grpo"
+    advantage: str = field(default="grpo", metadata={"names": (*ADVANTAGE_ESTIMATOR_NAMES, *_TARGET_ADVANTAGES)})
     """Advantage estimator (rlvr.algo.ADVANTAGE_ESTIMATORS), gae (PPO's critic) or process (per-step rewards)."""
-    adv_std: str = "population"
+    adv_std: Literal["population", "sample"] = "population"
     """Std used by dividing estimators (grpo, batch_std, process): population (1/G, DeepSeekMath) or sample (1/(G-1))."""
     adv_eps: float = 1e-6
     """Stabilizer added to the std before dividing (grpo, batch_std, process)."""
@@ -56,7 +62,7 @@ class AlgoConfig:
     process_baseline: Literal["group", "step"] = "group"
     """advantage=process: group (DeepSeekMath: step rewards minus the mean of all the group's step rewards) or step
     (minus the group's mean at the same step index, so a step every response fails pushes on nothing); both / group std."""
-    loss: str = "grpo_clip"
+    loss: str = field(default="grpo_clip", metadata={"names": POLICY_LOSS_NAMES})
     """Per-token policy loss (rlvr.algo.POLICY_LOSSES)."""
     clip_low: float = 0.2
     """Lower clip range: ratio is clipped at 1 - clip_low (cispo: the detached weight; 1 = no lower bound). Read by
@@ -68,13 +74,13 @@ class AlgoConfig:
     """Dual-clip constant c > 1 bounding the loss of negative-advantage tokens (grpo_clip, gspo); 0 = off."""
     kimi_tau: float = 1.0
     """kimi loss only: the KL-regularization temperature tau."""
-    aggregation: str = "seq_mean_token_mean"
+    aggregation: LossAggregationName = "seq_mean_token_mean"
     """How per-token losses become one number (rlvr.algo.LOSS_AGGREGATIONS)."""
     norm_length: int = 0
     """Constant of algo.aggregation=seq_mean_token_sum_norm (Dr. GRPO), read by it only; 0 = sampling.max_tokens."""
     kl_coef: float = 0.0
     """Weight of the KL penalty to the reference policy; 0 = no reference model at all."""
-    kl_estimator: str = "k3"
+    kl_estimator: KlEstimatorName = "k3"
     """KL estimator (rlvr.algo.KL_ESTIMATORS): k1, k2, k3, k1_clamped. In the loss k2's gradient is that of
     KL(pi || ref), k3's that of KL(ref || pi), k1's is 0 and k1_clamped's no divergence's (both refused there);
     in the reward only k1's is that of KL(pi || ref) (docs/algorithms.md section 4). Needs algo.kl_coef > 0."""
@@ -101,7 +107,7 @@ class AlgoConfig:
     refill_rounds: int = 0
     """With filter_zero_variance: sample up to this many extra batches of sampling.n_prompts new problems
     per step to replace the dropped groups until the batch holds n_prompts groups (DAPO); 0 = no refill."""
-    length_reward: str = ""
+    length_reward: LengthRewardName = ""
     """Length-shaping term added to rewards before advantages: '' (none), kimi, dapo_overlong; needs
     algo.length_reward_coef > 0 (there is no default weight: Kimi k1.5 gives none)."""
     length_reward_coef: float = 0.0
@@ -145,7 +151,7 @@ class AlgoConfig:
     attending to it through the mask; same numbers up to float rounding. auto = on when the policy is on
     CUDA (compiled flex_attention) and off on CPU, where the padded (cascade) path is faster; true also packs
     on CPU (a dense mask there: for checks). LoRA (peft) policies pack too."""
-    rollout_correction: str = "auto"
+    rollout_correction: Literal["auto", "none", RolloutCorrectionName] = "auto"
     """Correct the sampler/trainer mismatch with importance weights pi_old/pi_sampler (rlvr.algo.correction):
     token_tis (min(ratio, cap) per token), token_mask (tokens with ratio outside [low, cap] leave the loss),
     seq_tis / seq_mask (the same on the response's ratio), none; auto = token_tis for rollout.backend=vllm,
@@ -157,8 +163,7 @@ class AlgoConfig:
     as TRL's masks."""
 
     def kl_loss_problem(self) -> str | None:
-        """Why the KL term as configured regularises nothing, or toward no divergence, or None (also checked by
-        TrainConfig.validate)."""
+        """Why the KL term as configured regularises nothing, or toward no divergence, or None."""
         if self.kl_coef > 0 and self.kl_in == "loss" and self.kl_estimator in _KL_ZERO_LOSS_GRADIENT:
             # E_{y~pi}[grad (log pi(y) - log ref(y))] = sum_y grad pi(y) = 0: a penalty that pulls on nothing
             return (f"algo.kl_estimator={self.kl_estimator!r} with algo.kl_in=loss regularises nothing: the "
@@ -174,21 +179,100 @@ class AlgoConfig:
         return None
 
     def validate(self) -> None:
-        """k1 as a loss term, and the rollout-correction keys (the other names and cross-field checks:
-        TrainConfig.validate)."""
+        """Every rule that reads only the algo section, all problems at once: the names (the closed sets are
+        Literal fields; the loss and the advantage are checked against the live registries, to which a user may
+        have added), the process-supervision keys, the ranges and refused combinations, and the keys another
+        algo key makes inert (inert_algo_problems). rlvr.config runs it at load; TrainConfig.validate again for a
+        config built in Python."""
         c = Checks("algo")
-        if (problem := self.kl_loss_problem()) is not None:
-            c.error(problem)
-        c.one_of("rollout_correction", self.rollout_correction, ROLLOUT_CORRECTION_MODES)
+        c.choices(self)
+        self._check_names(c)
+        self._check_process(c)
+        self._check_objective(c)
         c.at_least("rollout_correction_cap", self.rollout_correction_cap, 1)
         c.fraction("entropy_mask_quantile", self.entropy_mask_quantile)
         c.need("rollout_correction_low", self.rollout_correction_low, 0 <= self.rollout_correction_low <= 1,
                "in [0, 1]")
+        for problem in inert_algo_problems(self):
+            c.error(problem)
         c.done()
 
+    def _check_names(self, c: Checks) -> None:
+        """algo.advantage and algo.loss: open sets, read from the registries themselves (torch: only here)."""
+        from rlvr.algo import ADVANTAGE_ESTIMATORS, POLICY_LOSSES
 
-def inert_algo_problems(a: AlgoConfig, backend: str = "hf") -> list[str]:
-    """The algo keys that do nothing under the other keys' values (a default is never one of them)."""
+        if self.advantage not in _TARGET_ADVANTAGES:
+            c.one_of("advantage", self.advantage, sorted(ADVANTAGE_ESTIMATORS))
+        c.one_of("loss", self.loss, sorted(POLICY_LOSSES))
+
+    def _check_process(self, c: Checks) -> None:
+        """The process-supervision keys (algo.advantage=process, rlvr.train.pg.process)."""
+        if self.process_outcome_coef < 0:
+            c.error(f"algo.process_outcome_coef={self.process_outcome_coef} must be >= 0")
+        if self.advantage != "process":
+            if self.process_outcome_coef > 0:
+                c.error(f"algo.process_outcome_coef={self.process_outcome_coef} is only used by "
+                        "algo.advantage='process'; set algo.advantage=process or leave it 0")
+            if self.process_baseline != "group":
+                c.error(f"algo.process_baseline={self.process_baseline!r} is only used by "
+                        "algo.advantage='process'; set algo.advantage=process or leave it 'group'")
+        elif self.loss == "kimi":
+            c.error("algo.loss='kimi' needs one advantage per response; algo.advantage='process' gives one per token")
+
+    def _check_objective(self, c: Checks) -> None:
+        """The ranges of the loss, KL, critic and batch keys, and the combinations `rlvr train` refuses."""
+        if self.loss == "cispo":  # the clipped weight floors at 1 - clip_low; 1 = no lower bound (MiniMax-M1)
+            if not 0 <= self.clip_low <= 1:
+                c.error(f"algo.clip_low={self.clip_low} must be in [0, 1] with algo.loss=cispo "
+                        "(1 = no lower bound on the importance weight)")
+        elif not 0 <= self.clip_low < 1:
+            c.error(f"algo.clip_low={self.clip_low} must be in [0, 1)")
+        if self.clip_high < 0:
+            c.error(f"algo.clip_high={self.clip_high} must be >= 0")
+        if self.dual_clip and self.dual_clip <= 1:
+            c.error(f"algo.dual_clip={self.dual_clip} must be > 1 (or 0 = off)")
+        if self.dual_clip and self.loss == "cispo":
+            c.error(f"algo.dual_clip={self.dual_clip} bounds the clipped surrogate of grpo_clip / gspo; "
+                    "algo.loss=cispo has none (its weight is capped at 1 + algo.clip_high): set algo.dual_clip=0")
+        if self.kl_coef < 0 or self.entropy_coef < 0 or self.length_reward_coef < 0:
+            c.error("algo.kl_coef, algo.entropy_coef and algo.length_reward_coef must be >= 0")
+        if (problem := self.kl_loss_problem()) is not None:
+            c.error(problem)
+        if self.kl_in == "reward" and self.kl_coef == 0:
+            # refused rather than a silent no-op: whoever sets kl_in=reward expects a KL penalty
+            c.error("algo.kl_in='reward' with algo.kl_coef=0 shapes nothing; set algo.kl_coef > 0 "
+                    "(or leave algo.kl_in=loss)")
+        if self.loss == "kimi" and (self.kl_in == "reward" or self.whiten_advantages):
+            c.error("algo.loss='kimi' needs one advantage per response (A_i = r_i - tau log Z); algo.kl_in=reward "
+                    "and algo.whiten_advantages make per-token advantages, so use them with another algo.loss")
+        if (self.advantage == "gae") != bool(self.critic):
+            c.error("algo.advantage='gae' needs a value model: set algo.critic=shared or separate"
+                    if self.advantage == "gae" else
+                    f"algo.critic={self.critic!r} is only used by algo.advantage='gae' (PPO); set algo.advantage=gae "
+                    "or leave algo.critic empty")
+        if self.loss == "kimi" and self.entropy_mask_quantile < 1:
+            c.error("algo.entropy_mask_quantile < 1 selects tokens, but algo.loss='kimi' is one loss per "
+                    "response (the same value on each of its tokens); use another algo.loss or leave "
+                    "algo.entropy_mask_quantile=1")
+        if self.advantage == "gae" and self.loss == "kimi":
+            c.error("algo.loss='kimi' needs one advantage per response; GAE gives one per token")
+        if not 0 < self.gamma <= 1 or not 0 <= self.gae_lambda <= 1:
+            c.error(f"algo.gamma={self.gamma} must be in (0, 1] and algo.gae_lambda={self.gae_lambda} in [0, 1]")
+        if self.value_coef < 0 or self.value_clip < 0 or self.critic_lr < 0:
+            c.error("algo.value_coef, algo.value_clip and algo.critic_lr must be >= 0")
+        if self.refill_rounds < 0 or self.length_reward_warmup_steps < 0 or self.num_minibatches < 0:
+            c.error("algo.refill_rounds, algo.length_reward_warmup_steps and algo.num_minibatches must be >= 0")
+        if self.refill_rounds and not self.filter_zero_variance:
+            c.error(f"algo.refill_rounds={self.refill_rounds} refills the groups that "
+                    "algo.filter_zero_variance drops; set algo.filter_zero_variance=true too")
+        if self.ref_refresh_every < 0:
+            c.error(f"algo.ref_refresh_every={self.ref_refresh_every} must be >= 0")
+
+
+def inert_algo_problems(a: AlgoConfig) -> list[str]:
+    """The algo keys set to a non-default value that another algo key makes do nothing, one line each naming both
+    keys (issue 36); a default is never one of them. The rollout-correction keys, whose mode
+    algo.rollout_correction=auto takes from rollout.backend, are TrainConfig's (rlvr.train.config.pg.check_inert)."""
     out = []
     # the length term: LENGTH_REWARDS[length_reward] * length_reward_coef, off for length_reward_warmup_steps
     if a.length_reward and a.length_reward_coef == 0:
@@ -214,7 +298,7 @@ def inert_algo_problems(a: AlgoConfig, backend: str = "hf") -> list[str]:
                 out.append(f"algo.{name}={getattr(a, name)} has no effect with algo.loss={a.loss!r}, which clips "
                            f"nothing: use a clipping loss ({', '.join(CLIPPING_LOSSES)}), or leave "
                            f"algo.{name}={default_of(a, name)}")
-    if a.dual_clip and a.loss not in DUAL_CLIP_LOSSES and a.loss != "cispo":  # cispo: pg.check_policy_gradient
+    if a.dual_clip and a.loss not in DUAL_CLIP_LOSSES and a.loss != "cispo":  # cispo: AlgoConfig._check_objective
         out.append(f"algo.dual_clip={a.dual_clip} bounds the clipped surrogate of grpo_clip / gspo; algo.loss="
                    f"{a.loss!r} has none: set algo.dual_clip=0, or algo.loss=grpo_clip")
     if changed(a, "kimi_tau") and a.loss != "kimi":
@@ -246,36 +330,4 @@ def inert_algo_problems(a: AlgoConfig, backend: str = "hf") -> list[str]:
                 out.append(f"algo.{name}={getattr(a, name)} is read by PPO's critic only (algo.advantage=gae), and "
                            f"algo.advantage={a.advantage!r}: set algo.advantage=gae with algo.critic, or leave "
                            f"algo.{name}={default_of(a, name)}")
-    # the sampler/trainer correction (rlvr.algo.correction): the cap of every mode, the low bound of the masks
-    mode = a.rollout_correction
-    if mode == "auto":
-        mode = "token_tis" if backend == "vllm" else "none"  # rlvr.train.objective.resolve_rollout_correction
-    said = (f"algo.rollout_correction={a.rollout_correction!r}" if a.rollout_correction != "auto" else
-            f"algo.rollout_correction='auto' (= {mode} with rollout.backend={backend})")
-    if mode == "none" and changed(a, "rollout_correction_cap"):
-        out.append(f"algo.rollout_correction_cap={a.rollout_correction_cap} bounds the importance weights of a "
-                   f"rollout correction, and {said} corrects nothing: set algo.rollout_correction (token_tis, "
-                   f"token_mask, seq_tis, seq_mask), or leave algo.rollout_correction_cap="
-                   f"{default_of(a, 'rollout_correction_cap')}")
-    if mode not in ("token_mask", "seq_mask") and changed(a, "rollout_correction_low"):
-        out.append(f"algo.rollout_correction_low={a.rollout_correction_low} is the lower bound of the token_mask / "
-                   f"seq_mask corrections, and {said} masks nothing: set algo.rollout_correction=token_mask or "
-                   f"seq_mask, or leave algo.rollout_correction_low={default_of(a, 'rollout_correction_low')}")
     return out
-
-
-def check_process(a: AlgoConfig) -> None:
-    """The process-supervision keys (algo.advantage=process, rlvr.train.process)."""
-    if a.process_outcome_coef < 0:
-        raise ConfigError(f"algo.process_outcome_coef={a.process_outcome_coef} must be >= 0")
-    if a.advantage != "process":
-        if a.process_outcome_coef:
-            raise ConfigError(f"algo.process_outcome_coef={a.process_outcome_coef} is only used by "
-                              "algo.advantage='process'; set algo.advantage=process or leave it 0")
-        if a.process_baseline != "group":
-            raise ConfigError(f"algo.process_baseline={a.process_baseline!r} is only used by "
-                              "algo.advantage='process'; set algo.advantage=process or leave it 'group'")
-        return
-    if a.loss == "kimi":
-        raise ConfigError("algo.loss='kimi' needs one advantage per response; algo.advantage='process' gives one "
-                          "per token")

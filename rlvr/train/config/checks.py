@@ -4,17 +4,25 @@ Each section's validate() runs right after parsing (rlvr.config calls it), so a 
 range fails naming its dotted key before any model or data work, not as a traceback from deep inside the
 trainer. `Checks` collects one section's problems, one line each naming the dotted key, and raises them
 together; `changed` / `default_of` tell a key the user set from its class default (a key at its default is
-never refused as inert). Registries are imported inside the checks, not at the top of the config modules:
-`rlvr --help` must not pay for torch.
+never refused as inert).
+
+Names: a closed set is a `Literal` field (the loader refuses a value outside it; `Checks.choices` does the same
+for a section built in Python, in the same words); an open set (a registry users add to: a loss, an advantage,
+a task, an environment) is a `str` checked with `Checks.one_of` against the live registry, imported inside the
+check: `rlvr --help` must not pay for torch. The built-in names of the rlvr.algo registries are in
+rlvr.algo.names (torch-free).
 """
 
 from __future__ import annotations
 
+import functools
 import re
+import typing
 from dataclasses import MISSING, fields
 from pathlib import Path
+from typing import Literal
 
-from rlvr.config import ConfigError
+from rlvr.config import ConfigError, choice_problem, field_metadata, unknown_choice
 
 
 def default_of(section, name: str):
@@ -39,10 +47,21 @@ class Checks:
         self.errors.append(message)
 
     def one_of(self, name: str, value: object, known) -> bool:
+        """An open set of names (a registry, read live: users may have added to it)."""
         if value in known:
             return True
-        self.error(f"{self.section}.{name}={value!r} is unknown; known: {', '.join(repr(k) for k in known)}")
+        self.error(unknown_choice(f"{self.section}.{name}", value, list(known)))
         return False
+
+    def choices(self, section) -> None:
+        """The values of the section's `Literal` fields (its closed choice sets). load_config has refused a loaded
+        config's already; this is for a section built in Python, in the loader's words (rlvr.config.choice_problem)."""
+        cls = type(section)
+        for name, tp in _literal_fields(cls):
+            problem = choice_problem(f"{self.section}.{name}", getattr(section, name), tp,
+                                     field_metadata(cls, name).get("refused"))
+            if problem is not None:
+                self.error(problem)
 
     def need(self, name: str, value: object, ok: bool, want: str) -> None:
         if not ok:
@@ -68,6 +87,13 @@ class Checks:
     def done(self) -> None:
         if self.errors:
             raise ConfigError(self.errors)
+
+
+@functools.cache
+def _literal_fields(cls: type) -> tuple[tuple[str, object], ...]:
+    """(name, Literal type) of each closed-choice field of a section class."""
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, hints[f.name]) for f in fields(cls) if typing.get_origin(hints[f.name]) is Literal)
 
 
 def _device_problem(key: str, device: str) -> str | None:

@@ -49,7 +49,7 @@ class DataConfig:
     """Your held-out rows' column holding the answer, when it differs from the training rows'; '' = data.answer_key."""
     template: str = ""
     """Prompt template name (r1_zero, question_only, ...); '' = the task's default."""
-    thinking_mode: str = ""
+    thinking_mode: Literal["", "think", "no_think"] = ""
     """Qwen3's mode switch: think or no_think appends '/think' or '/no_think' to each question (no_think needs
     sampling.thinking_budget=0: the response starts with a closed, empty think block; not with data.env); '' = no tag."""
     reward: str = ""
@@ -114,6 +114,7 @@ class DataConfig:
         from rlvr.data import PROMPT_TEMPLATES, TASKS
 
         c = Checks("data")
+        c.choices(self)
         if self.filter_band:
             from rlvr.data.filters import Band
 
@@ -142,8 +143,6 @@ class DataConfig:
         task = TASKS.get(self.task)
         if task is None:
             c.one_of("task", self.task, sorted(TASKS))
-        if self.thinking_mode and self.thinking_mode not in ("think", "no_think"):
-            c.one_of("thinking_mode", self.thinking_mode, ["", "think", "no_think"])
         template_ok = not self.template or self.template in PROMPT_TEMPLATES or "{question}" in self.template
         if not template_ok:
             c.error(f"data.template={self.template!r} is unknown; known: "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rlvr.algo.names import LossAggregationName
 from rlvr.config import ConfigError
 from rlvr.train.config.checks import Checks
 from rlvr.train.config.data import DataConfig, check_thinking_mode
@@ -28,7 +29,7 @@ class EIAlgoConfig:
     """Kept pairs per optimizer step (the last minibatch of an epoch may be smaller)."""
     micro_batch_size: int = 0
     """Kept pairs per forward/backward; 0 = batch_size (no accumulation)."""
-    aggregation: str = "token_mean"
+    aggregation: LossAggregationName = "token_mean"
     """How the response tokens' NLL becomes one number (rlvr.algo.LOSS_AGGREGATIONS), as in `rlvr sft`."""
     exact_entropy: bool = False
     """Metric `entropy` from a no-grad forward over every sample: the exact entropy of logits / temperature cut to
@@ -36,17 +37,15 @@ class EIAlgoConfig:
     entropy of what the sampler drew from: also EOS-banned before sampling.min_tokens, so not the same number then."""
 
     def validate(self) -> None:
-        """Ranges and the aggregation name (rlvr.algo.LOSS_AGGREGATIONS)."""
+        """Ranges and the aggregation name (a Literal of rlvr.algo.LOSS_AGGREGATIONS' names)."""
         c = Checks("algo")
+        c.choices(self)
         c.at_least("max_per_question", self.max_per_question, 0)
         c.at_least("epochs", self.epochs, 1)
         c.at_least("batch_size", self.batch_size, 1)
         c.at_least("micro_batch_size", self.micro_batch_size, 0)
         if self.micro_batch_size > self.batch_size >= 1:
             c.error(f"algo.micro_batch_size={self.micro_batch_size} must be <= algo.batch_size={self.batch_size}")
-        from rlvr.algo import LOSS_AGGREGATIONS  # imports torch: only here
-
-        c.one_of("aggregation", self.aggregation, sorted(LOSS_AGGREGATIONS))
         c.done()
 
 

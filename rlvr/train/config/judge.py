@@ -56,6 +56,7 @@ class JudgeConfig:
         from rlvr.rewards.judge import check_url, prompt_problem
 
         c = Checks("judge")
+        c.choices(self)
         if self.url and (problem := check_url(self.url)) is not None:
             c.error(f"judge.url={self.url!r} {problem}")
         if self.prompt and (problem := prompt_problem(self.prompt)) is not None:

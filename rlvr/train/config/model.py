@@ -7,16 +7,20 @@ import contextlib
 import contextvars
 import importlib.util
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, get_args
 
 from rlvr.train.config.checks import Checks
 
-# Parameter dtypes a policy may train in; float16 is refused on purpose (ModelConfig.validate says why).
-_DTYPES = ("float32", "bfloat16")
 # model.attn_implementation values: rlvr.models.loading.ATTN_IMPLEMENTATIONS (a test checks they agree),
 # spelled out because importing rlvr.models imports torch.
-ATTN_IMPLEMENTATIONS = ("auto", "sdpa", "eager", "flash_attention_2")
+AttnImplementation = Literal["auto", "sdpa", "eager", "flash_attention_2"]
+ATTN_IMPLEMENTATIONS: tuple[str, ...] = get_args(AttnImplementation)
+# Not a style choice: AdamW's eps (1e-8) is 0 in float16 (smallest subnormal 6e-8), and so are second moments of
+# gradients below ~2e-4, so updates divide by zero and go to NaN. The loader says this for model.dtype=float16.
+_FLOAT16 = ("AdamW's eps and small second moments underflow to 0 in float16 and training goes to NaN; use "
+            "{key}=bfloat16 (same memory) or float32")
 
 
 @dataclass
@@ -37,16 +41,16 @@ class ModelConfig:
     """Tiny model only: MLP width."""
     tie_embeddings: bool = False
     """Tiny model only: share input embedding and output head (learns 3-digit addition faster from scratch)."""
-    dtype: str = "float32"
+    dtype: Literal["float32", "bfloat16"] = field(default="float32", metadata={"refused": {"float16": _FLOAT16}})
     """Parameter dtype: float32 | bfloat16 (float16 is refused: AdamW's eps underflows in it)."""
-    master_weights: str = "float32"
+    master_weights: Literal["float32", "same"] = "float32"
     """Optimizer (master) copy of the weights when dtype=bfloat16: float32 (bf16 forward/backward, fp32 AdamW
     update copied back) or same (update in the parameter dtype)."""
     device: str = "cpu"
     """torch device of the policy (cpu, cuda, cuda:0)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, about a third more compute)."""
-    attn_implementation: str = "auto"
+    attn_implementation: AttnImplementation = "auto"
     """Attention kernel for real models: auto (sdpa where available), sdpa, eager, flash_attention_2."""
     disable_dropout: bool = True
     """Turn every dropout of the model off after loading (TRL's name). RL needs it (the training forward runs in
@@ -66,15 +70,7 @@ class ModelConfig:
     def validate(self) -> None:
         """Names and ranges of the model section, before any model is built."""
         c = Checks("model")
-        if self.dtype == "float16":
-            # Not a style choice: AdamW's eps (1e-8) is 0 in float16 (smallest subnormal 6e-8), and so
-            # are second moments of gradients below ~2e-4, so updates divide by zero and go to NaN.
-            c.error("model.dtype='float16' is refused: AdamW's eps and small second moments underflow to 0 "
-                    "in float16 and training goes to NaN; use model.dtype=bfloat16 (same memory) or float32")
-        else:
-            c.one_of("dtype", self.dtype, _DTYPES)
-        c.one_of("master_weights", self.master_weights, ("float32", "same"))
-        c.one_of("attn_implementation", self.attn_implementation, ATTN_IMPLEMENTATIONS)
+        c.choices(self)
         for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size"):
             c.at_least(name, getattr(self, name), 1)
         if self.name == "tiny" and not self.init_from and self.num_heads >= 1 and self.hidden_size % self.num_heads:
@@ -114,15 +110,14 @@ class TeacherConfig:
     policy). With it the student samples, the teacher scores every sampled token, and the KL settings
     (algo.kl_coef, algo.kl_in, algo.kl_estimator) pull the student to it; algo.kl_in=reward is the per-token
     reverse KL as the signal. It must share the student's tokenizer."""
-    dtype: str = ""
+    dtype: Literal["", "float32", "bfloat16", "float16"] = ""
     """Teacher weights' dtype ('' = model.dtype)."""
     device: str = ""
     """Device the teacher runs on ('' = model.device)."""
 
     def validate(self) -> None:
         c = Checks("teacher")
-        if self.dtype:
-            c.one_of("dtype", self.dtype, ["float32", "bfloat16", "float16"])
+        c.choices(self)
         c.done()
 
 

@@ -1,15 +1,17 @@
 """`rlvr train` (policy-gradient RL, the GRPO family): TrainConfig and the rules that involve more than one of
-its sections (the objective's names and combinations, the batch arithmetic, what asynchronous rollouts,
-sharding, LoRA and a teacher combine with). TrainConfig.validate runs them in a fixed order; the first
-problem raises."""
+its sections (the objective with the sampling, data and rollout keys, the batch arithmetic, what asynchronous
+rollouts, sharding, LoRA and a teacher combine with) or that are `rlvr train`'s own (RL samples). TrainConfig.
+validate runs them in a fixed order after the sections' own checks; the first problem raises. The rules of the
+algo section alone are AlgoConfig.validate's (rlvr.train.config.algo)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rlvr.config import ConfigError
+from rlvr.config import ConfigError, validate_sections
 from rlvr.train.batching import BatchPlan, plan_batches
-from rlvr.train.config.algo import LENGTH_REWARD_NAMES, AlgoConfig, check_process, inert_algo_problems
+from rlvr.train.config.algo import AlgoConfig
+from rlvr.train.config.checks import changed, default_of
 from rlvr.train.config.data import DataConfig, check_thinking_mode
 from rlvr.train.config.judge import JudgeConfig
 from rlvr.train.config.model import ModelConfig, TeacherConfig
@@ -43,10 +45,15 @@ class TrainConfig:
     """Model judge of data.reward=judge."""
 
     def validate(self) -> None:
-        """Every rule of `rlvr train` that involves more than one key, after the sections' own checks:
-        training reads both splits; the objective's names and combinations; the batch arithmetic; what
-        sampling ahead and partial rollouts combine with. rlvr.config runs it when the config is loaded,
-        and the trainer again (validate_train_config) for a config built in Python, before any model."""
+        """Every rule of `rlvr train` across its sections, after the sections' own checks: training reads both
+        splits; the objective with the other sections; the batch arithmetic; what sampling ahead and partial
+        rollouts combine with. rlvr.config runs it when the config is loaded, and the trainer again
+        (validate_train_config) for a config built in Python, before any model: for that one validate_sections
+        first runs the algo, optim and run sections' own checks (the objective, the learning rate, the steps: what
+        this method re-checked when those rules lived here; a no-op at load, which has run them). The other
+        sections of a config built in Python may hold on purpose what the loader refuses (a registered rollout
+        backend, a test's placement), so they are not re-checked."""
+        validate_sections(self, "algo", "optim", "run")
         self.data.check_problem_counts(("train", "test"))
         self.rollout.check_placement(self.model)
         check_thinking_mode(self.data, self.sampling)
@@ -90,88 +97,14 @@ class TrainConfig:
 
 
 def check_policy_gradient(cfg: TrainConfig) -> None:
-    """The objective's names (rlvr.algo's registries) and the combinations of keys `rlvr train` refuses;
-    the first problem raises ConfigError naming its keys."""
-    from rlvr.algo import (  # torch: only here
-        ADVANTAGE_ESTIMATORS,
-        KL_ESTIMATORS,
-        LOSS_AGGREGATIONS,
-        POLICY_LOSSES,
-    )
-
+    """The objective's combinations with the other sections, and what RL needs of them; the first problem raises
+    ConfigError naming its keys (the algo section's own rules: AlgoConfig.validate)."""
     a, s = cfg.algo, cfg.sampling
-    registries = [
-        ("algo.advantage", a.advantage, ADVANTAGE_ESTIMATORS),
-        ("algo.loss", a.loss, POLICY_LOSSES),
-        ("algo.aggregation", a.aggregation, LOSS_AGGREGATIONS),
-        ("algo.kl_estimator", a.kl_estimator, KL_ESTIMATORS),
-        ("algo.length_reward", a.length_reward, LENGTH_REWARD_NAMES),
-    ]
-    for key, value, reg in registries:
-        if key == "algo.advantage" and value in ("gae", "process"):
-            continue  # gae: the critic's values make the advantages (rlvr.train.critic); process: step rewards
-        if value not in reg:
-            raise ConfigError(f"{key}={value!r} is unknown; known: {', '.join(repr(k) for k in sorted(reg))}")
-    check_process(a)
-    if a.adv_std not in ("population", "sample"):
-        raise ConfigError(f"algo.adv_std={a.adv_std!r}: use 'population' or 'sample'")
     if s.group_size < 2 and a.advantage not in ("no_baseline", "zero"):
         raise ConfigError(
             f"sampling.group_size={s.group_size}: the {a.advantage!r} advantage compares responses within a "
             "group, so every advantage would be 0; use sampling.group_size >= 2 or algo.advantage=no_baseline"
         )
-    if a.loss == "cispo":  # the clipped weight floors at 1 - clip_low; 1 = no lower bound (MiniMax-M1)
-        if not 0 <= a.clip_low <= 1:
-            raise ConfigError(f"algo.clip_low={a.clip_low} must be in [0, 1] with algo.loss=cispo "
-                              "(1 = no lower bound on the importance weight)")
-    elif not 0 <= a.clip_low < 1:
-        raise ConfigError(f"algo.clip_low={a.clip_low} must be in [0, 1)")
-    if a.clip_high < 0:
-        raise ConfigError(f"algo.clip_high={a.clip_high} must be >= 0")
-    if a.dual_clip and a.dual_clip <= 1:
-        raise ConfigError(f"algo.dual_clip={a.dual_clip} must be > 1 (or 0 = off)")
-    if a.dual_clip and a.loss == "cispo":
-        raise ConfigError(f"algo.dual_clip={a.dual_clip} bounds the clipped surrogate of grpo_clip / gspo; "
-                          "algo.loss=cispo has none (its weight is capped at 1 + algo.clip_high): set algo.dual_clip=0")
-    if a.kl_coef < 0 or a.entropy_coef < 0 or a.length_reward_coef < 0:
-        raise ConfigError("algo.kl_coef, algo.entropy_coef and algo.length_reward_coef must be >= 0")
-    if a.kl_in not in ("loss", "reward"):
-        raise ConfigError(f"algo.kl_in={a.kl_in!r}: use 'loss' or 'reward'")
-    if (problem := a.kl_loss_problem()) is not None:  # also the algo section's own check
-        raise ConfigError(problem)
-    if a.kl_in == "reward" and a.kl_coef == 0:
-        # refused rather than a silent no-op: whoever sets kl_in=reward expects a KL penalty
-        raise ConfigError("algo.kl_in='reward' with algo.kl_coef=0 shapes nothing; set algo.kl_coef > 0 "
-                          "(or leave algo.kl_in=loss)")
-    if a.loss == "kimi" and (a.kl_in == "reward" or a.whiten_advantages):
-        raise ConfigError(
-            "algo.loss='kimi' needs one advantage per response (A_i = r_i - tau log Z); algo.kl_in=reward "
-            "and algo.whiten_advantages make per-token advantages, so use them with another algo.loss"
-        )
-    if (a.advantage == "gae") != bool(a.critic):
-        raise ConfigError(
-            "algo.advantage='gae' needs a value model: set algo.critic=shared or separate"
-            if a.advantage == "gae" else
-            f"algo.critic={a.critic!r} is only used by algo.advantage='gae' (PPO); set algo.advantage=gae "
-            "or leave algo.critic empty")
-    if a.loss == "kimi" and a.entropy_mask_quantile < 1:
-        raise ConfigError("algo.entropy_mask_quantile < 1 selects tokens, but algo.loss='kimi' is one loss per "
-                          "response (the same value on each of its tokens); use another algo.loss or leave "
-                          "algo.entropy_mask_quantile=1")
-    if a.advantage == "gae" and a.loss == "kimi":
-        raise ConfigError("algo.loss='kimi' needs one advantage per response; GAE gives one per token")
-    if not 0 < a.gamma <= 1 or not 0 <= a.gae_lambda <= 1:
-        raise ConfigError(f"algo.gamma={a.gamma} must be in (0, 1] and algo.gae_lambda={a.gae_lambda} in [0, 1]")
-    if a.value_coef < 0 or a.value_clip < 0 or a.critic_lr < 0:
-        raise ConfigError("algo.value_coef, algo.value_clip and algo.critic_lr must be >= 0")
-    if a.refill_rounds < 0 or a.length_reward_warmup_steps < 0 or a.num_minibatches < 0:
-        raise ConfigError("algo.refill_rounds, algo.length_reward_warmup_steps and algo.num_minibatches "
-                          "must be >= 0")
-    if a.refill_rounds and not a.filter_zero_variance:
-        raise ConfigError(f"algo.refill_rounds={a.refill_rounds} refills the groups that "
-                          "algo.filter_zero_variance drops; set algo.filter_zero_variance=true too")
-    if a.ref_refresh_every < 0:
-        raise ConfigError(f"algo.ref_refresh_every={a.ref_refresh_every} must be >= 0")
     if a.length_reward == "dapo_overlong" and not 0 < a.overlong_buffer <= s.max_tokens:
         raise ConfigError(
             f"algo.overlong_buffer={a.overlong_buffer} must be in (0, sampling.max_tokens={s.max_tokens}]"
@@ -192,19 +125,33 @@ def check_policy_gradient(cfg: TrainConfig) -> None:
                           "sampling.thinking_budget=-1")
     if s.temperature <= 0:
         raise ConfigError(f"sampling.temperature={s.temperature}: RL needs sampling (> 0); greedy has no spread")
-    if cfg.run.steps < 1:
-        raise ConfigError(f"run.steps={cfg.run.steps} must be >= 1")
-    if cfg.optim.lr <= 0:
-        raise ConfigError(f"optim.lr={cfg.optim.lr} must be > 0")
 
 
 def check_inert(cfg: TrainConfig) -> None:
-    """Refuse every algo key of `rlvr train` set to a non-default value that another key's value makes do
-    nothing (issue 36), all at once, each line naming both keys and what to do. The data section's own
-    (DataConfig.inert_problems) and the judge's (JudgeConfig.check_reward) are checked with their sections."""
-    problems = inert_algo_problems(cfg.algo, cfg.rollout.backend)
-    if problems:
-        raise ConfigError(problems)
+    """Refuse the rollout-correction keys set to a non-default value that the correction in force makes do nothing
+    (issue 36), all at once, each line naming both keys and what to do: algo.rollout_correction=auto is token_tis
+    with rollout.backend=vllm and none with hf. The other inert algo keys are the algo section's
+    (inert_algo_problems), the data section's its own (DataConfig.inert_problems) and the judge's
+    JudgeConfig.check_reward."""
+    a, backend = cfg.algo, cfg.rollout.backend
+    out = []
+    # the sampler/trainer correction (rlvr.algo.correction): the cap of every mode, the low bound of the masks
+    mode = a.rollout_correction
+    if mode == "auto":
+        mode = "token_tis" if backend == "vllm" else "none"  # rlvr.train.pg.objective.resolve_rollout_correction
+    said = (f"algo.rollout_correction={a.rollout_correction!r}" if a.rollout_correction != "auto" else
+            f"algo.rollout_correction='auto' (= {mode} with rollout.backend={backend})")
+    if mode == "none" and changed(a, "rollout_correction_cap"):
+        out.append(f"algo.rollout_correction_cap={a.rollout_correction_cap} bounds the importance weights of a "
+                   f"rollout correction, and {said} corrects nothing: set algo.rollout_correction (token_tis, "
+                   f"token_mask, seq_tis, seq_mask), or leave algo.rollout_correction_cap="
+                   f"{default_of(a, 'rollout_correction_cap')}")
+    if mode not in ("token_mask", "seq_mask") and changed(a, "rollout_correction_low"):
+        out.append(f"algo.rollout_correction_low={a.rollout_correction_low} is the lower bound of the token_mask / "
+                   f"seq_mask corrections, and {said} masks nothing: set algo.rollout_correction=token_mask or "
+                   f"seq_mask, or leave algo.rollout_correction_low={default_of(a, 'rollout_correction_low')}")
+    if out:
+        raise ConfigError(out)
 
 
 def check_asynchronous(cfg: TrainConfig) -> None:

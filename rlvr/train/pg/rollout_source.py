@@ -36,8 +36,7 @@ from rlvr.rewards.types import Reward, Status
 from rlvr.rollout import with_thinking_budget
 from rlvr.rollout.push_check import PushCheck
 from rlvr.rollout.types import SamplingSpec, answer_length
-from rlvr.train.common import step_seed, take
-from rlvr.train.session import say
+from rlvr.train.session import say, step_seed, take
 from rlvr.train.tasks import task_scorer
 
 
@@ -216,7 +215,7 @@ class PartialSource(_Behind):
 def build_rollout_source(cfg, engine, model, tokenizer, task, objective, problems, score,
                          logprobs) -> RolloutSource:
     """The RolloutSource cfg asks for (module docstring). engine: the placement's generator; problems: the
-    rlvr.train.curriculum.ProblemSource; score: the placement's scorer; logprobs: the learner's no-grad
+    rlvr.train.pg.curriculum.ProblemSource; score: the placement's scorer; logprobs: the learner's no-grad
     forward (model, batch, ForwardSpec) -> (B, T), which the behaviour policy runs under older weights."""
     d, s = cfg.distributed, cfg.sampling
     sampler = with_thinking_budget(engine, s.thinking_budget, s.stop_thinking_text, template=task.template)
@@ -239,7 +238,7 @@ def sample_groups(source: RolloutSource, task, cfg, objective, step: int, data_p
     equal are dropped and up to k more rounds of n_prompts new problems are sampled until n_prompts groups
     with a reward spread are in hand (DAPO's dynamic sampling); the batch then holds exactly n_prompts
     groups, or fewer when the budget ran out. Advantages are group-local, so groups of different rounds
-    are computed together. problems: a rlvr.train.curriculum.ProblemSource (the online band /
+    are computed together. problems: a rlvr.train.pg.curriculum.ProblemSource (the online band /
     curriculum); None = the shuffled stream."""
     s, r, a = cfg.sampling, cfg.run, cfg.algo
     rollouts, examples, rewards = [], [], []
@@ -279,7 +278,7 @@ def sample_groups(source: RolloutSource, task, cfg, objective, step: int, data_p
 
 def _spread_groups(rewards: list[Reward], group_size: int) -> int:
     """Groups (consecutive runs of group_size rewards) whose scored task rewards are not all equal (an unscored
-    reward, Status.ERROR, is no value: rlvr.train.objective.Shaping)."""
+    reward, Status.ERROR, is no value: rlvr.train.pg.objective.Shaping)."""
     totals = [None if Status(r.status) is Status.ERROR else r.total for r in rewards]
     return sum(len({t for t in totals[i:i + group_size] if t is not None}) > 1
                for i in range(0, len(totals), group_size))

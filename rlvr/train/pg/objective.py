@@ -11,7 +11,7 @@ training loop has no `if algo.x` in it:
 The per-token loss is assembled from parts resolved once (`LossParts.from_algo`): the policy term
 (a POLICY_LOSSES function with its clip/tau bound) with its optional rollout correction (importance
 weights sampler -> trainer, rlvr.algo.correction), the aggregation, an optional KL term, an
-optional entropy bonus and an optional value term (PPO's critic, rlvr.train.critic).
+optional entropy bonus and an optional value term (PPO's critic, rlvr.train.pg.critic).
 
 The policy's forwards (training, old) score the distribution the sampler drew from: softmax of the
 logits / sampling.temperature, truncated to sampling.top_k / top_p when those are on
@@ -49,13 +49,15 @@ from rlvr.algo import (
     rollout_correction,
     value_loss,
 )
+from rlvr.algo.names import LENGTH_REWARD_NAMES
+from rlvr.algo.registry import check_names
 from rlvr.models import TrainingBatch, score_tokens
 from rlvr.models.packed import PackPlan, row_prompts, score_packed, use_packing
 from rlvr.models.prefix import score_rows
 from rlvr.rewards.types import Reward, Status
 from rlvr.train.batching import BatchPlan, ForwardSpec, micro_batches
-from rlvr.train.process import process_targets, step_marks
-from rlvr.train.targets import (  # noqa: F401 - re-exported
+from rlvr.train.pg.process import process_targets, step_marks
+from rlvr.train.pg.targets import (  # noqa: F401 - re-exported
     Targets,
     TargetSettings,
     gae_targets,
@@ -83,6 +85,7 @@ LENGTH_REWARDS: dict[str, Callable[..., torch.Tensor]] = {
     "kimi": _length_kimi,
     "dapo_overlong": _length_dapo,
 }
+check_names(LENGTH_REWARDS, LENGTH_REWARD_NAMES, "LENGTH_REWARDS")  # the config's torch-free list of them
 
 
 @dataclass
@@ -136,7 +139,7 @@ class Shaping:
     def of(cls, algo, group_size: int, max_tokens: int) -> Shaping:
         """algo.advantage=gae: the "advantage" is the shaped outcome reward itself, which the critic turns
         into per-token advantages later (Objective.targets); process: GRPO's advantage of the outcome, the
-        outcome's part of the process advantage (rlvr.train.process)."""
+        outcome's part of the process advantage (rlvr.train.pg.process)."""
         term = functools.partial(LENGTH_REWARDS[algo.length_reward], group_size=group_size, max_tokens=max_tokens,
                                  buffer=algo.overlong_buffer)
         name = {"gae": None, "process": "grpo"}.get(algo.advantage, algo.advantage)
@@ -559,7 +562,7 @@ class Objective:
     rollout_backend: str = "hf"  # rollout.backend: what algo.rollout_correction=auto resolves to
     truncation: Truncation | None = None  # sampling.top_k / top_p: every forward scores the truncated distribution
     # the most sampled (loss) tokens a response can have, when max_tokens does not bound them (a thinking
-    # budget's reasoning + answer, an episode's model turns: rlvr.train.pg.objective_length_cap); 0 = max_tokens
+    # budget's reasoning + answer, an episode's model turns: rlvr.train.pg.loop.objective_length_cap); 0 = max_tokens
     loss_tokens: int = 0
     correction: str = field(init=False)  # algo.rollout_correction, auto resolved at construction
     _noted: bool = field(default=False, init=False, repr=False)
@@ -638,7 +641,7 @@ class Objective:
         return self.algo.advantage == "process"
 
     def step_marks(self, rollouts, rewards, kept, tokenizer):
-        """The kept rows' rlvr.train.process.StepMarks (step rewards, step ends as token positions)
+        """The kept rows' rlvr.train.pg.process.StepMarks (step rewards, step ends as token positions)
         when the targets need them, else None."""
         if not self.needs_steps:
             return None
@@ -661,7 +664,7 @@ class Objective:
     def targets(self, adv, mask, old_logp=None, ref_logp=None, old_values=None, steps=None) -> Targets:
         """Per-row advantages (B,) -> the loss's targets: GAE with the critic's values when
         algo.advantage=gae, per-step rewards (steps: StepMarks) when algo.advantage=process
-        (rlvr.train.process.process_targets), else token_advantages (KL in the reward, whitening)."""
+        (rlvr.train.pg.process.process_targets), else token_advantages (KL in the reward, whitening)."""
         if self.needs_steps:
             return process_targets(adv, mask, steps, self.settings, self.group_size, old_logp, ref_logp)
         if self.needs_critic:

@@ -1,7 +1,7 @@
 """Which problems a training step draws: the shuffled stream, an online difficulty band, a curriculum.
 
 Default (data.filter_band="" and data.curriculum=""): the endless shuffled stream of
-rlvr.train.common.take, unchanged. With either set, a PassRateTable (rlvr.data.filters) holds the
+rlvr.train.session.take, unchanged. With either set, a PassRateTable (rlvr.data.filters) holds the
 latest pass-rate estimate of each training problem, from two sources:
 - every training step's own groups (group_size samples of each drawn problem: free estimates);
 - a refresh before step 1 and every data.filter_every steps: data.filter_k samples of each of the
@@ -35,7 +35,7 @@ from rlvr.data.filters import (
 )
 from rlvr.rewards.types import Status
 from rlvr.rollout.types import SamplingSpec
-from rlvr.train.common import data_order, step_seed, take
+from rlvr.train.session import data_order, step_seed, take
 
 
 class ProblemSource:

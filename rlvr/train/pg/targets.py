@@ -1,8 +1,8 @@
 """What the loss regresses on, per trained row: the `Targets` record and the functions that make it from
 the outcome advantages. `token_advantages`: (B,) advantages, or (B, T) with KL in the reward or whitening;
 `gae_targets`: PPO's per-token advantages and value returns against the critic's rollout-time values;
-rlvr.train.process.process_targets: process supervision's per-step advantages. The objective
-(rlvr.train.objective.Objective.targets) picks one per run and passes them its TargetSettings, the
+rlvr.train.pg.process.process_targets: process supervision's per-step advantages. The objective
+(rlvr.train.pg.objective.Objective.targets) picks one per run and passes them its TargetSettings, the
 algo keys they read as plain values (an AlgoConfig has the same names, so one can stand in for it)."""
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ from rlvr.config import ConfigError
 from rlvr.models import lora
 from rlvr.runs.checkpoint import latest_checkpoint
 from rlvr.train.batching import ForwardSpec
-from rlvr.train.common import load_model_at
-from rlvr.train.objective import forward_logprobs
+from rlvr.train.pg.objective import forward_logprobs
+from rlvr.train.policy import load_model_at
 
 
 class ReferencePolicy:

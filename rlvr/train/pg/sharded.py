@@ -49,7 +49,7 @@ from rlvr.models.export import push_tensors
 from rlvr.models.packed import row_prompts, use_packing
 from rlvr.runs import checkpoint as ckpt_mod
 from rlvr.train.batching import micro_batches
-from rlvr.train.objective import StepStats, accumulate_gradients
+from rlvr.train.pg.objective import StepStats, accumulate_gradients
 from rlvr.train.session import (
     CheckpointFailed,
     RunLoop,
@@ -295,7 +295,7 @@ def _zero_backward(model, batch, critic) -> None:
 
 
 def clip_and_step(model, optimizer, scheduler, grad_clip: float) -> float:
-    """rlvr.train.common.clip_and_step over sharded parameters: the global gradient norm (all shards),
+    """rlvr.train.optimizer.clip_and_step over sharded parameters: the global gradient norm (all shards),
     clipped with torch's clip_grad_norm_ (DTensor-aware), then the optimizer and scheduler step."""
     params = [p for p in model.parameters() if p.grad is not None]
     norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else float("inf"))

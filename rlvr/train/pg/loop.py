@@ -1,10 +1,10 @@
 """Policy-gradient training, the GRPO family: `rlvr train`.
 
 Everything variable is resolved before the loop: the task (prompt contract, reward), the objective
-(rlvr.train.objective.Objective), the learner (optimizer and schedule, reference policy, critic, the
+(rlvr.train.pg.objective.Objective), the learner (optimizer and schedule, reference policy, critic, the
 forward spec, the gradient function: one process or data-parallel workers), the generator (hf or
 vllm, in-process or Ray actors: rlvr.distributed) and the rollout source (synchronous, environment
-episodes, sampling ahead or partial rollouts: rlvr.train.rollout_source). One step then reads as the
+episodes, sampling ahead or partial rollouts: rlvr.train.pg.rollout_source). One step then reads as the
 documents' pseudocode:
 
     sampled = source.collect(step, data_pos, timer)     # rollouts, rewards (never raise), advantages
@@ -33,31 +33,29 @@ from rlvr.rewards.types import Status
 from rlvr.rollout import rollouts_to_batch
 from rlvr.rollout.types import sampled_length, sampled_mean_logprob, unsampled_length
 from rlvr.runtime import FlopCounter, memory_stats, peak_tflops, reset_peak_memory
-from rlvr.train import session, sharded
+from rlvr.train import session
 from rlvr.train.batching import BatchPlan, ForwardSpec, split_indices
-from rlvr.train.common import (
-    clip_and_step,
-    eval_prefixed,
-    optimizer_from_config,
-    step_seed,
-)
 from rlvr.train.config import TrainConfig
-from rlvr.train.critic import Critic
-from rlvr.train.curriculum import ProblemSource
-from rlvr.train.objective import (
+from rlvr.train.optimizer import clip_and_step, optimizer_from_config
+from rlvr.train.pg import sharded
+from rlvr.train.pg.critic import Critic
+from rlvr.train.pg.curriculum import ProblemSource
+from rlvr.train.pg.objective import (
     Minibatch,
     Objective,
     StepStats,
     accumulate_gradients,
     forward_logprobs,
 )
-from rlvr.train.reference import ReferencePolicy, load_teacher
-from rlvr.train.rollout_source import Sampled, build_rollout_source
+from rlvr.train.pg.reference import ReferencePolicy, load_teacher
+from rlvr.train.pg.rollout_source import Sampled, build_rollout_source
 from rlvr.train.session import (
     Timer,
     TrainResult,
+    eval_prefixed,
     reward_error_log,
     sample_metrics,
+    step_seed,
 )
 from rlvr.train.tasks import eval_policy
 
@@ -107,7 +105,7 @@ class Learner:
     grad_fn: Callable  # accumulate_gradients, or the data-parallel workers' (rlvr.distributed.dp), or the shards'
     grad_clip: float
     seed: int  # run.seed: each step's minibatch order is drawn from step_seed(seed, step) + epoch
-    step_fn: Callable = clip_and_step  # clip and step (the sharded learner's: rlvr.train.sharded.clip_and_step)
+    step_fn: Callable = clip_and_step  # clip and step (the sharded learner's: rlvr.train.pg.sharded.clip_and_step)
 
     def extras(self) -> dict:
         """Checkpoint extras of the learner: the critic's head, trunk and optimizer."""
@@ -124,7 +122,7 @@ def build_learner(cfg: TrainConfig, model, objective: Objective, plan: BatchPlan
                   tokenizer=None) -> Learner:
     """Reference policy, critic, optimizer and schedule (over run.steps x optimizer steps per rollout batch),
     the forward spec and the gradient function (distributed.num_learners > 1: data-parallel workers;
-    shards, distributed.learner=fsdp2: the policy and reference sharded in place, rlvr.train.sharded)."""
+    shards, distributed.learner=fsdp2: the policy and reference sharded in place, rlvr.train.pg.sharded)."""
     a, s = cfg.algo, cfg.sampling
     teacher = load_teacher(cfg.teacher, cfg.model, tokenizer) if objective.needs_reference else None
     reference = ReferencePolicy(model, enabled=objective.needs_reference, refresh_every=a.ref_refresh_every,
@@ -170,7 +168,7 @@ def train(
     cfg, model, tokenizer, task = session.start(sharded.rank_config(cfg, shards), data=data, episodes=True,
                                                 resume=resume, reference_kept=not resume or ReferencePolicy.kept(cfg))
     s, r = cfg.sampling, cfg.run
-    # auto resolved here, once (rlvr.train.objective.resolve_rollout_correction)
+    # auto resolved here, once (rlvr.train.pg.objective.resolve_rollout_correction)
     objective = Objective(cfg.algo, s.group_size, s.max_tokens, plan, rollout_backend=cfg.rollout.backend,
                           truncation=Truncation.of(s.top_k, s.top_p), loss_tokens=objective_length_cap(cfg))
     # where generators and reward scoring run: in-process (default) or Ray actors (rlvr.distributed)
@@ -238,7 +236,7 @@ def _source_and_loop(cfg: TrainConfig, shards, placement, sampling_model, learne
                      plan: BatchPlan, *, resume: bool):
     """Where the step's rollouts come from and the run loop. Sharded (distributed.learner=fsdp2): rank 0
     builds the engine on its full copy, samples and broadcasts (ShardedSource); every rank joins the pushes
-    and checkpoints (rlvr.train.sharded.run_loop); the other ranks have no engine and write no files."""
+    and checkpoints (rlvr.train.pg.sharded.run_loop); the other ranks have no engine and write no files."""
     r, source = cfg.run, None
     if sampling_model is not None:
         engine = placement.generator(cfg.rollout, sampling_model, tokenizer, seed=r.seed,
@@ -258,7 +256,7 @@ def learn(learner: Learner, batch, adv: torch.Tensor, kept: torch.Tensor, step: 
     indices in the step's rollouts): old and reference logprobs (and with a critic the values) once, no
     grad; the loss's targets; then epochs x minibatches (one optimizer step each, and one critic step) x
     micro-batches (one backward each). steps: with algo.advantage=process the kept rows' StepMarks
-    (rlvr.train.process). old_logp_fn: the behaviour policy's old logprobs (rollouts of older policy
+    (rlvr.train.pg.process). old_logp_fn: the behaviour policy's old logprobs (rollouts of older policy
     versions, rlvr.distributed.staleness.BehaviourPolicy), None = the model's. Nothing happens when every
     row was filtered out. The schedule is put at the step's position before and after (schedule_at)."""
     out = Learned()

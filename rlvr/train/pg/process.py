@@ -24,7 +24,7 @@ whitens over the batch's response tokens.
 Rows whose reward reports no steps (a timeout, a checker error) add no process term and do not
 enter the normalization; a batch whose rewards report no steps at all is an error (the reward does
 not judge steps, so every process advantage would be 0). Steps whose ends fall in the same token
-are merged (rlvr.train.process.merge_shared_ends).
+are merged (rlvr.train.pg.process.merge_shared_ends).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import torch
 
 from rlvr.algo import kl_estimate, whiten
 from rlvr.algo.advantages import process_supervision_advantages
-from rlvr.train.targets import Targets, TargetSettings, kl_reward_to_go
+from rlvr.train.pg.targets import Targets, TargetSettings, kl_reward_to_go
 
 
 @dataclass
@@ -157,11 +157,11 @@ def center_by_step(rewards: Sequence[Sequence[float]], group_size: int) -> list[
 def process_targets(outcome_adv: torch.Tensor, mask: torch.Tensor, marks: StepMarks, settings: TargetSettings,
                     group_size: int,
                     old_logp: torch.Tensor | None = None, ref_logp: torch.Tensor | None = None):
-    """Per-token advantages (B, T) of the trained rows (module doc); returns rlvr.train.targets.Targets.
+    """Per-token advantages (B, T) of the trained rows (module doc); returns rlvr.train.pg.targets.Targets.
 
     outcome_adv (B,): GRPO's advantage of the outcome; mask (B, T): response tokens (label positions);
     marks: their StepMarks (rows in groups of group_size, as sampled); settings: the algo keys read
-    (rlvr.train.targets.TargetSettings); old_logp, ref_logp (B, T): only with kl_in=reward. 0 on every
+    (rlvr.train.pg.targets.TargetSettings); old_logp, ref_logp (B, T): only with kl_in=reward. 0 on every
     position outside the mask."""
     b, t = mask.shape
     if marks is None or len(marks.rewards) != b:
