@@ -597,6 +597,12 @@ def validate_sections(cfg: Any, *names: str) -> None:
             _run_validate(section, name + ".")
 
 
+def section(cfg: Any, name: str) -> Any:
+    """The section `name` of a config dataclass, or None when its class declares no such section (the demo's
+    config has no data or model section): for code that serves every stage's config."""
+    return getattr(cfg, name) if name in {f.name for f in dataclasses.fields(cfg)} else None
+
+
 # ------------------------------------------------------------------------------------ public API
 
 

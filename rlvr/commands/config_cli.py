@@ -13,6 +13,8 @@ from typing import Any
 
 import typer
 
+from rlvr.config import section
+
 
 def keys_help(cls: type) -> str:
     """One line per config key, `key (default): doc`, for a command's --help (from field docs)."""
@@ -158,7 +160,7 @@ def load_run_config(
     if resume is None:
         cfg = _with_run_task(cls, args, base, extra)
         _warn_ignored_model_keys(cfg)  # (a resumed run's config.yaml records the model's real shape)
-        check_user_reward(getattr(getattr(cfg, "data", None), "reward", ""))
+        check_user_reward(data.reward if (data := section(cfg, "data")) is not None else "")
         return cfg
     stored_path = resume / "config.yaml"
     if not stored_path.is_file():
@@ -188,7 +190,7 @@ def load_run_config(
     if fixes:
         typer.echo(f"--resume {resume}: the run was started in {start}; its relative paths are read from there: "
                    + ", ".join(f"{k}={v}" for k, v, _ in fixes), err=True)
-    check_user_reward(getattr(getattr(cfg, "data", None), "reward", ""))
+    check_user_reward(data.reward if (data := section(cfg, "data")) is not None else "")
     return cfg
 
 
@@ -398,7 +400,7 @@ _TINY_KEYS = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "ti
 
 
 def _warn_ignored_model_keys(cfg) -> None:
-    m = getattr(cfg, "model", None)
+    m = section(cfg, "model")
     if m is None or not (m.init_from or m.name != "tiny"):
         return
     plain = type(m)()

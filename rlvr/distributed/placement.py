@@ -75,7 +75,7 @@ class LocalPlacement:
 
 def build_placement(dcfg, *, num_threads: int = 0) -> Placement:
     """The placement distributed.placement names (dcfg: a DistributedConfig or None = local)."""
-    name = getattr(dcfg, "placement", "local") if dcfg is not None else "local"
+    name = dcfg.placement if dcfg is not None else "local"
     if name == "local":
         return LocalPlacement()
     if name == "ray":
@@ -111,7 +111,7 @@ class RayPlacement:
         gen_bundle = {"CPU": float(dcfg.generator_cpus)} | ({"GPU": float(dcfg.generator_gpus)}
                                                            if dcfg.generator_gpus else {})
         self.bundles = [gen_bundle] * n + [{"CPU": float(dcfg.scorer_cpus)}]
-        n_learners = getattr(dcfg, "num_learners", 1)
+        n_learners = dcfg.num_learners
         if n_learners > 1:
             self.bundles += [{"CPU": float(dcfg.learner_cpus)}] * n_learners
         need = {r: sum(b.get(r, 0.0) for b in self.bundles) for r in ("CPU", "GPU")}
@@ -165,7 +165,7 @@ class RayPlacement:
         """None with distributed.num_learners = 1 (the learner is this process), else a
         rlvr.distributed.dp.DataParallelGradients over that many GradientWorker actors, each running
         grad_fn (the trainer's accumulate_gradients) on its share."""
-        n = getattr(self.cfg, "num_learners", 1)
+        n = self.cfg.num_learners
         if n <= 1:
             return None
         ray = import_ray()

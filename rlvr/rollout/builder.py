@@ -37,9 +37,9 @@ GeneratorBuilder = Callable[..., Generator]
 
 
 def _hf(rcfg, model, tokenizer, *, model_source, seed, default_batch_size) -> Generator:
-    return HFGenerator(model, tokenizer, batch_size=getattr(rcfg, "batch_size", 0) or max(64, default_batch_size),
-                       shared_prefix=getattr(rcfg, "shared_prefix", True),
-                       cuda_graphs={"true": True, "false": False}.get(str(getattr(rcfg, "cuda_graphs", "auto")), "auto"))
+    return HFGenerator(model, tokenizer, batch_size=rcfg.batch_size or max(64, default_batch_size),
+                       shared_prefix=rcfg.shared_prefix,
+                       cuda_graphs={"true": True, "false": False}.get(str(rcfg.cuda_graphs), "auto"))
 
 
 def _vllm(rcfg, model, tokenizer, *, model_source, seed, default_batch_size) -> Generator:
@@ -76,7 +76,7 @@ def _vllm(rcfg, model, tokenizer, *, model_source, seed, default_batch_size) -> 
         enable_sleep_mode=bool(rcfg.sleep_mode and colocated),
         enforce_eager=rcfg.enforce_eager,
         device=None if colocated else device,
-        separate_process=bool(getattr(rcfg, "separate_process", False)),
+        separate_process=bool(rcfg.separate_process),
         seed=seed,
         lora_rank=lora.rank_of(model),
     )
@@ -102,7 +102,7 @@ def build_generator(
     learner's weights); None for a policy built in memory. default_batch_size: rollouts per step,
     the HF backend's batch when rollout.batch_size is 0.
     """
-    name = getattr(rcfg, "backend", "hf") or "hf"
+    name = rcfg.backend or "hf"
     if name not in GENERATOR_BACKENDS:
         raise KeyError(f"rollout.backend={name!r} is unknown; known: {', '.join(sorted(GENERATOR_BACKENDS))}")
     gen = GENERATOR_BACKENDS[name](

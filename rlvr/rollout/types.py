@@ -36,20 +36,20 @@ class SamplingSpec:
     def for_task(cls, task, s, *, seed: int | None, n: int | None = None, temperature: float | None = None,
                  logprobs: bool = True) -> SamplingSpec:
         """The spec for a task (rlvr.data.TaskData: its stop strings and keep_stop) from a sampling config
-        section `s` (SamplingConfig or EvalSamplingConfig: top_p, top_k (if it has one), max_tokens, stop,
-        keep_stop; temperature and the group size / n unless given). Stop strings: the task's, then the
-        section's extra ones. The one place a task and a config section become a SamplingSpec."""
-        if n is None:
-            n = getattr(s, "group_size", None) or getattr(s, "n", 1)
+        section `s` (a rlvr.train.config DecodingConfig: top_p, max_tokens, stop, keep_stop, temperature unless
+        given, and its spec_extras(): samples per prompt (the group size, eval's n) unless given, top_k,
+        min_tokens). Stop strings: the task's, then the section's extra ones. The one place a task and a config
+        section become a SamplingSpec."""
+        extras = s.spec_extras()
         return cls(
-            n=n,
+            n=extras["n"] if n is None else n,
             temperature=s.temperature if temperature is None else temperature,
             top_p=s.top_p,
-            top_k=getattr(s, "top_k", 0),
+            top_k=extras["top_k"],
             max_tokens=s.max_tokens,
-            min_tokens=min(getattr(s, "min_tokens", 0), s.max_tokens),
+            min_tokens=min(extras["min_tokens"], s.max_tokens),
             stop=tuple(dict.fromkeys((*task.stop, *s.stop))),
-            include_stop_str_in_output=bool(task.keep_stop and getattr(s, "keep_stop", True)),
+            include_stop_str_in_output=bool(task.keep_stop and s.keep_stop),
             seed=seed,
             logprobs=logprobs,
         )

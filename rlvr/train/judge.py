@@ -7,12 +7,12 @@ which the rewards layer may not import; load_task_data injects the judge into th
 from __future__ import annotations
 
 from collections.abc import Sequence
-from types import SimpleNamespace
 
 from rlvr.rewards.judge import HTTPJudge, JudgeReply, JudgeReward
 from rlvr.rewards.types import RewardFn
 from rlvr.rollout import build_generator
 from rlvr.rollout.types import SamplingSpec
+from rlvr.train.config import RolloutConfig
 from rlvr.train.policy import build_policy
 
 
@@ -67,7 +67,7 @@ def build_judge_backend(jcfg, *, device: str = "cpu", seed: int = 0):
     except (OSError, ValueError) as exc:
         raise ValueError(f"judge.model={jcfg.model!r}: {exc}") from exc
     model.eval()
-    rcfg = SimpleNamespace(backend="hf", batch_size=jcfg.batch_size, shared_prefix=True, cuda_graphs="false")
+    rcfg = RolloutConfig(backend="hf", batch_size=jcfg.batch_size, shared_prefix=True, cuda_graphs="false")
     generator = build_generator(rcfg, model, tokenizer, seed=seed, default_batch_size=jcfg.batch_size)
     return GeneratorJudge(generator, tokenizer, max_tokens=jcfg.max_tokens, label=f"judge.model={jcfg.model}")
 

@@ -26,8 +26,7 @@ def quiet_transformers() -> None:
 
 
 def policy_from_config(mcfg, seed: int = 0):
-    """build_policy with the fields of a ModelConfig (fields added later are read with their
-    defaults, so older config objects still work)."""
+    """build_policy with the fields of a ModelConfig (rlvr.train.config.ModelConfig)."""
     return build_policy(
         mcfg.name,
         init_from=mcfg.init_from,
@@ -39,20 +38,20 @@ def policy_from_config(mcfg, seed: int = 0):
         dtype=mcfg.dtype,
         device=mcfg.device,
         seed=seed,
-        gradient_checkpointing=getattr(mcfg, "gradient_checkpointing", False),
-        attn_implementation=getattr(mcfg, "attn_implementation", "auto"),
-        disable_dropout=getattr(mcfg, "disable_dropout", True),
-        lora_rank=getattr(mcfg, "lora_rank", 0),
-        lora_alpha=getattr(mcfg, "lora_alpha", 16.0),
-        lora_dropout=getattr(mcfg, "lora_dropout", 0.0),
-        lora_target_modules=getattr(mcfg, "lora_target_modules", "all-linear"),
+        gradient_checkpointing=mcfg.gradient_checkpointing,
+        attn_implementation=mcfg.attn_implementation,
+        disable_dropout=mcfg.disable_dropout,
+        lora_rank=mcfg.lora_rank,
+        lora_alpha=mcfg.lora_alpha,
+        lora_dropout=mcfg.lora_dropout,
+        lora_target_modules=mcfg.lora_target_modules,
     )
 
 
 def no_new_adapter(mcfg):
     """The model section of a command that only samples (rlvr eval, filter): a run's model.lora_rank must not
     wrap the policy it loads in a new (zero) adapter; a LoRA checkpoint is merged on load either way."""
-    if getattr(mcfg, "lora_rank", 0) <= 0:
+    if mcfg.lora_rank <= 0:
         return mcfg
     return dataclasses.replace(mcfg, lora_rank=0)
 

@@ -271,7 +271,7 @@ def check_positions(model, tokenizer, task, cfg, *, train: bool = True) -> None:
         return
     s = cfg.sampling
     tokens, keys = s.max_tokens, f"sampling.max_tokens={s.max_tokens}"
-    if getattr(s, "thinking_budget", -1) > 0:
+    if s.thinking_budget > 0:
         tokens, keys = tokens + s.thinking_budget, f"{keys} + sampling.thinking_budget={s.thinking_budget}"
     examples = [*(task.train if train else ()), *eval_examples(task, cfg.data.num_eval)]
     prompts = [(str(getattr(ex, "id", i)), task.prompt(ex)) for i, ex in enumerate(examples)]
@@ -417,14 +417,15 @@ def already_done(cfg, resume: bool) -> TrainResult | None:
 
 
 def start(cfg, *, data=None, train: bool = True, rl: bool = True, episodes: bool = False, resume: bool = False,
-          reference_kept: bool = True):
+          reference_kept: bool = True, judge=None):
     """(cfg, model, tokenizer, task) of a run about to start: threads and seeds set, every bad line of the
     data files reported before the model loads (unless `data`, a TaskData, replaces cfg.data), the policy
     loaded and its shape recorded in cfg, the task loaded (train: with its training split; episodes: data.env
     allowed). rl: the task must have training problems, whose prompts plus the response budget must fit the
     model's positions (else only the held-out ones are checked), and a step larger than the problems is
     warned about. resume: a model.init_from that is gone is replaced by the run's own checkpoint
-    (resume_weights; reference_kept: the run directory holds what its KL reference needs)."""
+    (resume_weights; reference_kept: the run directory holds what its KL reference needs). judge: the judge
+    section of a stage that has one (rlvr train: TrainConfig.judge), for data.reward=judge."""
     r = cfg.run
     set_num_threads(r.num_threads or None)
     seed_everything(r.seed)
@@ -440,8 +441,8 @@ def start(cfg, *, data=None, train: bool = True, rl: bool = True, episodes: bool
     model, tokenizer = policy_from_config(mcfg, seed=r.seed)
     cfg = record_model_shape(cfg, model)  # config.yaml records the shape that was trained
     kw = {"episodes": True} if episodes else {}
-    if getattr(cfg, "judge", None) is not None:  # data.reward=judge: the judge section's judge in the reward
-        kw |= {"judge": cfg.judge, "judge_device": cfg.model.device}
+    if judge is not None:  # the judge section (rlvr train's): data.reward=judge puts its judge in the reward
+        kw |= {"judge": judge, "judge_device": cfg.model.device}
     task = data if data is not None else load_task_data(cfg.data, tokenizer, train=train, **kw)
     if rl and not task.train:
         raise TaskDataError(f"data: task {task.name!r} has no training examples")
@@ -458,8 +459,8 @@ def resume_weights(cfg, *, reference_kept: bool = True) -> Path | None:
     there (it is loaded as at the start), or for a LoRA policy (its checkpoints hold adapters over a base).
     reference_kept False (a KL reference that is the start policy, of a run made before the reference was
     kept in the run directory) is a ConfigError: nothing holds the reference any more."""
-    src = getattr(cfg.model, "init_from", "")
-    if not src or Path(src).exists() or getattr(cfg.model, "lora_rank", 0) > 0:
+    src = cfg.model.init_from
+    if not src or Path(src).exists() or cfg.model.lora_rank > 0:
         return None
     run = Path(cfg.run.out_dir)
     if not reference_kept:

@@ -33,18 +33,18 @@ def load_task_data(data_cfg, tokenizer=None, *, train: bool = True, episodes: bo
     judge section (JudgeConfig): when data.reward names the judge, it is built (a local judge model loads
     on judge.device or `judge_device`) and bound into the reward; None leaves the registry's unconfigured
     judge (every call an ERROR naming the keys)."""
-    if getattr(data_cfg, "env", "") and not episodes:
+    if data_cfg.env and not episodes:
         raise TaskDataError(f"data.env={data_cfg.env!r}: multi-turn environments run in `rlvr train` only so far "
                             "(its periodic and final evaluation covers held-out episodes); unset data.env here")
     try:
-        if getattr(data_cfg, "env", ""):
+        if data_cfg.env:
             return env_task_data(data_cfg, tokenizer, train=train)
         return _load_task_data(data_cfg, tokenizer, train, judge, judge_device)
     except TaskDataError:
         raise
     except (ValueError, KeyError, OSError) as exc:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-        if "missing key" in msg and not (getattr(data_cfg, "question_key", "") or getattr(data_cfg, "answer_key", "")):
+        if "missing key" in msg and not (data_cfg.question_key or data_cfg.answer_key):
             msg += "; map your own column names with data.question_key / data.answer_key"
         raise TaskDataError(f"data (task={data_cfg.task!r}): {msg}") from exc
 
@@ -77,8 +77,8 @@ def _load_hf(data_cfg, split: str, columns: dict[str, str]) -> list:
 def _eval_columns(data_cfg, columns: dict[str, str]) -> dict[str, str]:
     """The held-out rows' column mapping: data.eval_question_key / eval_answer_key where set, else the training
     rows' (data.question_key / answer_key)."""
-    return {"question": getattr(data_cfg, "eval_question_key", "") or columns["question"],
-            "answer": getattr(data_cfg, "eval_answer_key", "") or columns["answer"]}
+    return {"question": data_cfg.eval_question_key or columns["question"],
+            "answer": data_cfg.eval_answer_key or columns["answer"]}
 
 
 BAD_LINES_SHOWN = 3  # bad lines quoted in the one-line error of check_data_files (the count says how many)
@@ -89,7 +89,7 @@ def check_data_files(data_cfg, *, train: bool = True) -> None:
     and parsed as the task's loader will, and all the bad ones are reported in one TaskDataError naming the
     key, the file and the first lines (a file used to report only its first bad line, after the model had
     loaded); a file with no problems is named too (it was "task 'gsm8k' has no training examples")."""
-    if getattr(data_cfg, "env", ""):
+    if data_cfg.env:
         required, parse = ("question", "reference"), None  # rlvr.envs.task reads these two keys
     else:
         try:
@@ -99,15 +99,15 @@ def check_data_files(data_cfg, *, train: bool = True) -> None:
         if reg.parse_row is None:
             return  # a synthetic task without a row format: its loader says so
 
-        train_columns = {"question": getattr(data_cfg, "question_key", ""),
-                         "answer": getattr(data_cfg, "answer_key", "")}
+        train_columns = {"question": data_cfg.question_key,
+                         "answer": data_cfg.answer_key}
         by_key = {"train_path": train_columns, "eval_path": _eval_columns(data_cfg, train_columns)}
 
     for key, split in (("train_path", "training"), ("eval_path", "held-out")):
-        path = getattr(data_cfg, key, "")
+        path = getattr(data_cfg, key)
         if not path or (key == "train_path" and not train):
             continue
-        if not getattr(data_cfg, "env", ""):  # the task's row format, under this file's column mapping
+        if not data_cfg.env:  # the task's row format, under this file's column mapping
             columns = by_key[key]
             required = source_keys(reg.required_keys, columns)
 
@@ -124,13 +124,13 @@ def check_data_files(data_cfg, *, train: bool = True) -> None:
             more = f" (and {len(errors) - BAD_LINES_SHOWN} more)" if len(errors) > BAD_LINES_SHOWN else ""
             hint = ""
             if any("missing key" in e.reason for e in errors) and not (
-                    getattr(data_cfg, "question_key", "") or getattr(data_cfg, "answer_key", "")):
+                    data_cfg.question_key or data_cfg.answer_key):
                 hint = "; map your own column names with data.question_key / data.answer_key"
             raise TaskDataError(f"data.{key}={path}: {len(errors)} bad line{'s' if len(errors) > 1 else ''} of "
                                 f"{good + len(errors)}: {shown}{more}{hint}")
         if not good and key == "train_path":  # an empty held-out file is a run without evaluation (said at start)
             raise TaskDataError(f"data.{key}={path}: no {split} problems (the file has no non-blank lines)")
-    if getattr(data_cfg, "hf_dataset", "") and not getattr(data_cfg, "env", ""):
+    if data_cfg.hf_dataset and not data_cfg.env:
         _check_hf(data_cfg, train=train)
 
 
@@ -138,7 +138,7 @@ def _check_hf(data_cfg, *, train: bool) -> None:
     """data.hf_dataset read and parsed before any model loads, like the JSONL files: a missing dataset or split,
     a missing column, a corrupt file or a row the task cannot read is a TaskDataError now, not after the model
     loaded. The rows are kept for the loader that follows (_CHECKED_HF)."""
-    columns = {"question": getattr(data_cfg, "question_key", ""), "answer": getattr(data_cfg, "answer_key", "")}
+    columns = {"question": data_cfg.question_key, "answer": data_cfg.answer_key}
     splits = []
     if train:
         splits.append((data_cfg.hf_split, columns))
@@ -163,9 +163,9 @@ def _load_task_data(data_cfg, tokenizer=None, need_train: bool = True, judge=Non
     """
     task = get_task(data_cfg.task)
     template = data_cfg.template or task.default_template
-    columns = {"question": getattr(data_cfg, "question_key", ""), "answer": getattr(data_cfg, "answer_key", "")}
+    columns = {"question": data_cfg.question_key, "answer": data_cfg.answer_key}
     eval_columns = _eval_columns(data_cfg, columns)
-    hf = getattr(data_cfg, "hf_dataset", "")
+    hf = data_cfg.hf_dataset
     if not need_train:
         train = []
     elif data_cfg.train_path or hf:
@@ -190,13 +190,13 @@ def _load_task_data(data_cfg, tokenizer=None, need_train: bool = True, judge=Non
     if judge is not None and reward_uses_judge(data_cfg.reward):  # the model judge, on the task's own checker
         reward_fn = bind_reward(reward_fn, "judge", build_judge(judge, task.reward_fn(template), device=judge_device,
                                                                 seed=data_cfg.seed))
-    if getattr(data_cfg, "verifier_tolerance", ""):
+    if data_cfg.verifier_tolerance:
         reward_fn = with_tolerance(reward_fn, data_cfg.verifier_tolerance)
     return TaskData(
         name=task.name,
         train=train,
         eval=held_out,
-        prompt=mode_prompt(lambda ex: task.prompt(ex, template, tokenizer), getattr(data_cfg, "thinking_mode", "")),
+        prompt=mode_prompt(lambda ex: task.prompt(ex, template, tokenizer), data_cfg.thinking_mode),
         reward_fn=reward_fn,
         target=lambda ex: task.target(ex, template),
         stop=task.stop_strings(template),
@@ -251,12 +251,11 @@ def _cpu_eval_chunks(generator, task: TaskData, examples: Sequence[Any], cfg) ->
     gen, tokenizer = generator, None
     while gen is not None and tokenizer is None:  # through sampling wrappers (thinking budget) to the engine
         tokenizer, gen = getattr(gen, "tokenizer", None), getattr(gen, "gen", None)
-    rollout = getattr(cfg, "rollout", None)
-    if tokenizer is None or rollout is None:
+    if tokenizer is None:
         return None
-    budget = max(getattr(cfg.sampling, "thinking_budget", -1), 0)
+    budget = max(cfg.sampling.thinking_budget, 0)
     return cpu_chunks(tokenizer, [task.prompt(ex) for ex in examples], n=1, max_tokens=cfg.sampling.max_tokens + budget,
-                      max_prompts=cfg.run.eval_batch_size, device=cfg.model.device, backend=rollout.backend)
+                      max_prompts=cfg.run.eval_batch_size, device=cfg.model.device, backend=cfg.rollout.backend)
 
 
 def task_scorer(task: TaskData, data_cfg):

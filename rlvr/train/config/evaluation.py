@@ -26,6 +26,9 @@ class EvalSamplingConfig(DecodingConfig):
     """Prompts per generate call (on CPU with the hf engine also at most 16384 tokens a call: rows x (longest
     prompt + max_tokens), rlvr.eval.CPU_EVAL_TOKENS; long prompts in 256-prompt calls were several times slower)."""
 
+    def spec_extras(self) -> dict[str, int]:
+        return {"n": self.n, "top_k": 0, "min_tokens": 0}
+
     def validate(self) -> None:
         """Ranges of `rlvr eval`'s decoding."""
         c = Checks("sampling")

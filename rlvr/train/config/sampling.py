@@ -36,6 +36,12 @@ class DecodingConfig:
     """Text forced when the thinking budget runs out; '' = the template's: Qwen3's ("Considering the limited time ...
     </think>"), ending in " </think> <answer>" under r1_zero (whose reward needs that separator)."""
 
+    def spec_extras(self) -> dict[str, int]:
+        """What a SamplingSpec (rlvr.rollout.SamplingSpec.for_task) takes from this section beyond the shared
+        keys: samples per prompt (n), top_k and min_tokens. A section without those keys samples once per
+        prompt, over the whole vocabulary by rank, with no minimum length; a section that has them says so."""
+        return {"n": 1, "top_k": 0, "min_tokens": 0}
+
     def check_decoding(self, c: Checks) -> None:
         """Ranges of the shared decoding keys, added to a section's own checks."""
         _check_decoding(c, self)
@@ -75,6 +81,9 @@ class SamplingConfig(DecodingConfig):
     mask_truncated: bool = False
     """rlvr train: responses cut at max_tokens (finish_reason "length") get no gradient (TRL's
     mask_truncated_completions, DAPO's overlong filtering); they still count in their group's advantages."""
+
+    def spec_extras(self) -> dict[str, int]:
+        return {"n": self.group_size, "top_k": self.top_k, "min_tokens": self.min_tokens}
 
     def validate(self) -> None:
         """Ranges of the sampling section (the sampler would refuse them only after the model is built)."""

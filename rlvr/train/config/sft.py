@@ -46,6 +46,9 @@ class SFTSamplingConfig(DecodingConfig):
     min_tokens: int = 0
     """End-of-sequence and stop strings are ignored before this many response tokens."""
 
+    def spec_extras(self) -> dict[str, int]:
+        return {"n": 1, "top_k": 0, "min_tokens": self.min_tokens}
+
     def validate(self) -> None:
         """Ranges of the evaluation decoding."""
         c = Checks("sampling")

@@ -166,7 +166,8 @@ def train(
         return done
     shards = sharded.start(cfg)  # distributed.learner=fsdp2: this process's rank (None: the one-process learner)
     cfg, model, tokenizer, task = session.start(sharded.rank_config(cfg, shards), data=data, episodes=True,
-                                                resume=resume, reference_kept=not resume or ReferencePolicy.kept(cfg))
+                                                resume=resume, reference_kept=not resume or ReferencePolicy.kept(cfg),
+                                                judge=cfg.judge)
     s, r = cfg.sampling, cfg.run
     # auto resolved here, once (rlvr.train.pg.objective.resolve_rollout_correction)
     objective = Objective(cfg.algo, s.group_size, s.max_tokens, plan, rollout_backend=cfg.rollout.backend,

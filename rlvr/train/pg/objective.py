@@ -145,7 +145,7 @@ class Shaping:
         name = {"gae": None, "process": "grpo"}.get(algo.advantage, algo.advantage)
         estimator = (None if name is None
                      else functools.partial(compute_advantages, name, eps=algo.adv_eps, std=algo.adv_std))
-        return cls(group_size, term, algo.length_reward_coef, getattr(algo, "length_reward_warmup_steps", 0),
+        return cls(group_size, term, algo.length_reward_coef, algo.length_reward_warmup_steps,
                    estimator, algo.filter_zero_variance)
 
     def __call__(self, rewards: list[Reward], lengths: torch.Tensor, step: int | None = None
@@ -266,9 +266,9 @@ class LossParts:
         )
         kl = (algo.kl_estimator, algo.kl_coef, algo.kl_in != "reward") if algo.kl_coef > 0 else None
         value = None
-        if getattr(algo, "critic", ""):
+        if algo.critic:
             value = (algo.value_coef, algo.value_clip or None)
-        mode = correction or resolve_rollout_correction(getattr(algo, "rollout_correction", "auto"), "hf")
+        mode = correction or resolve_rollout_correction(algo.rollout_correction, "hf")
         corr = None if mode == "none" else (mode, algo.rollout_correction_cap, algo.rollout_correction_low)
         return cls(policy=policy, aggregate=LOSS_AGGREGATIONS[algo.aggregation], kl=kl,
                    entropy_coef=algo.entropy_coef, value=value, correction=corr)
@@ -568,7 +568,7 @@ class Objective:
     _noted: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self):
-        self.correction = resolve_rollout_correction(getattr(self.algo, "rollout_correction", "auto"),
+        self.correction = resolve_rollout_correction(self.algo.rollout_correction,
                                                      self.rollout_backend)
 
     @property
@@ -606,7 +606,7 @@ class Objective:
     @property
     def entropy_quantile(self) -> float:
         """algo.entropy_mask_quantile: the share of response tokens (top by entropy) the policy term trains on."""
-        return getattr(self.algo, "entropy_mask_quantile", 1.0)
+        return self.algo.entropy_mask_quantile
 
     def select_tokens(self, model, mb: Minibatch, fwd: ForwardSpec) -> Minibatch:
         """mb with policy_keep set to its top-q response tokens by the current policy's entropy (q =

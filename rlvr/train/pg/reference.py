@@ -90,7 +90,7 @@ class ReferencePolicy:
         none (algo.kl_coef 0), it is the teacher or a LoRA policy's base, or the run kept the snapshot its last
         checkpoint needs."""
         a = cfg.algo
-        if a.kl_coef <= 0 or getattr(cfg.teacher, "model", "") or getattr(cfg.model, "lora_rank", 0) > 0:
+        if a.kl_coef <= 0 or cfg.teacher.model or cfg.model.lora_rank > 0:
             return True
         ckpt = latest_checkpoint(cfg.run.out_dir)
         step = int(ckpt.name.split("_")[1]) if ckpt is not None else 0

@@ -153,7 +153,7 @@ def start(cfg) -> Shards | None:
     """The process group of distributed.learner=fsdp2 (None for the one-process learner): torchrun's
     environment (RANK, WORLD_SIZE, MASTER_ADDR, LOCAL_RANK), or a group of one without it. NCCL when the
     policy is on CUDA (each rank on cuda:LOCAL_RANK), gloo on CPU."""
-    if getattr(cfg.distributed, "learner", "local") != "fsdp2":
+    if cfg.distributed.learner != "fsdp2":
         return None
     cuda = str(cfg.model.device).startswith("cuda")
     owns = not dist.is_initialized()
