@@ -216,82 +216,91 @@ def _parse(data: Mapping[str, Any], *, source: str, base_dir: Path, lines: Mappi
         stages_raw = []
     names: set[str] = set()
     for i, raw in enumerate(stages_raw):
-        where_i = at("stages", i)
-        if not isinstance(raw, Mapping):
-            errors.append(f"{where_i}: stage {i + 1} must be a mapping with name and kind, got {raw!r}")
-            continue
-        name = raw.get("name")
-        label = f"stage '{name}'" if isinstance(name, str) and name else f"stage {i + 1}"
-        if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
-            errors.append(f"{where_i}: {label}: name must be letters, digits, '_', '-', '.' (got {name!r})")
-            name = f"stage{i + 1}"
-        elif name in names:
-            errors.append(f"{where_i}: {label}: the name is used by an earlier stage; names must be unique")
-        names.add(name)
-        for key in raw:
-            if key not in STAGE_KEYS:
-                errors.append(f"{at('stages', i, key)}: {label}: unknown stage key '{key}'"
-                              f"{_hint(str(key), STAGE_KEYS)}; known: {', '.join(STAGE_KEYS)} (config keys go "
-                              "under overrides)")
-        kind = raw.get("kind")
-        kind = ALIASES.get(kind, kind) if isinstance(kind, str) else kind
-        if kind not in KINDS:
-            known = ", ".join([*KINDS, *(f"{a} (= {k})" for a, k in ALIASES.items())])
-            errors.append(f"{at('stages', i, 'kind')}: {label}: unknown stage kind {raw.get('kind')!r}"
-                          f"{_hint(str(raw.get('kind')), [*KINDS, *ALIASES])}; known: {known}")
-            kind = "?"
-        label = f"stage '{name}' (kind {kind})"
-        stage = StageSpec(name=name, kind=kind, where=where_i)
-        cfg_path = raw.get("config") or ""
-        if not isinstance(cfg_path, str):
-            errors.append(f"{at('stages', i, 'config')}: {label}: config must be a path, got {cfg_path!r}")
-        else:
-            stage.config = str(_relative_to(cfg_path, base_dir)) if cfg_path else ""
-        recipe = raw.get("recipe") or ""
-        if recipe and kind != "rl":
-            errors.append(f"{at('stages', i, 'recipe')}: {label}: recipe applies to rl stages only")
-        stage.recipe = str(recipe)
-        init = raw.get("init_from", "previous")
-        if init is None:
-            init = "none"
-        if not isinstance(init, str):
-            errors.append(f"{at('stages', i, 'init_from')}: {label}: init_from must be previous, none, a stage "
-                          f"name or a path; got {init!r}")
-            init = "previous"
-        # previous | none | a stage's name (resolved when the stage runs) | a path, relative to this file
-        keep = init in ("previous", "none", "") or _is_stage_ref(init, stages_raw)
-        stage.init_from = init if keep else str(_relative_to(init, base_dir))
-        ov = raw.get("overrides") or {}
-        if isinstance(ov, list):
-            for j, text in enumerate(ov):
-                try:
-                    key, _raw, value = parse_override(str(text))
-                except ConfigError as exc:
-                    errors.append(f"{at('stages', i, 'overrides', j)}: {label}: {exc}")
-                    continue
-                stage.overrides[key] = value
-                stage.lines[key] = at("stages", i, "overrides", j)
-        elif isinstance(ov, Mapping):
-            where = {}
-            stage.overrides = _flatten(ov, where=where)
-            stage.lines = {k: at("stages", i, "overrides", *where[k]) for k in stage.overrides}
-        else:
-            errors.append(f"{at('stages', i, 'overrides')}: {label}: overrides must be a mapping of config keys "
-                          f"(or a list of key=value), got {ov!r}")
-        _resolve_paths(stage.overrides, base_dir)
-        opts = raw.get("options") or {}
-        if opts and kind != "filter":
-            errors.append(f"{at('stages', i, 'options')}: {label}: options apply to filter stages only "
-                          "(config keys go under overrides)")
-        elif not isinstance(opts, Mapping):
-            errors.append(f"{at('stages', i, 'options')}: {label}: options must be a mapping, got {opts!r}")
-        else:
-            stage.options = dict(opts)
-        stages.append(stage)
+        stage = _parse_stage(raw, i, at=at, base_dir=base_dir, stages_raw=stages_raw, names=names, errors=errors)
+        if stage is not None:
+            stages.append(stage)
     if errors:
         raise ConfigError(errors)
     return PipelineSpec(out_dir=str(out_dir), stages=stages, shared=shared, init_from=str(_relative_to(init_from, base_dir))
                         if init_from else "", overwrite=overwrite, source=source, shared_lines=shared_lines)
+
+
+def _parse_stage(raw: Any, i: int, *, at, base_dir: Path, stages_raw: Sequence[Any], names: set[str],
+                 errors: list[str]) -> StageSpec | None:
+    """Stage i of the pipeline's `stages` list (its name added to `names`), or None when it is not a mapping;
+    every problem appended to `errors` at its file:line (`at`)."""
+    where_i = at("stages", i)
+    if not isinstance(raw, Mapping):
+        errors.append(f"{where_i}: stage {i + 1} must be a mapping with name and kind, got {raw!r}")
+        return None
+    name = raw.get("name")
+    label = f"stage '{name}'" if isinstance(name, str) and name else f"stage {i + 1}"
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+        errors.append(f"{where_i}: {label}: name must be letters, digits, '_', '-', '.' (got {name!r})")
+        name = f"stage{i + 1}"
+    elif name in names:
+        errors.append(f"{where_i}: {label}: the name is used by an earlier stage; names must be unique")
+    names.add(name)
+    for key in raw:
+        if key not in STAGE_KEYS:
+            errors.append(f"{at('stages', i, key)}: {label}: unknown stage key '{key}'"
+                          f"{_hint(str(key), STAGE_KEYS)}; known: {', '.join(STAGE_KEYS)} (config keys go "
+                          "under overrides)")
+    kind = raw.get("kind")
+    kind = ALIASES.get(kind, kind) if isinstance(kind, str) else kind
+    if kind not in KINDS:
+        known = ", ".join([*KINDS, *(f"{a} (= {k})" for a, k in ALIASES.items())])
+        errors.append(f"{at('stages', i, 'kind')}: {label}: unknown stage kind {raw.get('kind')!r}"
+                      f"{_hint(str(raw.get('kind')), [*KINDS, *ALIASES])}; known: {known}")
+        kind = "?"
+    label = f"stage '{name}' (kind {kind})"
+    stage = StageSpec(name=name, kind=kind, where=where_i)
+    cfg_path = raw.get("config") or ""
+    if not isinstance(cfg_path, str):
+        errors.append(f"{at('stages', i, 'config')}: {label}: config must be a path, got {cfg_path!r}")
+    else:
+        stage.config = str(_relative_to(cfg_path, base_dir)) if cfg_path else ""
+    recipe = raw.get("recipe") or ""
+    if recipe and kind != "rl":
+        errors.append(f"{at('stages', i, 'recipe')}: {label}: recipe applies to rl stages only")
+    stage.recipe = str(recipe)
+    init = raw.get("init_from", "previous")
+    if init is None:
+        init = "none"
+    if not isinstance(init, str):
+        errors.append(f"{at('stages', i, 'init_from')}: {label}: init_from must be previous, none, a stage "
+                      f"name or a path; got {init!r}")
+        init = "previous"
+    # previous | none | a stage's name (resolved when the stage runs) | a path, relative to this file
+    keep = init in ("previous", "none", "") or _is_stage_ref(init, stages_raw)
+    stage.init_from = init if keep else str(_relative_to(init, base_dir))
+    ov = raw.get("overrides") or {}
+    if isinstance(ov, list):
+        for j, text in enumerate(ov):
+            try:
+                key, _raw, value = parse_override(str(text))
+            except ConfigError as exc:
+                errors.append(f"{at('stages', i, 'overrides', j)}: {label}: {exc}")
+                continue
+            stage.overrides[key] = value
+            stage.lines[key] = at("stages", i, "overrides", j)
+    elif isinstance(ov, Mapping):
+        where = {}
+        stage.overrides = _flatten(ov, where=where)
+        stage.lines = {k: at("stages", i, "overrides", *where[k]) for k in stage.overrides}
+    else:
+        errors.append(f"{at('stages', i, 'overrides')}: {label}: overrides must be a mapping of config keys "
+                      f"(or a list of key=value), got {ov!r}")
+    _resolve_paths(stage.overrides, base_dir)
+    opts = raw.get("options") or {}
+    if opts and kind != "filter":
+        errors.append(f"{at('stages', i, 'options')}: {label}: options apply to filter stages only "
+                      "(config keys go under overrides)")
+    elif not isinstance(opts, Mapping):
+        errors.append(f"{at('stages', i, 'options')}: {label}: options must be a mapping, got {opts!r}")
+    else:
+        stage.options = dict(opts)
+    return stage
 
 
 def _is_stage_ref(value: str, stages_raw: Sequence[Any]) -> bool:
