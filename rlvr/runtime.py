@@ -285,10 +285,10 @@ class FlopTerms:
             else:
                 linear += p.numel()
                 linear_grad += p.numel() if p.requires_grad else 0
-        cfg = getattr(model, "config", None)
-        layers = getattr(cfg, "num_hidden_layers", 0) or 0
-        heads = getattr(cfg, "num_attention_heads", 0) or 0
-        head_dim = getattr(cfg, "head_dim", None) or ((getattr(cfg, "hidden_size", 0) or 0) // heads if heads else 0)
+        hf_config = getattr(model, "config", None)
+        layers = getattr(hf_config, "num_hidden_layers", 0) or 0
+        heads = getattr(hf_config, "num_attention_heads", 0) or 0
+        head_dim = getattr(hf_config, "head_dim", None) or ((getattr(hf_config, "hidden_size", 0) or 0) // heads if heads else 0)
         return cls(2 * linear, 2 * linear_grad, 2 * head, 2 * head_grad, 4 * heads * head_dim * layers)
 
     def forward(self, tokens: float, logits: float, pairs: float) -> float:

@@ -244,10 +244,10 @@ def supported(model) -> bool:
     """Whether the cascade may run `model`'s attention: a model type of CASCADE_MODEL_TYPES (others keep
     the KV-cache copy path, which is exact for any model), no active sliding window (old prefix keys
     would have to be masked), and a forward that passes **kwargs down to the attention call."""
-    cfg = getattr(model, "config", None)
-    if cfg is None or getattr(cfg, "model_type", None) not in CASCADE_MODEL_TYPES:
+    hf_config = getattr(model, "config", None)
+    if hf_config is None or getattr(hf_config, "model_type", None) not in CASCADE_MODEL_TYPES:
         return False
-    if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", cfg.model_type == "mistral"):
+    if getattr(hf_config, "sliding_window", None) and getattr(hf_config, "use_sliding_window", hf_config.model_type == "mistral"):
         return False
     return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in forward_params(type(model)).values())
 

@@ -350,13 +350,13 @@ def supported(model) -> str | None:
     no active sliding window, no attention dropout, a forward that passes **kwargs down to the attention
     and takes logits_to_keep (a LoRA policy's: its base model's, which peft's forward passes them to)."""
     model = inner_model(model)
-    cfg = getattr(model, "config", None)
-    kind = getattr(cfg, "model_type", None)
-    if cfg is None or kind not in CASCADE_MODEL_TYPES:
+    hf_config = getattr(model, "config", None)
+    kind = getattr(hf_config, "model_type", None)
+    if hf_config is None or kind not in CASCADE_MODEL_TYPES:
         return f"model type {kind!r} is not one of {', '.join(CASCADE_MODEL_TYPES)}"
-    if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", kind == "mistral"):
+    if getattr(hf_config, "sliding_window", None) and getattr(hf_config, "use_sliding_window", kind == "mistral"):
         return "the model uses sliding-window attention"
-    if float(getattr(cfg, "attention_dropout", 0.0) or 0.0) > 0:
+    if float(getattr(hf_config, "attention_dropout", 0.0) or 0.0) > 0:
         return "the model has attention dropout"
     params = forward_params(type(model))
     if "logits_to_keep" not in params or not any(p.kind.name == "VAR_KEYWORD" for p in params.values()):
@@ -395,10 +395,10 @@ def compute_dtype(model) -> torch.dtype:
 
 
 def _head_shape(model) -> tuple[int, int, int]:
-    cfg = model.config
-    heads = cfg.num_attention_heads
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-    return head_dim, heads, getattr(cfg, "num_key_value_heads", None) or heads
+    hf_config = model.config
+    heads = hf_config.num_attention_heads
+    head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // heads
+    return head_dim, heads, getattr(hf_config, "num_key_value_heads", None) or heads
 
 
 def score_packed(

@@ -53,14 +53,14 @@ _REGISTERED = [False]
 
 def unsupported_reason(model) -> str | None:
     """Why the static-cache decode cannot run this model, or None when it can."""
-    cfg = getattr(model, "config", None)
-    mtype = getattr(cfg, "model_type", None)
+    hf_config = getattr(model, "config", None)
+    mtype = getattr(hf_config, "model_type", None)
     if mtype not in SUPPORTED_MODEL_TYPES:
         return f"model type {mtype!r} is not one of {', '.join(SUPPORTED_MODEL_TYPES)}"
-    attn = getattr(cfg, "_attn_implementation", None)
+    attn = getattr(hf_config, "_attn_implementation", None)
     if attn not in SUPPORTED_ATTENTION:
         return f"attention implementation {attn!r} is not one of {', '.join(SUPPORTED_ATTENTION)}"
-    types = getattr(cfg, "layer_types", None) or ["full_attention"]
+    types = getattr(hf_config, "layer_types", None) or ["full_attention"]
     if any(t != "full_attention" for t in types):
         return "the model has sliding-window or other non-full attention layers"
     try:

@@ -28,8 +28,8 @@ from rlvr.train.batching import micro_batches
 
 
 def _hidden_size(model) -> int:
-    cfg = getattr(model, "config", None)
-    size = getattr(cfg, "hidden_size", None) or getattr(cfg, "n_embd", None)
+    hf_config = getattr(model, "config", None)
+    size = getattr(hf_config, "hidden_size", None) or getattr(hf_config, "n_embd", None)
     if not size:
         raise ValueError("algo.critic: cannot find the model's hidden size (config.hidden_size)")
     return int(size)
