@@ -7,7 +7,6 @@ peft policy's to float noise, and the base's (the adapter off) are far off.
 from __future__ import annotations
 
 import os
-import types
 
 import pytest
 import torch
@@ -19,6 +18,7 @@ pytest.importorskip("peft")
 from rlvr.models import build_tiny_model, lora, score_tokens  # noqa: E402
 from rlvr.models.export import push_tensors  # noqa: E402
 from rlvr.rollout import SamplingSpec, build_generator, rollouts_to_batch  # noqa: E402
+from rlvr.train.config import RolloutConfig  # noqa: E402
 
 SHAPE = dict(hidden_size=64, num_heads=2, num_layers=2, intermediate_size=128)  # head_dim 32: the CPU engine's
 TOL = 1e-4  # fp32 engine vs fp32 learner
@@ -52,8 +52,8 @@ def lora_engine():
     as version 0. The base is the tiny model of seed 0, which train(cfg) below rebuilds (run.seed=0)."""
     base, tok = build_tiny_model(seed=0, **SHAPE)
     model = lora.wrap_lora(base, rank=4, alpha=8)  # rank 4: vLLM's max_lora_rank 8 holds it
-    rcfg = types.SimpleNamespace(backend="vllm", device="", dtype="float32", gpu_memory_utilization=0.1,
-                                 max_model_len=256, tensor_parallel_size=1, sleep_mode=False, enforce_eager=True)
+    rcfg = RolloutConfig(backend="vllm", device="", dtype="float32", gpu_memory_utilization=0.1,
+                         max_model_len=256, tensor_parallel_size=1, sleep_mode=False, enforce_eager=True)
     return build_generator(rcfg, model, tok, seed=0), model
 
 

@@ -351,12 +351,11 @@ def test_attn_implementation_reaches_tiny_models(attn):
     assert model.config._attn_implementation == ("sdpa" if attn == "auto" else attn)
 
 
-def test_policy_from_config_reads_new_keys_and_old_configs_still_work():
+def test_policy_from_config_reads_the_model_keys():
     mcfg = ModelConfig(**SMALL, gradient_checkpointing=True, attn_implementation="eager")
     model, _ = policy_from_config(mcfg)
     assert model.config._attn_implementation == "eager" and model.config.use_cache is False
-    old = SimpleNamespace(name="tiny", init_from="", tie_embeddings=False, dtype="float32", device="cpu", **SMALL)
-    model, _ = policy_from_config(old)  # no gradient_checkpointing / attn_implementation fields
+    model, _ = policy_from_config(ModelConfig(**SMALL))  # the defaults: sdpa, no gradient checkpointing
     assert model.config._attn_implementation == "sdpa"
     assert not any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
 

@@ -174,11 +174,9 @@ def test_static_decode_stop_string_at_the_min_tokens_boundary(model_tok):
 
 
 def test_config_key_reaches_the_generator(model_tok):
-    from types import SimpleNamespace
-
     from rlvr.config import ConfigError, load_config
     from rlvr.rollout.builder import build_generator
-    from rlvr.train.config import TrainConfig
+    from rlvr.train.config import RolloutConfig, TrainConfig
 
     assert load_config(TrainConfig, None, []).rollout.cuda_graphs == "auto"
     with pytest.raises(ConfigError, match="rollout.cuda_graphs"):
@@ -187,11 +185,11 @@ def test_config_key_reaches_the_generator(model_tok):
         load_config(TrainConfig, None, ["rollout.cuda_graphs=true", "model.device=cpu"])
     model, tok = model_tok
     with pytest.warns(UserWarning, match="not a CUDA device"):  # true reaches HFGenerator as True
-        gen = build_generator(SimpleNamespace(backend="hf", batch_size=4, cuda_graphs="true"), model, tok)
+        gen = build_generator(RolloutConfig(backend="hf", batch_size=4, cuda_graphs="true"), model, tok)
     assert not gen._static
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert not build_generator(SimpleNamespace(backend="hf", batch_size=4, cuda_graphs="false"), model, tok)._static
+        assert not build_generator(RolloutConfig(backend="hf", batch_size=4, cuda_graphs="false"), model, tok)._static
 
 
 def test_a_graph_that_cannot_be_captured_falls_back(model_tok, monkeypatch):
