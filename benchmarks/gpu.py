@@ -30,7 +30,8 @@ error and the rest still run. The table and benchmarks/results/gpu_bench.{md,jso
               policy; MasterWeightAdamW's foreach step vs its per-parameter loop (within 1 ulp, and both timed on
               the model's parameters); the sampler's CUDA-graph decode vs its plain loop, greedy, with a stop string;
   <variants>  the other variants (default `lora`: model.lora_rank=16, `fsdp2`: distributed.learner=fsdp2 as a group
-              of one under torchrun, `fsdp2_lora`), --variant-steps steps each, each in its own process; an fsdp2
+              of one under torchrun, `fsdp2_lora`, `compile`: model.compile_layers=true, the learner's decoder
+              layers compiled), --variant-steps steps each, each in its own process; an fsdp2
               variant is checked against the variant with the same keys but the one-process learner: step-1
               gradient norms within 2e-2 (1e-4 on CPU, float32);
   ceiling     a bare forward+backward (cross-entropy on every token, no optimizer) over rows of the same count and
@@ -93,7 +94,9 @@ PROFILES: dict[str, dict[str, Any]] = {
 }
 LORA = "model.lora_rank=16,model.lora_alpha=32"
 FSDP2 = "distributed.learner=fsdp2"
-DEFAULT_VARIANTS = ("plain:", f"lora:{LORA}", f"fsdp2:{FSDP2}", f"fsdp2_lora:{FSDP2},{LORA}")
+COMPILE = "model.compile_layers=true"
+# compile last: the regional compile of the learner's layers (issue 38, item 3), measured against plain
+DEFAULT_VARIANTS = ("plain:", f"lora:{LORA}", f"fsdp2:{FSDP2}", f"fsdp2_lora:{FSDP2},{LORA}", f"compile:{COMPILE}")
 STAGES = ("variants", "warm", "checks", "trl", "ceiling", "generate", "profile")
 # (minimum seconds left to start, cap) per stage kind; "first": the first variant (cold compile + profile step)
 STAGE_TIME: dict[str, dict[str, tuple[float, float]]] = {

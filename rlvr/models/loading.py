@@ -207,6 +207,40 @@ def enable_gradient_checkpointing(model) -> None:
     model.config.use_cache = False
 
 
+def decoder_layers(model) -> list:
+    """The decoder layers of a causal LM: model.model.layers (Qwen2, Llama, ... and the tiny model), else every
+    submodule whose class name ends in DecoderLayer / Block (a LoRA-wrapped model, GPT-2's blocks)."""
+    inner = getattr(getattr(model, "model", None), "layers", None)
+    if inner is not None:
+        return list(inner)
+    return [m for m in model.modules() if type(m).__name__.endswith(("DecoderLayer", "Block"))]
+
+
+def compile_layers(model) -> int:
+    """Regional compilation (model.compile_layers): each decoder layer's forward becomes its class's forward
+    under torch.compile (dynamic shapes: every packed length is a new one), bound to the layer as an instance
+    attribute. One compile serves every layer of a class (their parameters are the compiled graph's inputs),
+    so compiling costs one layer, not the model. A copy of the model (copy.deepcopy: the KL reference, a
+    separate critic, a sampler's twin) binds the same compiled function to its own layers, never to the
+    original's. The samplers run the layers eager (rlvr.rollout: torch.compiler.set_stance("force_eager")
+    around generation; the CUDA-graph decode captures eager kernels). Returns how many layers were compiled."""
+    import types
+
+    import torch
+
+    from rlvr.runtime import use_compile_cache
+
+    use_compile_cache()
+    compiled: dict[type, object] = {}
+    layers = decoder_layers(model)
+    for layer in layers:
+        cls = type(layer)
+        if cls not in compiled:
+            compiled[cls] = torch.compile(cls.forward, dynamic=True)
+        layer.forward = types.MethodType(compiled[cls], layer)
+    return len(layers)
+
+
 # Float attributes through which transformers' attention modules apply dropout themselves (Qwen2, Llama,
 # Mistral: `attention_dropout`, read at every forward as `0.0 if not self.training else ...`).
 _DROPOUT_ATTRS = ("attention_dropout", "attn_dropout", "dropout", "dropout_p", "hidden_dropout", "activation_dropout")

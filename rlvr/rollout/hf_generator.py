@@ -179,7 +179,9 @@ class HFGenerator:
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.no_grad():
+            # eager layers: a learner's compiled ones (model.compile_layers) would compile again for every decode
+            # shape, and the CUDA-graph decode captures eager kernels
+            with torch.no_grad(), torch.compiler.set_stance("force_eager"):
                 for s in range(0, len(jobs), self.batch_size):
                     chunk = jobs[s : s + self.batch_size]
                     out.extend(self._chunk(prompts, prompt_ids, chunk, spec, base_seed))

@@ -11,6 +11,7 @@ from pathlib import Path
 from rlvr.config import ConfigError
 from rlvr.models import build_tiny_model, load_policy, lora
 from rlvr.models.loading import ATTN_IMPLEMENTATIONS, enable_gradient_checkpointing
+from rlvr.models.loading import compile_layers as compile_decoder_layers
 from rlvr.models.loading import disable_dropout as _disable_dropout
 from rlvr.runs.checkpoint import latest_checkpoint
 
@@ -39,6 +40,7 @@ def policy_from_config(mcfg, seed: int = 0):
         device=mcfg.device,
         seed=seed,
         gradient_checkpointing=mcfg.gradient_checkpointing,
+        compile_layers=mcfg.compile_layers,
         attn_implementation=mcfg.attn_implementation,
         disable_dropout=mcfg.disable_dropout,
         lora_rank=mcfg.lora_rank,
@@ -69,6 +71,7 @@ def build_policy(
     device: str = "cpu",
     seed: int = 0,
     gradient_checkpointing: bool = False,
+    compile_layers: bool = False,
     attn_implementation: str = "auto",
     disable_dropout: bool = True,
     lora_rank: int = 0,
@@ -88,6 +91,7 @@ def build_policy(
     disable_dropout: every dropout of the model off, in train() mode too (rlvr.models.loading.
     disable_dropout; ModelConfig.disable_dropout says who needs it). Copies made later (reference,
     critic) inherit it.
+    compile_layers: each decoder layer compiled (rlvr.models.loading.compile_layers), after the adapter.
     lora_rank > 0: the model wrapped with peft LoRA adapters (rlvr.models.lora.wrap_lora: rank, alpha,
     dropout, target modules); only the adapters train. init_from of a LoRA run or checkpoint loads its base
     and merges its adapter (rlvr.models.lora.load_merged) before any new adapter is added.
@@ -124,6 +128,8 @@ def build_policy(
                                target=lora_target_modules)
     if disable_dropout:
         _disable_dropout(model)
+    if compile_layers:
+        compile_decoder_layers(model)
     model.train()
     return model, tok
 

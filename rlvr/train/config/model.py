@@ -50,6 +50,10 @@ class ModelConfig:
     """torch device of the policy (cpu, cuda, cuda:0)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, about a third more compute)."""
+    compile_layers: bool = False
+    """Regional torch.compile of the decoder layers for the learner's forwards (one layer's compile serves all;
+    dynamic shapes; cached in ~/.cache/rlvr/torch_compile); the samplers run them eager. Meant for CUDA; off
+    by default until measured on a GPU (benchmarks/gpu.py's compile row); not with distributed.learner=fsdp2."""
     attn_implementation: AttnImplementation = "auto"
     """Attention kernel for real models: auto (sdpa where available), sdpa, eager, flash_attention_2."""
     disable_dropout: bool = True

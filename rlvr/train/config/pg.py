@@ -186,6 +186,9 @@ def check_sharded(cfg: TrainConfig) -> None:
     if cfg.model.lora_rank and cfg.rollout.backend == "vllm":
         raise ConfigError("distributed.learner='fsdp2' with model.lora_rank > 0 and rollout.backend=vllm: the "
                           "adapter-only push from shards is not built yet (use rollout.backend=hf, or lora_rank=0)")
+    if cfg.model.compile_layers:
+        raise ConfigError("distributed.learner='fsdp2' with model.compile_layers=true: compiling the sharded "
+                          "layers is not built or measured yet (set model.compile_layers=false)")
 
 
 def check_lora(cfg: TrainConfig) -> None:

@@ -46,6 +46,7 @@ from rlvr.algo import loss_normalizers
 from rlvr.distributed.dp import shard_bounds
 from rlvr.models import lora
 from rlvr.models.export import push_tensors
+from rlvr.models.loading import decoder_layers
 from rlvr.models.packed import row_prompts, use_packing
 from rlvr.runs import checkpoint as ckpt_mod
 from rlvr.train.batching import micro_batches
@@ -182,15 +183,6 @@ def rank_config(cfg, shards: Shards | None):
     return dataclasses.replace(cfg, run=run, model=model)
 
 
-def layers_of(model) -> list:
-    """The decoder layers FSDP shards one unit each: model.model.layers (Qwen2, Llama, ... and the tiny
-    model), else every submodule whose class name ends in DecoderLayer / Block."""
-    inner = getattr(getattr(model, "model", None), "layers", None)
-    if inner is not None:
-        return list(inner)
-    return [m for m in model.modules() if type(m).__name__.endswith(("DecoderLayer", "Block"))]
-
-
 def shard(model, mcfg) -> None:
     """fully_shard `model` in place (each decoder layer, then the root). model.dtype=bfloat16 with
     master_weights=float32: float32 sharded parameters (the masters), bfloat16 compute, float32 gradient
@@ -209,7 +201,7 @@ def shard(model, mcfg) -> None:
             if p.requires_grad:
                 p.data = p.data.float()
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    for layer in layers_of(model):
+    for layer in decoder_layers(model):  # one FSDP unit each
         fully_shard(layer, mp_policy=mp)
     fully_shard(model, mp_policy=mp)
 
