@@ -9,7 +9,7 @@ STAMP := $(VENV)/.rlvr-installed
 TEST_WORKERS ?= 2
 XDIST := -n $(TEST_WORKERS) --dist loadfile
 
-.PHONY: demo test test-noshared test-shared test-slow test-scale test-trackers test-cli test-docs-learn test-ray test-vllm vllm-venv lint bench bench-vs-trl studies clean-venv
+.PHONY: demo test test-noshared test-shared test-slow test-scale test-trackers test-cli test-docs-learn test-ray test-rg test-vllm vllm-venv lint bench bench-vs-trl studies clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,23 +41,23 @@ test-noshared: $(STAMP)
 	echo "default suite in $$d/main (no ../shared)"; \
 	cd "$$d/main" && env -u RLVR_SHARED_DIR PYTHONPATH="$$d/main" $(abspath $(BIN))/python -m pytest -q $(XDIST)
 
-# The default-suite tests that read ../shared (the test files using tests/conftest.py's shared-data helpers),
+# The default-suite tests that read ../shared (the test files using tests/helpers/shared_data.py's helpers),
 # run here where it exists (about 1 min): a quick check of the data tests after a change to them.
 test-shared: $(STAMP)
-	$(BIN)/python -m pytest -q $$(grep -l -E "needs_shared|require_shared|shared_path" tests/test_*.py)
+	$(BIN)/python -m pytest -q $$(grep -rl -E "needs_shared|require_shared|shared_path" --include="test_*.py" tests)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
 # Scale and memory (issue 28) and the slower learning tests (about 9 min on 2 cores): the sharded learner under torchrun with 2 gloo
-# processes against one process (tests/test_sharded.py), two nodes of one process each through c10d rendezvous on
-# 127.0.0.1 (tests/test_sharded_multinode.py), LoRA's learning test, `rlvr distill` (tests/test_distill.py).
+# processes against one process (tests/train/pg/test_sharded.py), two nodes of one process each through c10d rendezvous on
+# 127.0.0.1 (tests/train/pg/test_sharded_multinode.py), LoRA's learning test, `rlvr distill` (tests/train/test_distill.py).
 test-scale: $(STAMP)
 	$(BIN)/python -m pytest -q -m scale
 
 # run.report_to with the real experiment trackers, offline (marker trackers, about 2 min on 2 cores):
 # installs the wandb, trackio and mlflow extras, then `rlvr train` to all of them, read back with each
-# backend's own reader and compared with metrics.jsonl (tests/test_trackers_backends.py).
+# backend's own reader and compared with metrics.jsonl (tests/runs/test_trackers_backends.py).
 test-trackers: $(STAMP)
 	$(BIN)/pip install --disable-pip-version-check -q -e ".[wandb,trackio,mlflow]"
 	$(BIN)/python -m pytest -q -m trackers
@@ -68,9 +68,9 @@ test-cli: $(STAMP)
 	$(BIN)/python -m pytest -q $(XDIST) -m "cli and not slow"
 
 # The documented training commands learn (slow tier, about 10-15 min on 2 cores): each docs page's own
-# commands at their documented size, asserting held-out accuracy is not lost (tests/test_docs_commands_learn.py).
+# commands at their documented size, asserting held-out accuracy is not lost (tests/learning/test_docs_commands_learn.py).
 test-docs-learn: $(STAMP)
-	$(BIN)/python -m pytest -q -m slow tests/test_docs_commands_learn.py
+	$(BIN)/python -m pytest -q -m slow tests/learning/test_docs_commands_learn.py
 
 # The source documents' claims measured (docs/studies/): each study is one command, minutes on 2 cores.
 # Results go to runs/studies/results/; STUDY_ARGS=--publish replaces the committed benchmarks/results/studies/.
@@ -82,6 +82,13 @@ studies: $(STAMP)
 bench-vs-trl: $(STAMP)
 	$(BIN)/pip install --disable-pip-version-check -q -e ".[bench]"
 	$(BIN)/python benchmarks/vs_trl.py
+
+# data.task=reasoning_gym:<dataset> (about 1 min): installs the reasoning-gym extra (kept out of `test`: it builds
+# pycosat from source), then its tests, the CLI ones included (tests/data/test_reasoning_gym_task.py and
+# tests/cli/test_cli_reasoning_gym.py; without the package they skip in the other tiers).
+test-rg: $(STAMP)
+	$(BIN)/pip install --disable-pip-version-check -q -e ".[reasoning-gym]"
+	$(BIN)/python -m pytest -q -m "not slow" tests/data/test_reasoning_gym_task.py tests/cli/test_cli_reasoning_gym.py
 
 # Ray placement tests (one local Ray cluster, 2 CPUs, about 3 min); installs the ray extra first.
 test-ray: $(STAMP)

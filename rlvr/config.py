@@ -17,8 +17,10 @@ bottom-up, so derived values are filled right after parsing and cross-field chec
 top-level `validate()` that re-checks sections for a config built in Python calls `validate_sections`,
 which skips the sections this load has just checked (each rule runs once).
 
-Field types: `str`, `int`, `float`, `bool`, `Literal[...]`, `list[X]` of those, and section
-dataclasses (every field with a default). Anything else is refused when the config is loaded.
+Field types: `str`, `int`, `float`, `bool`, `Literal[...]`, `list[X]` of those, `dict[str, Any]` (a free
+mapping whose keys its section checks: `data.rg.min_digits=2` sets one of its keys, `data.rg={a: 1}` merges a
+mapping into it, `data.rg=` empties it), and section dataclasses (every field with a default). Anything else is
+refused when the config is loaded.
 A `Literal` is a closed choice set: the help lists its choices, and a value outside them fails naming
 the key, the file and line and the choices (`choice_problem`, the one wording, which a section's
 `validate()` uses for a config built in Python); a field's metadata `refused={value: reason}` says why
@@ -246,9 +248,14 @@ def _is_section(tp: Any) -> bool:
     return isinstance(tp, type) and dataclasses.is_dataclass(tp)
 
 
+def _is_mapping(tp: Any) -> bool:
+    """A free mapping field, `dict[str, Any]` (its keys are its section's to check)."""
+    return typing.get_origin(tp) is dict and typing.get_args(tp) == (str, Any)
+
+
 def _supported(tp: Any) -> bool:
     origin = typing.get_origin(tp)
-    if origin is Literal:
+    if origin is Literal or _is_mapping(tp):
         return True
     if origin is list:
         return _supported(typing.get_args(tp)[0]) and not _is_section(typing.get_args(tp)[0])
@@ -282,6 +289,8 @@ def type_name(tp: Any) -> str:
         return "{" + ", ".join(_choice_text(a, quote=False) for a in typing.get_args(tp)) + "}"
     if typing.get_origin(tp) is list:
         return f"list[{type_name(typing.get_args(tp)[0])}]"
+    if _is_mapping(tp):
+        return "mapping"
     return tp.__name__ if isinstance(tp, type) else str(tp).replace("typing.", "")
 
 
@@ -400,6 +409,12 @@ def _coerce(value: Any, tp: Any, raw: str | None = None) -> Any:
         if raw is not None and raw in choices:
             return raw  # `rollout.cuda_graphs=true` on the command line means the string "true", as for a str
         raise _TypeMismatch("one of " + ", ".join(_choice_text(a) for a in choices))
+    if _is_mapping(tp):
+        if value is None:  # `data.rg=`: the empty mapping
+            return {}
+        if not isinstance(value, Mapping):
+            raise _TypeMismatch("a mapping ({key: value, ...}, or set one key as <key>.<name>=value)")
+        return {str(k): v for k, v in value.items()}
     if origin is list:
         one = raw is not None and value is not None and not isinstance(value, list | dict)
         if one:  # `sampling.stop=</answer>` on the command line: a one-item list
@@ -461,6 +476,34 @@ class _Builder:
         hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
         self.errors.append(f"{where}: unknown config key '{key}'{hint}")
 
+    def _mapping_key(self, key: str) -> tuple[str, Any] | None:
+        """(the mapping field, the path below it) of `data.rg.min_digits` (a key inside a `dict[str, Any]` field)."""
+        parts = key.split(".")
+        for i in range(len(parts) - 1, 0, -1):
+            head = ".".join(parts[:i])
+            if head in self.schema:
+                return (head, parts[i:]) if _is_mapping(self.schema[head][0]) else None
+        return None
+
+    def _set(self, key: str, value: Any, origin: str, raw: str | None = None) -> None:
+        """Set the leaf `key`; a mapping set on a mapping field merges into what lower layers set (later wins)."""
+        old = self.leaves.get(key)
+        if _is_mapping(self.schema[key][0]) and old is not None and isinstance(old.value, Mapping) \
+                and isinstance(value, Mapping):
+            value = _merged(old.value, value)
+        self.leaves[key] = _Leaf(value, origin, raw)
+
+    def _set_inside(self, key: str, value: Any, origin: str) -> bool:
+        """`data.rg.min_digits=2`: one key of a mapping field (False: `key` is inside none)."""
+        found = self._mapping_key(key)
+        if found is None:
+            return False
+        head, path = found
+        for name in reversed(path):
+            value = {name: value}
+        self._set(head, value, origin)
+        return True
+
     def add_mapping(self, data: Any, origin: str, lines: Mapping[str, int] | None = None, prefix: str = "") -> None:
         """Add one layer given as a (possibly nested, possibly dotted-key) mapping; `prefix` places
         it below the top level (an override that sets a whole section)."""
@@ -472,9 +515,10 @@ class _Builder:
             key = prefix + str(raw_key)  # as the YAML line map spells it, dotted keys included
             where = f"{origin}:{lines[key]}" if key in lines else origin
             if key not in self.schema:
-                self._unknown(key, where)
+                if not self._set_inside(key, value, where):
+                    self._unknown(key, where)
             elif not _is_section(self.schema[key][0]):
-                self.leaves[key] = _Leaf(value, where)
+                self._set(key, value, where)
             elif isinstance(value, Mapping):
                 self.add_mapping(value, origin, lines, key + ".")
             else:
@@ -490,11 +534,12 @@ class _Builder:
             key, value = text[0], text[1]
             origin = text[2] if len(text) == 3 else f"{key}={value}"
             if key not in self.schema:
-                self._unknown(key, origin)
+                if not self._set_inside(key, value, origin):
+                    self._unknown(key, origin)
             elif _is_section(self.schema[key][0]):
                 self.errors.append(f"{origin}: config key '{key}' is a section; set its keys")
             else:
-                self.leaves[key] = _Leaf(value, origin)
+                self._set(key, value, origin)
             return
         origin = f"override '{text}'"
         try:
@@ -503,9 +548,10 @@ class _Builder:
             self.errors.extend(exc.errors)
             return
         if key not in self.schema:
-            self._unknown(key, origin)
+            if not self._set_inside(key, value, origin):
+                self._unknown(key, origin)
         elif not _is_section(self.schema[key][0]):
-            self.leaves[key] = _Leaf(value, origin, raw)
+            self._set(key, value, origin, raw)
         elif isinstance(value, Mapping):  # `optim={lr: 1e-3}`
             self.add_mapping(value, origin, prefix=key + ".")
         else:
@@ -560,6 +606,14 @@ class _Builder:
         except (ValueError, TypeError, AssertionError) as exc:
             where = f"section '{prefix[:-1]}'" if prefix else cls.__name__
             raise ConfigError(f"invalid config ({where}): {exc}") from exc
+
+
+def _merged(old: Mapping, new: Mapping) -> dict:
+    """`new` over `old`, mappings inside merged the same way."""
+    out = dict(old)
+    for k, v in new.items():
+        out[k] = _merged(out[k], v) if isinstance(out.get(k), Mapping) and isinstance(v, Mapping) else v
+    return out
 
 
 # The ids of the sections load_config has validated so far in this load (None outside one): a top-level
@@ -704,6 +758,8 @@ def to_dict(cfg: Any) -> Any:
         return {f.name: to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg) if f.init}
     if isinstance(cfg, list | tuple):
         return [to_dict(x) for x in cfg]
+    if isinstance(cfg, dict):
+        return {k: to_dict(v) for k, v in cfg.items()}
     return cfg
 
 

@@ -71,7 +71,7 @@ SHAPES: dict[str, dict] = {
 BPE_VOCAB = {"qwen2.5-0.5b": 4096, "tiny": 400}
 
 # Defaults per device: the GPU profile fills an H200 for a few seconds per step; the CPU profile only
-# proves the plumbing (tests/test_gpu_check_script.py runs it).
+# proves the plumbing (tests/scripts/test_gpu_check_script.py runs it).
 PROFILES: dict[str, dict] = {
     "cuda": dict(shape="qwen2.5-0.5b", dtype="bfloat16", n_prompts=64, group_size=8, max_tokens=256, steps=5,
                  steps_nosleep=2, steps_plain=3, lr=1e-4, num_train=2048, num_eval=64, micro_batch_tokens=16384,

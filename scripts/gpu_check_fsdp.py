@@ -1,7 +1,7 @@
 """GPU check of the sharded learner (distributed.learner=fsdp2) and LoRA against the one-process learner.
 
     python scripts/gpu_check_fsdp.py              # one CUDA GPU: a group of one over NCCL, bf16 + fp32 masters
-    python scripts/gpu_check_fsdp.py --dry-run    # CPU: tiny shape, float32, gloo (tests/test_gpu_check_fsdp.py)
+    python scripts/gpu_check_fsdp.py --dry-run    # CPU: tiny shape, float32, gloo (tests/scripts/test_gpu_check_fsdp.py)
 
 The one GPU check (`bash scripts/gpu_check.sh --bench`, benchmarks/gpu.py) runs the same four learners (its plain,
 lora, fsdp2 and fsdp2_lora variants) with the same step-1 comparisons inside its time budget, beside the speed

@@ -1,5 +1,5 @@
 """Rewrite the config-key tables of docs/training.md and docs/distillation.md from the config dataclasses (the
-docs tests tests/test_train_config.py::test_docs_config_tables_are_current and tests/test_distill.py fail until
+docs tests tests/train/config/test_train_config.py::test_docs_config_tables_are_current and tests/train/test_distill.py fail until
 this is run)."""
 
 from __future__ import annotations

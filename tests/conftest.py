@@ -34,17 +34,23 @@ if torch.backends.cpu.get_cpu_capability().lower() != os.environ["ATEN_CPU_CAPAB
 
 
 # ------------------------------------------------------------------------------------------------
-# A partly trained policy shared by the learning tests (test_train_learning, the recipe book): the
-# task of three single-digit terms and one SFT run per seed with checkpoints at steps 100 and 200.
-# Session-scoped: built once, by the first test that asks for it.
+# A partly trained policy shared by the learning tests (tests/learning/test_train_learning.py, the recipe
+# book): the task of three single-digit terms and one SFT run per seed with checkpoints at steps 100 and
+# 200. Session-scoped: built once, by the first test that asks for it. Sizes: tests/helpers/learning.py.
 
 import pytest  # noqa: E402
-
-LEARN_SEEDS = (0, 1, 2)
-LEARN_MODEL = ["model.hidden_size=64", "model.num_layers=2", "model.num_heads=4", "model.intermediate_size=128",
-               "model.tie_embeddings=true"]
-LEARN_COMMON = ["sampling.max_tokens=4", "data.num_eval=200", "run.num_threads=1", "run.progress=false"]
-LEARN_SFT_STEPS, LEARN_RL_FROM_STEP = 200, 100
+from helpers.learning import (  # noqa: E402
+    LEARN_COMMON,
+    LEARN_MODEL,
+    LEARN_RL_FROM_STEP,
+    LEARN_SEEDS,
+    LEARN_SFT_STEPS,
+    STEPS_LEARN_COMMON,
+    STEPS_LEARN_MODEL,
+    STEPS_RL_FROM_STEP,
+    STEPS_SFT_STEPS,
+)
+from helpers.vllm_engine import VLLM_SHAPE  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -84,16 +90,11 @@ def arith3_sft_runs(arith3_task, tmp_path_factory):
 
 
 # ------------------------------------------------------------------------------------------------
-# A partly trained policy for the process-reward learning test (tests/test_process_rewards.py): the
+# A partly trained policy for the process-reward learning test (tests/rewards/test_process_rewards.py): the
 # step-by-step task with every number one digit ("3+1+3=" -> "3+1=4\n4+3=7", rlvr/data/tasks/steps.py,
 # max_result=9: 150 training problems) and one SFT run per seed, stopped at step 75 of a 200-step
 # cosine schedule with a checkpoint there (the model is still learning: about 35-70% of its sampled
 # steps are right). Session-scoped, built by the first test that asks for it; no plots.
-
-STEPS_LEARN_MODEL = ["model.hidden_size=128", "model.num_layers=2", "model.num_heads=4",
-                     "model.intermediate_size=256", "model.tie_embeddings=true"]
-STEPS_LEARN_COMMON = ["sampling.max_tokens=12", "run.num_threads=1", "run.progress=false"]
-STEPS_SFT_STEPS, STEPS_RL_FROM_STEP = 200, 75
 
 
 @pytest.fixture(scope="session")
@@ -136,10 +137,7 @@ def steps_sft_runs(steps_task, tmp_path_factory):
 # session, in this process, serving a tiny Qwen2 of the shape below (head_dim 32: the CPU engine's
 # attention refuses the default tiny model's 16) in float32. Tests push the weights they need first.
 # `route_vllm_backend` makes `rollout.backend=vllm` of a config use it instead of starting another
-# (the trainer's model must have this shape: VLLM_TINY_MODEL).
-
-VLLM_SHAPE = dict(hidden_size=64, num_heads=2, num_layers=2, intermediate_size=128)
-VLLM_TINY_MODEL = ["model.hidden_size=64", "model.num_heads=2", "model.num_layers=2", "model.intermediate_size=128"]
+# (the trainer's model must have this shape: tests/helpers/vllm_engine.py VLLM_TINY_MODEL).
 
 
 @pytest.fixture(scope="session")
@@ -173,34 +171,3 @@ def route_vllm_backend(vllm_engine, monkeypatch):
     monkeypatch.setitem(builder.GENERATOR_BACKENDS, "vllm", lambda rcfg, model, tok, **kw: vllm_engine)
     return vllm_engine
 
-
-# ------------------------------------------------------------------------------------------------
-# The development data (GSM8K, MATH-500, the prompt files) lives in ../shared next to the checkout; a
-# user's clone never has it. Every test that reads it finds it through these helpers and skips cleanly
-# without it (tests/test_shared_data_helper.py checks that no test looks elsewhere). RLVR_SHARED_DIR=DIR
-# stands for ../shared; `make test-noshared` runs the default suite from a copy of the tree whose ../shared
-# does not exist, as a fresh clone would (.ci/run does).
-
-from pathlib import Path  # noqa: E402
-
-SHARED_DIR = Path(os.environ.get("RLVR_SHARED_DIR") or Path(__file__).resolve().parents[2] / "shared")
-SHARED_REASON = "development data in ../shared (absent from a clone; RLVR_SHARED_DIR points elsewhere)"
-
-
-def shared_path(*parts: str) -> Path:
-    """A path under ../shared (or RLVR_SHARED_DIR); it may not exist."""
-    return SHARED_DIR.joinpath(*parts)
-
-
-def needs_shared(*parts: str) -> pytest.MarkDecorator:
-    """Skip mark for a test (or, as `pytestmark`, a module) that reads shared_path(*parts)."""
-    path = shared_path(*parts)
-    return pytest.mark.skipif(not path.exists(), reason=f"needs {path}: {SHARED_REASON}")
-
-
-def require_shared(*parts: str) -> Path:
-    """shared_path(*parts), or skip the running test when it does not exist."""
-    path = shared_path(*parts)
-    if not path.exists():
-        pytest.skip(f"needs {path}: {SHARED_REASON}")
-    return path

@@ -5,7 +5,7 @@ ADVANTAGE_ESTIMATORS, POLICY_LOSSES, LOSS_AGGREGATIONS, KL_ESTIMATORS, ROLLOUT_C
 Their built-in names are listed, torch-free, in rlvr.algo.names (each registry checks it agrees at import).
 
 The names below are imported from their modules on first use (PEP 562), so that importing rlvr.algo.names
-imports no torch: the config sections read it (tests/test_import_graph.py checks they import no torch).
+imports no torch: the config sections read it (tests/architecture/test_import_graph.py checks they import no torch).
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ plain functions of ``rlvr.algo`` and ``rlvr.models``. Conventions that matter:
   ``rlvr.algo.aggregation`` with global normalizers instead.
 
 The assignment's public snapshot tests (tests/_snapshots of stanford-cs336/assignment5-alignment)
-run against these functions in tests/test_compat_cs336.py, with the snapshots vendored under
-tests/data/cs336/.
+run against these functions in tests/compat/test_compat_cs336.py, with the snapshots vendored under
+tests/fixtures/cs336/.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ trainer's accumulator's own `merge`, so this module does not reach up into the t
    learner (clip_and_step), so optimizer state, scheduler and checkpoints are the one-process ones.
 
 The result equals one learner on the whole minibatch up to float summation order
-(tests/test_distributed_ray.py: 2 learners == 1 learner). PPO's critic is not split (refused).
+(tests/distributed/test_distributed_ray.py: 2 learners == 1 learner). PPO's critic is not split (refused).
 """
 
 from __future__ import annotations

@@ -236,7 +236,7 @@ def register() -> None:
 
 
 # Decoders whose attention is plain softmax(q k^T * scale) v through transformers' AttentionInterface (no
-# logit soft-capping, no attention sinks), checked against the plain forward in tests/test_prefix.py.
+# logit soft-capping, no attention sinks), checked against the plain forward in tests/models/test_prefix.py.
 CASCADE_MODEL_TYPES = ("qwen2", "qwen3", "llama", "mistral")
 
 

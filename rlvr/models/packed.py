@@ -200,7 +200,7 @@ def segment_blocks(segs: list[tuple[int, int, bool]], block: int = BLOCK):
     block i reads key block j <= i iff some segment pair over the two blocks is visible, and j is full
     (no mask evaluated) iff j < i and every pair is (a query block cut short by the end of the sequence is
     never full): counted with a 2-D prefix sum of the segment visibility. Equal to what create_block_mask
-    computes from the mask itself (tests/test_packing.py), without evaluating it on the (N x N) grid."""
+    computes from the mask itself (tests/models/test_packing.py), without evaluating it on the (N x N) grid."""
     segs = [x for x in segs if x[0] > 0]
     seg_len = torch.tensor([x[0] for x in segs], dtype=torch.long)
     n = int(seg_len.sum())

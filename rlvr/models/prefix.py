@@ -16,7 +16,7 @@ Logprobs and entropy of the prompt positions come from the prefix forward (once 
 the first response token from the group's logits at input S (gathered per row: the label differs),
 the rest from the suffix forward; all land in the (B, T) layout `score_tokens` returns. Autograd runs
 through the shared K/V and logits: the prompt's gradient is the sum of its G rows', as in the unshared
-forward, so the numbers equal `score_tokens` up to float rounding (tests/test_prefix.py). The work on
+forward, so the numbers equal `score_tokens` up to float rounding (tests/models/test_prefix.py). The work on
 prompt tokens falls by G; with short prompts (the demo: 8 of 11 tokens) the step's FLOPs fall about
 3x, with the long shared templates of real tasks by nearly G.
 

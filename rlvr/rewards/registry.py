@@ -21,6 +21,7 @@ from rlvr.rewards.functions import (
 )
 from rlvr.rewards.grader import verifier_tolerance
 from rlvr.rewards.judge import UNCONFIGURED_JUDGE
+from rlvr.rewards.reasoning_gym import reasoning_gym, reasoning_gym_r1_zero
 from rlvr.rewards.steps import sum_steps
 from rlvr.rewards.tolerance import check_tolerance
 from rlvr.rewards.types import ExampleLike, Reward, RewardFn, Status
@@ -43,6 +44,9 @@ REWARD_FUNCTIONS: dict[str, RewardFn] = {
     # a model judge of answer equivalence (rlvr.rewards.judge): an ERROR until a run binds the judge section's
     # judge to it (bind_reward, at load_task_data)
     "judge": UNCONFIGURED_JUDGE,
+    # reasoning-gym's own score_answer (data.task=reasoning_gym:<dataset>; rlvr.rewards.reasoning_gym)
+    "reasoning_gym": reasoning_gym,
+    "reasoning_gym_r1_zero": reasoning_gym_r1_zero,
 }
 
 

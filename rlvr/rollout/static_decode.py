@@ -29,7 +29,7 @@ path removes the host from the step:
 
 A row's tokens before it finishes depend only on its own prompt, tokens and uniforms (its own RNG stream, fixed
 by its seed, whatever rows share the batch), so the results equal the plain path's up to float rounding
-(tests/test_rollout_static.py). Models: causal LMs whose every layer is full attention in the supported list
+(tests/rollout/test_rollout_static.py). Models: causal LMs whose every layer is full attention in the supported list
 (Qwen2, Qwen3, Llama) with sdpa or eager attention; anything else, and any failure here, falls back to the
 plain path with one warning (rlvr.rollout.hf_generator).
 """

@@ -161,7 +161,7 @@ class MasterWeightAdamW(torch.optim.Optimizer):
         FOREACH_BUCKET_ELEMENTS elements each, so the one temporary, the denominators, stays bounded)
         instead of ~8 per parameter; each is the single-tensor operation applied tensor by tensor, in the
         same order with the same scalars, so the numbers are those of the loop (foreach=False: the loop
-        itself). Tests: tests/test_precision.py (bitwise on the CPU; within 1 ulp on CUDA, checked by
+        itself). Tests: tests/train/test_precision.py (bitwise on the CPU; within 1 ulp on CUDA, checked by
         benchmarks/gpu.py's correctness stage)."""
         loss = None
         if closure is not None:

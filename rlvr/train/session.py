@@ -22,7 +22,7 @@ positions) and `sampler` (the stage's engine, one builder for every stage: rlvr.
 its errors as ConfigError).
 
 RLVR_DEBUG_KILL_AT_STEP (`KILL_ENV`) is the one test hook in the trainers: SIGKILL the process right
-after the checkpoint of that step is written, as a preempted job dies (tests/test_train_resume.py
+after the checkpoint of that step is written, as a preempted job dies (tests/cli/test_train_resume.py
 runs a trainer in a subprocess, so a monkeypatch cannot reach it).
 """
 

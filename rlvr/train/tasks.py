@@ -213,7 +213,9 @@ def mode_prompt(prompt, mode: str):
 
 
 def _difficulty(data_cfg) -> dict:
-    # Only arithmetic reads `digits`; other generators get their defaults.
+    # Only arithmetic reads `digits`; a reasoning-gym dataset its data.rg; other generators get their defaults.
+    if data_cfg.task.startswith("reasoning_gym:"):
+        return {"rg": dict(data_cfg.rg)}
     if data_cfg.task != "arithmetic":
         return {}
     return {"digits": data_cfg.digits, "operands": data_cfg.operands}

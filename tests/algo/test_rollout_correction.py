@@ -409,7 +409,7 @@ def test_auto_resolves_by_backend_and_bad_values_name_the_key():
 TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
         "data.num_train=40", "data.num_eval=4", "data.digits=1", "sampling.n_prompts=2", "sampling.group_size=4",
         "sampling.max_tokens=4", "run.steps=1", "run.progress=false", "run.num_threads=1", "optim.lr=1e-2",
-        "data.reward=dense_reward:letter_share", "run.log_samples_every=0"]
+        "data.reward=helpers.dense_reward:letter_share", "run.log_samples_every=0"]
 
 
 class _Perturbed:

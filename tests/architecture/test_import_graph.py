@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import REPO
 
-ROOT = Path(__file__).resolve().parent.parent / "rlvr"
+ROOT = REPO / "rlvr"
 
 # Lowest first. A module may import its own layer or a lower one (docs/design.md's table says what each holds).
 LAYERS: dict[str, int] = {

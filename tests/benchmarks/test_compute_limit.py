@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from helpers import REPO
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(REPO))
 from benchmarks.compute_limit import count_flops, limit_seconds, matmul_throughput, summary  # noqa: E402
 
 

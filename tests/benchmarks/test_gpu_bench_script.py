@@ -13,12 +13,12 @@ import subprocess
 import sys
 import time
 from argparse import Namespace
-from pathlib import Path
 
 import pytest
 import torch
+from helpers import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 SCRIPT = ROOT / "benchmarks" / "gpu.py"
 
 
@@ -45,8 +45,8 @@ def test_variants_parse_and_bad_ones_are_refused():
         with pytest.raises(ValueError, match="--variant"):
             gb.parse_variant(bad)
     a = gb.parse_args(["--dry-run"])
-    assert [n for n, _ in a.variants] == ["plain", "lora", "fsdp2", "fsdp2_lora"]
-    assert [gb.sharded(x) for _, x in a.variants] == [False, False, True, True]
+    assert [n for n, _ in a.variants] == ["plain", "lora", "fsdp2", "fsdp2_lora", "compile"]
+    assert [gb.sharded(x) for _, x in a.variants] == [False, False, True, True, False]
     assert a.variants[3][1] == ["distributed.learner=fsdp2", "model.lora_rank=16", "model.lora_alpha=32"]
     assert a.device == "cpu" and a.shape == "tiny" and a.budget_s == 600
     full = gb.parse_args([])
@@ -163,7 +163,7 @@ def test_an_exhausted_budget_skips_every_stage_and_still_reports(tmp_path):
                           "--out-dir", str(out)], capture_output=True, text=True, env=_env(), timeout=300)
     assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
     raw = json.loads((out / "gpu_bench.json").read_text())
-    stages = {"plain", "warm", "checks", "lora", "fsdp2", "fsdp2_lora", "ceiling", "generate"}
+    stages = {"plain", "warm", "checks", "lora", "fsdp2", "fsdp2_lora", "compile", "ceiling", "generate"}
     assert set(raw["skipped"]) - {"trl"} == stages  # trl: skipped for the budget, or not installed here
     assert all(v.startswith("budget") for v in raw["skipped"].values()) and raw["errors"] == {}
     assert "SKIPPED plain: budget" in res.stdout and "| fsdp2 | SKIPPED: budget" in (out / "gpu_bench.md").read_text()

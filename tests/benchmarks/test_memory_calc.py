@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 sys.path.insert(0, str(ROOT))
 from benchmarks import memory  # noqa: E402
 from rlvr.train.optimizer import build_optimizer  # noqa: E402

@@ -3,11 +3,11 @@ that could come out wrong. The full runs are commands, not tests (docs/studies/)
 
 import math
 import sys
-from pathlib import Path
 
 import pytest
+from helpers import REPO
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks" / "studies"))
+sys.path.insert(0, str(REPO / "benchmarks" / "studies"))
 
 import length_normalization as length_study  # noqa: E402
 import one_minus_1_over_g as factor_study  # noqa: E402

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import needs_shared, shared_path
+from helpers.shared_data import needs_shared, shared_path
 from typer.testing import CliRunner
 
 from rlvr.cli import app

@@ -1,39 +1,21 @@
-"""Issue 25, "the first hour, round two", run as a user runs it (the installed `rlvr` script in a
-subprocess): a model that cannot load is one `error:` line naming it and the fix (item 4); Ctrl-C
-saves a checkpoint of the last completed step and says how to resume (item 5); `rlvr recipes`
-fits an 80-column terminal (item 10)."""
+"""Model loading errors, Ctrl-C and the recipes table (issue 25, "the first hour, round two"), run as a user
+runs them (the installed `rlvr` script in a subprocess): a model that cannot load is one `error:` line naming it
+and the fix (item 4); Ctrl-C saves a checkpoint of the last completed step and says how to resume (item 5);
+`rlvr recipes` fits an 80-column terminal (item 10)."""
 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from test_cli_first_hour import _refused  # exit 2, one error line naming the key
+from helpers.cli import TINY, cli_env, refused, rlvr_command, run_rlvr
 
-TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
-        "data.digits=1", "data.num_train=40", "data.num_eval=4", "sampling.n_prompts=2", "sampling.group_size=2",
-        "sampling.max_tokens=4"]
 DATA = [x for x in TINY if not x.startswith("model.")]  # with a model folder, its config.json shapes the model
 TIMING = ("time", "time/", "tokens_per_s", "mem/", "perf/")
-
-
-def _cmd() -> list[str]:
-    script = Path(sys.executable).parent / "rlvr"  # the console script pyproject.toml installs
-    return [str(script)] if script.exists() else [sys.executable, "-m", "rlvr.cli"]
-
-
-def _env(**extra: str) -> dict:
-    return {**os.environ, "RLVR_NUM_THREADS": "1", "RLVR_PROGRESS": "off", "HF_HUB_OFFLINE": "1", **extra}
-
-
-def _rlvr(*args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*_cmd(), *args], capture_output=True, text=True, env=_env(**env), timeout=timeout)
 
 
 # --- item 4: model loading errors ------------------------------------------------------------------
@@ -57,9 +39,9 @@ def _copy(src: Path, dst: Path) -> Path:
 def test_hub_id_offline_is_one_line_at_once(tmp_path):
     run = tmp_path / "run"
     t0 = time.monotonic()
-    res = _rlvr("train", "model.name=Qwen/Qwen2.5-0.5B", "run.steps=1", f"run.out_dir={run}", timeout=120,
+    res = run_rlvr("train", "model.name=Qwen/Qwen2.5-0.5B", "run.steps=1", f"run.out_dir={run}", timeout=120,
                 HF_HOME=str(tmp_path / "hf"))
-    line = _refused(res, "Qwen/Qwen2.5-0.5B", "HF_HUB_OFFLINE=1", "local folder")
+    line = refused(res, "Qwen/Qwen2.5-0.5B", "HF_HUB_OFFLINE=1", "local folder")
     assert "not in the local Hugging Face cache" in line
     assert time.monotonic() - t0 < 60
     assert not run.exists()
@@ -71,7 +53,7 @@ def test_folder_without_tokenizer_files(tmp_path, saved_policy):
         if f.name.startswith("tokenizer") or f.name in ("chat_template.jinja", "special_tokens_map.json"):
             f.unlink()
     run = tmp_path / "run"
-    _refused(_rlvr("train", f"model.name={folder}", *DATA, "run.steps=1", f"run.out_dir={run}"),
+    refused(run_rlvr("train", f"model.name={folder}", *DATA, "run.steps=1", f"run.out_dir={run}"),
              str(folder), "no tokenizer files", "tokenizer.json", "tokenizer_config.json")
     assert not run.exists()  # used to train a step on an empty tokenizer and leave a stub run directory
 
@@ -82,7 +64,7 @@ def test_broken_config_json(tmp_path, saved_policy, text, needle):
     folder = _copy(saved_policy, tmp_path / "broken")
     (folder / "config.json").write_text(text)
     run = tmp_path / "run"
-    _refused(_rlvr("train", f"model.name={folder}", *DATA, "run.steps=1", f"run.out_dir={run}"),
+    refused(run_rlvr("train", f"model.name={folder}", *DATA, "run.steps=1", f"run.out_dir={run}"),
              str(folder / "config.json"), needle)
     assert not run.exists()
 
@@ -111,7 +93,7 @@ def test_interrupt_saves_a_checkpoint_and_says_how_to_resume(tmp_path, command, 
     run = tmp_path / "run"
     args = [command, *(SFT_TINY if command == "sft" else TINY), "run.steps=400", "run.eval_every=0",
             "run.log_samples_every=0", "run.checkpoint_every=0", f"run.out_dir={run}"]
-    proc = subprocess.Popen([*_cmd(), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    proc = subprocess.Popen([*rlvr_command(), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
     try:
         deadline = time.monotonic() + 240
         while len(_metric_rows(run)) < 2:
@@ -136,11 +118,11 @@ def test_interrupt_saves_a_checkpoint_and_says_how_to_resume(tmp_path, command, 
         return
     # resume to a couple of steps further; the result equals an uninterrupted run of as many steps
     target = last + 2
-    res = _rlvr("train", "--resume", str(run), f"run.steps={target}")
+    res = run_rlvr("train", "--resume", str(run), f"run.steps={target}")
     assert res.returncode == 0, res.stderr
     straight = tmp_path / "straight"
     ref = [a for a in args if not a.startswith(("run.steps=", "run.out_dir="))]
-    res = _rlvr(*ref, f"run.steps={target}", f"run.out_dir={straight}")
+    res = run_rlvr(*ref, f"run.steps={target}", f"run.out_dir={straight}")
     assert res.returncode == 0, res.stderr
     assert _comparable(_metric_rows(run)) == _comparable(_metric_rows(straight))
 
@@ -157,7 +139,7 @@ def test_checkpoint_every_has_a_periodic_default():
 def test_recipes_fit_80_columns():
     from rlvr.train.pg.recipes import recipe_rows
 
-    res = _rlvr("recipes", COLUMNS="80", LINES="50")
+    res = run_rlvr("recipes", COLUMNS="80", LINES="50")
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     too_long = [x for x in lines if len(x) > 80]

@@ -1,7 +1,7 @@
-"""Issue 25, "the first hour, round two", items 8, 11, 14, 15 and 16, run as a user runs them (the
-installed `rlvr` script in a subprocess): one definition of the format rate (8), studies that write to
-runs/ unless published (11), plots without constant or duplicate panels (14), an HF dataset and column
-mapping from the config (15), and the per-run noise quieted (16)."""
+"""The format rate, studies, plots and dataset columns (issue 25, "the first hour, round two", items 8, 11,
+14, 15 and 16), run as a user runs them (the installed `rlvr` script in a subprocess): one definition of the
+format rate (8), studies that write to runs/ unless published (11), plots without constant or duplicate panels
+(14), an HF dataset and column mapping from the config (15), and the per-run noise quieted (16)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
-from test_cli_first_hour_two import TINY, _rlvr
+from helpers import REPO
+from helpers.cli import TINY, cli_env, run_rlvr
 
 # subprocess CLI runs of issue 25 (about 5 minutes together on 2 cores): `make test-cli`, run by .ci/run
 pytestmark = pytest.mark.cli
@@ -38,12 +39,12 @@ def test_format_rate_is_one_thing_in_grade(tmp_path):
     f.write_text('{"response": "Answer: 4", "reference": "4"}\n{"response": "Answer: 5", "reference": "4"}\n'
                  '{"response": "no idea", "reference": "4"}\n'
                  '{"response": "</think> <answer>4</answer>", "reference": "4"}\n')
-    res = _rlvr("grade", str(f), "--reward", "arithmetic")
+    res = run_rlvr("grade", str(f), "--reward", "arithmetic")
     assert res.returncode == 0, res.stderr
     rows = _grade_rows(res)
     assert rows["format rate"].startswith("n/a"), rows
     assert rows["status unparsable"] == "1"  # the "answer found" count is still there, under its own name
-    res = _rlvr("grade", str(f), "--reward", "r1_zero")  # a reward with a format part: 1 of 4 follows it
+    res = run_rlvr("grade", str(f), "--reward", "r1_zero")  # a reward with a format part: 1 of 4 follows it
     assert res.returncode == 0, res.stderr
     assert _grade_rows(res)["format rate"] == "0.2500"
 
@@ -52,13 +53,13 @@ def test_format_rate_is_one_thing_in_training(tmp_path):
     """The training metric (and so the plot) logged format_rate 1.0 for the arithmetic reward, which has no
     format part, while the held-out eval of the same run printed "format rate n/a"."""
     run = tmp_path / "run"
-    res = _rlvr("train", *TINY, "run.steps=2", "run.eval_every=0", f"run.out_dir={run}")
+    res = run_rlvr("train", *TINY, "run.steps=2", "run.eval_every=0", f"run.out_dir={run}")
     assert res.returncode == 0, res.stderr
     assert "Traceback" not in res.stderr
     steps = [r for r in _rows(run) if "reward/mean" in r]
     assert steps and not any("format_rate" in r for r in steps), steps[0]
     assert "format rate n/a" in res.stdout + res.stderr
-    res = _rlvr("train", *TINY, "data.reward=r1_zero", "run.steps=1", "run.eval_every=0",
+    res = run_rlvr("train", *TINY, "data.reward=r1_zero", "run.steps=1", "run.eval_every=0",
                 f"run.out_dir={tmp_path / 'r1'}")
     assert res.returncode == 0, res.stderr
     steps = [r for r in _rows(tmp_path / "r1") if "reward/mean" in r]
@@ -73,7 +74,7 @@ def _study_tree(tmp_path: Path) -> Path:
     from their own path, so a copy writes under tmp_path and the published file can be watched."""
     import shutil
 
-    repo = Path(__file__).resolve().parent.parent
+    repo = REPO
     shutil.copytree(repo / "benchmarks" / "studies", tmp_path / "benchmarks" / "studies",
                     ignore=shutil.ignore_patterns("__pycache__"))
     published = tmp_path / "benchmarks" / "results" / "studies"
@@ -86,10 +87,8 @@ def _study(tree: Path, name: str, *args: str):
     import subprocess
     import sys
 
-    from test_cli_first_hour_two import _env
-
     return subprocess.run([sys.executable, str(tree / "benchmarks" / "studies" / f"{name}.py"), *args],
-                          capture_output=True, text=True, env=_env(), timeout=120)
+                          capture_output=True, text=True, env=cli_env(), timeout=120)
 
 
 def test_a_study_writes_to_runs_unless_published(tmp_path):
@@ -137,11 +136,11 @@ def test_plots_of_a_real_run_have_no_constant_panel_duplicate_or_dump(tmp_path):
     """other.png held a policy version rising with the step, staleness 0 and three RSS panels; flat series
     (clip fraction 0, ratio 1, verifier failures 0, a constant lr) were drawn as panels."""
     run = tmp_path / "run"
-    res = _rlvr("train", *TINY, "run.steps=3", "run.eval_every=0", "optim.schedule=constant", "optim.warmup_steps=0",
+    res = run_rlvr("train", *TINY, "run.steps=3", "run.eval_every=0", "optim.schedule=constant", "optim.warmup_steps=0",
                 f"run.out_dir={run}")
     assert res.returncode == 0, res.stderr
     assert not (run / "plots" / "other.png").exists()  # every key the trainer logs has its figure
-    res = _rlvr("plot", str(run))
+    res = run_rlvr("plot", str(run))
     assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
     figs = _plot_listing(res.stdout)
     assert "other.png" not in figs and {"reward.png", "optimization.png", "system.png"} <= set(figs)
@@ -174,7 +173,7 @@ def test_sft_reward_plot_has_no_twin_panels(tmp_path):
         for step, acc in ((25, 0.05), (50, 0.125), (75, 0.28)):  # as the demo's SFT logs its periodic check
             run.log_metrics(step, {"loss": 1.0 / step, "lr": 3e-3, "eval/accuracy": acc, "eval/reward": acc,
                                    "eval/format_rate": None, "eval/len/mean": 3.0}, time_s=step / 10)
-    res = _rlvr("plot", str(tmp_path / "sft"))
+    res = run_rlvr("plot", str(tmp_path / "sft"))
     assert res.returncode == 0, res.stderr
     figs = _plot_listing(res.stdout)
     assert figs["reward.png"] == ["Reward: eval/reward = eval/accuracy"], figs["reward.png"]
@@ -200,18 +199,18 @@ def test_trl_style_prompt_answer_file_with_column_mapping(tmp_path):
     run = tmp_path / "run"
     base = ["train", *MODEL, "data.task=math", f"data.train_path={f}", f"data.eval_path={f}", "run.steps=1",
             "run.log_samples_every=1", f"run.out_dir={run}"]
-    res = _rlvr(*base)  # unmapped: one line naming the file, the line and the keys to set
+    res = run_rlvr(*base)  # unmapped: one line naming the file, the line and the keys to set
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     err = [x for x in res.stderr.splitlines() if x.startswith("error:")]
     assert len(err) == 1 and f"{f}: " in err[0] and "line 1: missing key" in err[0] and "data.question_key" in err[0], \
         res.stderr
-    res = _rlvr(*base, "data.question_key=prompt")
+    res = run_rlvr(*base, "data.question_key=prompt")
     assert res.returncode == 0, res.stderr
     samples = [json.loads(x) for x in (run / "samples.jsonl").read_text().splitlines()]
     assert any("What is" in s["prompt"] for s in samples) and {s["reference"] for s in samples} <= {a for _, a in ROWS}
     # a mapped column that a row lacks: file and line named
     bad = _jsonl(tmp_path / "bad.jsonl", [{"prompt": "What is 1+1?", "answer": "2"}, {"question": "x", "answer": "1"}])
-    res = _rlvr("train", *MODEL, "data.task=math", f"data.train_path={bad}", f"data.eval_path={f}",
+    res = run_rlvr("train", *MODEL, "data.task=math", f"data.train_path={bad}", f"data.eval_path={f}",
                 "data.question_key=prompt", "run.steps=1", f"run.out_dir={tmp_path / 'bad'}")
     assert res.returncode == 2 and f"data.train_path={bad}: " in res.stderr, res.stderr
     assert 'line 2: missing key "prompt"' in res.stderr, res.stderr
@@ -231,7 +230,7 @@ def test_hf_dataset_from_the_config_with_column_mapping(tmp_path):
             "run.log_samples_every=1", "run.num_log_samples=8"]
     for i, source in enumerate((folder, saved)):
         run = tmp_path / f"run{i}"
-        res = _rlvr("train", *MODEL, *keys, f"data.hf_dataset={source}", f"run.out_dir={run}",
+        res = run_rlvr("train", *MODEL, *keys, f"data.hf_dataset={source}", f"run.out_dir={run}",
                     HF_DATASETS_CACHE=str(tmp_path / "cache"))
         assert res.returncode == 0, res.stderr
         samples = [json.loads(x) for x in (run / "samples.jsonl").read_text().splitlines()]
@@ -239,14 +238,14 @@ def test_hf_dataset_from_the_config_with_column_mapping(tmp_path):
         assert any(s["prompt"].count("What is") for s in samples)
     # the held-out split of the same dataset (SFT logs its evaluation samples)
     sft = tmp_path / "sft"
-    res = _rlvr("sft", *[x for x in MODEL if not x.startswith(("sampling.n_", "sampling.g"))], *keys,
+    res = run_rlvr("sft", *[x for x in MODEL if not x.startswith(("sampling.n_", "sampling.g"))], *keys,
                 "data.template=question_only", f"data.hf_dataset={saved}", "data.hf_eval_split=test",
                 f"run.out_dir={sft}", HF_DATASETS_CACHE=str(tmp_path / "cache"))
     assert res.returncode == 0, res.stderr
     evals = [json.loads(x) for x in (sft / "samples.jsonl").read_text().splitlines()]
     assert sorted((s["source"], s["reference"], s["prompt"]) for s in evals) == [
         ("eval", "6", "What is 2*3?"), ("eval", "8", "What is 2*4?")]
-    res = _rlvr("train", *MODEL, "data.task=math", f"data.hf_dataset={saved}", "data.hf_split=validation",
+    res = run_rlvr("train", *MODEL, "data.task=math", f"data.hf_dataset={saved}", "data.hf_split=validation",
                 "data.question_key=query", "data.answer_key=final", "run.steps=1", f"run.out_dir={tmp_path / 'x'}")
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     assert "has no split 'validation'; it has: train, test" in res.stderr or "it has: test, train" in res.stderr
@@ -259,14 +258,14 @@ def test_hf_dataset_without_the_datasets_package_is_one_line(tmp_path):
     import os
 
     path = os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")])
-    res = _rlvr("train", *MODEL, "data.task=gsm8k", "data.hf_dataset=openai/gsm8k", "data.hf_config=main",
+    res = run_rlvr("train", *MODEL, "data.task=gsm8k", "data.hf_dataset=openai/gsm8k", "data.hf_config=main",
                 "run.steps=1", f"run.out_dir={tmp_path / 'r'}", PYTHONPATH=path)
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     assert "data.hf_dataset='openai/gsm8k' needs the `datasets` package: pip install datasets" in res.stderr
     assert not (tmp_path / "r").exists()
 
 
-EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.yaml"))
+EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 
 
 def _smoke_args(example: Path) -> list[str]:
@@ -293,7 +292,7 @@ def test_every_gpu_example_documents_a_cpu_smoke_line_that_validates(monkeypatch
     from rlvr.train.config import TrainConfig
     from rlvr.train.pg.loop import validate_train_config
 
-    monkeypatch.chdir(Path(__file__).resolve().parent.parent)  # the lines' paths are relative to the repository
+    monkeypatch.chdir(REPO)  # the lines' paths are relative to the repository
     assert len(EXAMPLES) == 6
     readme = (EXAMPLES[0].parent / "README.md").read_text()
     for ex in EXAMPLES:
@@ -307,7 +306,7 @@ def test_every_gpu_example_documents_a_cpu_smoke_line_that_validates(monkeypatch
 @pytest.mark.slow
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_gpu_example_cpu_smoke_line_runs(example, tmp_path, monkeypatch):
-    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
-    res = _rlvr(*_smoke_args(example), f"run.out_dir={tmp_path / 'run'}")
+    monkeypatch.chdir(REPO)
+    res = run_rlvr(*_smoke_args(example), f"run.out_dir={tmp_path / 'run'}")
     assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr[-3000:]
     assert len(_rows(tmp_path / "run")) >= 1

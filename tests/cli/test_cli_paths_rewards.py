@@ -1,6 +1,6 @@
 """Issue 37, items 4, 6, 15, 16 and 17, run as a user runs them (the installed `rlvr` script in a
-subprocess; the loader-level checks are tests/test_config_paths_yaml.py, tests/test_reward_user_specs.py and
-tests/test_data_sft_formats.py):
+subprocess; the loader-level checks are tests/config/test_config_paths_yaml.py, tests/rewards/test_reward_user_specs.py and
+tests/data/test_data_sft_formats.py):
 
 - 4: `--resume 'runs/exp2 #b'` continues that run, not runs/exp2; an override YAML would cut at ` #` is
   refused.
@@ -10,7 +10,7 @@ tests/test_data_sft_formats.py):
   eval, grade); verl's `./file.py:fn` with a float return trains; a function broken for every input fails
   before the model loads.
 - 17: `--help` keeps `rlvr[lora]`'s brackets; the help examples of train and sft are docs/training.md's
-  commands that learn (tests/test_docs_commands_learn.py); `rlvr sft` reads TRL's formats; Ctrl-C inside
+  commands that learn (tests/learning/test_docs_commands_learn.py); `rlvr sft` reads TRL's formats; Ctrl-C inside
   `rlvr pipeline` names the pipeline's resume command.
 """
 
@@ -25,17 +25,17 @@ import time
 from pathlib import Path
 
 import pytest
-from test_cli_first_hour import _refused  # exit 2, one error line naming the key
-from test_cli_first_hour_two import TINY, _cmd, _env, _rlvr
+from helpers import REPO
+from helpers.cli import TINY, cli_env, refused, rlvr_command, run_rlvr
 
 pytestmark = pytest.mark.cli
 
 FAST = ["run.eval_every=0", "run.log_samples_every=0"]
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 
 
 def _run_in(cwd: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([*_cmd(), *args], capture_output=True, text=True, env=_env(), timeout=timeout, cwd=cwd)
+    return subprocess.run([*rlvr_command(), *args], capture_output=True, text=True, env=cli_env(), timeout=timeout, cwd=cwd)
 
 
 def _steps(run: Path) -> list[int]:
@@ -63,7 +63,7 @@ def test_resume_of_a_path_with_a_hash_continues_that_run_and_leaves_the_other_al
 
 def test_an_override_cut_at_a_comment_is_refused(tmp_path):
     res = _run_in(tmp_path, "train", *TINY, "run.steps=1", "run.out_dir=runs/exp2 #b")
-    _refused(res, "run.out_dir=runs/exp2 #b", "comment", "quote the value")
+    refused(res, "run.out_dir=runs/exp2 #b", "comment", "quote the value")
     assert not (tmp_path / "runs").exists()
 
 
@@ -84,10 +84,10 @@ def test_a_yaml_alias_bomb_is_refused_at_once(tmp_path, command, text):
     path = tmp_path / "bomb.yaml"
     path.write_text(text)
     t0 = time.perf_counter()
-    res = subprocess.run([*_cmd(), command, str(path)], capture_output=True, text=True, env=_env(), timeout=60,
+    res = subprocess.run([*rlvr_command(), command, str(path)], capture_output=True, text=True, env=cli_env(), timeout=60,
                          preexec_fn=_limited)
     seconds = time.perf_counter() - t0
-    _refused(res, f"{path}:", "alias")
+    refused(res, f"{path}:", "alias")
     assert seconds < 20, seconds  # (the interpreter's start and rlvr's imports; the refusal itself is ms)
 
 
@@ -129,11 +129,11 @@ def test_a_reward_module_that_does_not_load_is_one_line(tmp_path, command, text,
     (tmp_path / "answers.jsonl").write_text('{"response": "2", "reference": "2"}\n')
     if command == "grade":
         res = _run_in(tmp_path, "grade", "answers.jsonl", "--reward", "my_checker:score")
-        line = _refused(res, "--reward", where)
+        line = refused(res, "--reward", where)
     else:
         res = _run_in(tmp_path, command, *TINY[:5], "data.reward=my_checker:score", "run.steps=1"
                       if command == "train" else "data.num_eval=2")
-        line = _refused(res, "data.reward='my_checker:score'", where)
+        line = refused(res, "data.reward='my_checker:score'", where)
     assert "loading model" not in res.stderr, line
 
 
@@ -151,7 +151,7 @@ def test_verls_file_path_form_with_a_float_return_trains(tmp_path):
 def test_a_reward_function_broken_for_every_input_fails_before_the_model_loads(tmp_path):
     (tmp_path / "my_checker.py").write_text("def score(response, example):\n    return example.answer == response\n")
     res = _run_in(tmp_path, "train", *TINY, "data.reward=my_checker:score", "run.steps=1", "run.out_dir=run")
-    _refused(res, "data.reward='my_checker:score'", "my_checker.py:2: AttributeError", "answer")
+    refused(res, "data.reward='my_checker:score'", "my_checker.py:2: AttributeError", "answer")
     assert not (tmp_path / "run").exists()
 
 
@@ -161,7 +161,7 @@ def test_a_reward_function_broken_for_every_input_fails_before_the_model_loads(t
 @pytest.mark.parametrize("args", [["train", "--help"], ["train", "--help-config"], ["sft", "--help"],
                                   ["eval", "--help"]])
 def test_help_keeps_the_extras_brackets(args):
-    res = _rlvr(*args)
+    res = run_rlvr(*args)
     assert res.returncode == 0, res.stderr
     text = " ".join(res.stdout.replace("│", " ").split())  # (--help-config is a table: its cells wrap)
     found = [text[max(0, i - 30):i + 30] for i in range(len(text)) if text.startswith("pip install", i)]
@@ -172,7 +172,7 @@ def test_help_keeps_the_extras_brackets(args):
 
 def _help_commands(command: str) -> list[str]:
     """The shell commands of a command's --help (its example block, `\\` continuations joined)."""
-    res = _rlvr(command, "--help")
+    res = run_rlvr(command, "--help")
     assert res.returncode == 0, res.stderr
     out, cur = [], ""
     for line in res.stdout.splitlines():
@@ -193,12 +193,11 @@ def _help_commands(command: str) -> list[str]:
 def test_the_help_examples_are_the_documented_commands_that_learn(command):
     """`rlvr train --recipe grpo run.steps=50` (reward 0 for 50 steps) and `rlvr sft data.task=arithmetic
     run.steps=400 ...` (0.0%) did not learn. The examples are now docs/training.md's, which
-    tests/test_docs_commands_learn.py runs and checks (measured: SFT 24.0% held-out, GRPO 100 steps 39.5%, resumed
+    tests/learning/test_docs_commands_learn.py runs and checks (measured: SFT 24.0% held-out, GRPO 100 steps 39.5%, resumed
     to 200 steps 67.5%)."""
-    from test_docs_commands_learn import CASES
-    from test_docs_examples import doc_commands
+    from helpers.docs import LEARNING_CASES, doc_commands
 
-    (case,) = [c for c in CASES if c.page == "docs/training.md"]
+    (case,) = [c for c in LEARNING_CASES if c.page == "docs/training.md"]
     checked = [text for text, _ in case.commands]
     documented = {shlex.join(["rlvr", *c.argv]) for c in doc_commands(ROOT / case.page)
                   if any(t in c.text for t in checked)}
@@ -242,8 +241,8 @@ def test_ctrl_c_inside_a_pipeline_names_the_pipelines_resume_command(tmp_path):
     bookkeeping."""
     (tmp_path / "stages.yaml").write_text(PIPELINE)
     run = tmp_path / "runs" / "p" / "02_grpo"
-    proc = subprocess.Popen([*_cmd(), "pipeline", "stages.yaml", "stages.grpo.optim.lr=1e-4"], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    proc = subprocess.Popen([*rlvr_command(), "pipeline", "stages.yaml", "stages.grpo.optim.lr=1e-4"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
     try:
         deadline = time.monotonic() + 240
         while not ((run / "metrics.jsonl").exists() and _steps(run)):

@@ -1,5 +1,5 @@
-"""Issue 16, "the first hour": what a new user hits when following the docs, run as a user runs it
-(the installed `rlvr` script in a subprocess).
+"""Bad input refused before any work: what a new user hits when following the docs (issue 16, "the first
+hour"), run as a user runs it (the installed `rlvr` script in a subprocess).
 
 A wrong name, range or file must be refused before any model or data work: exit status 2, one
 `error: ...` line naming the key (and file and line), and no run directory left behind. Each such
@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.cli import refused
 
 # Sizes small enough that a config that *passes* validation would still be quick to reject by
 # the trainer; the error cases never get that far.
@@ -28,18 +29,6 @@ def _rlvr(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     cmd = [str(script)] if script.exists() else [sys.executable, "-m", "rlvr.cli"]
     env = {**os.environ, "RLVR_NUM_THREADS": "1", "RLVR_PROGRESS": "off"}
     return subprocess.run([*cmd, *args], capture_output=True, text=True, env=env, timeout=300, cwd=cwd)
-
-
-def _refused(res: subprocess.CompletedProcess, *needles: str) -> str:
-    """Exit 2 with exactly one stderr line, `error: ...`, containing every needle (a "loading model" status
-    line before it aside); returns it."""
-    lines = [x for x in res.stderr.splitlines() if x.strip() and not x.startswith("loading model")]
-    assert res.returncode == 2, f"exit {res.returncode}\nstdout:\n{res.stdout}\nstderr:\n{res.stderr}"
-    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
-    assert "Traceback" not in res.stderr + res.stdout
-    for needle in needles:
-        assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
-    return lines[0]
 
 
 def _cuda() -> bool:
@@ -94,14 +83,14 @@ def test_bad_config_is_refused_before_any_work(tmp_path, command, overrides, nee
     out = tmp_path / "run"
     extra = [f"run.out_dir={out}"] if command != "eval" else [f"run.out={out / 'm.json'}"]
     res = _rlvr(command, *overrides, *extra, cwd=tmp_path)
-    _refused(res, *needles)
+    refused(res, *needles)
     assert not out.exists()
 
 
 @pytest.mark.skipif(_cuda(), reason="this machine has CUDA")
 def test_cuda_device_without_cuda_is_refused(tmp_path):
     out = tmp_path / "run"
-    _refused(_rlvr("train", "model.device=cuda", f"run.out_dir={out}"),
+    refused(_rlvr("train", "model.device=cuda", f"run.out_dir={out}"),
              "model.device='cuda'", "CUDA is not available", "model.device=cpu")
     assert not out.exists()
 
@@ -109,7 +98,7 @@ def test_cuda_device_without_cuda_is_refused(tmp_path):
 @pytest.mark.skipif(_has_vllm(), reason="vllm is installed")
 def test_vllm_backend_without_vllm_is_refused(tmp_path):
     out = tmp_path / "run"
-    _refused(_rlvr("train", "rollout.backend=vllm", f"run.out_dir={out}"), "rollout.backend='vllm'", "pip install")
+    refused(_rlvr("train", "rollout.backend=vllm", f"run.out_dir={out}"), "rollout.backend='vllm'", "pip install")
     assert not out.exists()
 
 
@@ -125,7 +114,7 @@ def test_ray_placement_without_ray_is_refused(tmp_path):
     out = tmp_path / "run"
     t0 = time.perf_counter()
     res = _rlvr("train", "distributed.placement=ray", f"run.out_dir={out}")
-    _refused(res, "distributed.placement='ray'", "pip install 'rlvr[ray]'")
+    refused(res, "distributed.placement='ray'", "pip install 'rlvr[ray]'")
     assert time.perf_counter() - t0 < 30 and not out.exists()
 
 
@@ -151,7 +140,7 @@ def test_ray_placement_is_refused_where_ray_cannot_be_found(tmp_path):
     env = {**os.environ, "RLVR_NUM_THREADS": "1", "RLVR_PROGRESS": "off"}
     res = subprocess.run([sys.executable, "-c", _NO_RAY, "train", "distributed.placement=ray", f"run.out_dir={out}"],
                          capture_output=True, text=True, env=env, timeout=300)
-    _refused(res, "distributed.placement='ray'", "pip install 'rlvr[ray]'", "make test-ray")
+    refused(res, "distributed.placement='ray'", "pip install 'rlvr[ray]'", "make test-ray")
     assert not out.exists()
 
 
@@ -174,7 +163,7 @@ def test_bad_sft_file_names_the_key_file_and_line(tmp_path, content, needles):
         path.write_text(content)
     out = tmp_path / "run"
     res = _rlvr("sft", f"data.sft_path={path}", *SMALL[:3], "algo.batch_size=2", f"run.out_dir={out}")
-    _refused(res, f"data.sft_path={path}: ", *needles)
+    refused(res, f"data.sft_path={path}: ", *needles)
     assert not out.exists()
 
 

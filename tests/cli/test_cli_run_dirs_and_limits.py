@@ -1,8 +1,9 @@
-"""Issue 25, "the first hour, round two", items 2, 6, 7, 12 and 13, run as a user runs them (the installed
-`rlvr` script in a subprocess): a run given as model.init_from lends its task to train and sft as it does
-to eval, and every trainer says what it evaluates on (2); prompt + max_tokens checked against the model's
-positions before any work (6); the final evaluation announced, its CPU batch sized by tokens (7); the
-natural spellings of a run, a stop string and a directory (12); the defaults that tripped (13)."""
+"""Runs as inputs, and the limits checked before any work (issue 25, "the first hour, round two", items 2, 6,
+7, 12 and 13), run as a user runs them (the installed `rlvr` script in a subprocess): a run given as
+model.init_from lends its task to train and sft as it does to eval, and every trainer says what it evaluates
+on (2); prompt + max_tokens checked against the model's positions before any work (6); the final evaluation
+announced, its CPU batch sized by tokens (7); the natural spellings of a run, a stop string and a directory
+(12); the defaults that tripped (13)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import needs_shared, shared_path
-from test_cli_first_hour import _refused  # exit 2, one error line naming the key
-from test_cli_first_hour_two import _rlvr
+from helpers import TESTS
+from helpers.cli import refused, run_rlvr
+from helpers.shared_data import needs_shared, shared_path
 
 # subprocess CLI runs of issue 25 (about 5 minutes together on 2 cores): `make test-cli`, run by .ci/run
 pytestmark = pytest.mark.cli
@@ -40,7 +41,7 @@ def sft_run(tmp_path_factory) -> Path:
     """A finished SFT run of two steps on the demo's task with its own response settings (max_tokens 6, an
     extra stop string): what `rlvr sft` leaves for eval, filter and train to start from."""
     run = tmp_path_factory.mktemp("runs") / "sft"
-    res = _rlvr("sft", *MODEL, *TASK, "data.num_train=64", "sampling.max_tokens=6", "sampling.stop=[\"#\"]",
+    res = run_rlvr("sft", *MODEL, *TASK, "data.num_train=64", "sampling.max_tokens=6", "sampling.stop=[\"#\"]",
                 "run.steps=2", "run.eval_every=0", "run.log_samples_every=0", f"run.out_dir={run}")
     assert res.returncode == 0, res.stderr
     return run
@@ -54,7 +55,7 @@ def sft_run(tmp_path_factory) -> Path:
 def test_eval_takes_a_run_directory_or_its_config_yaml(sft_run, spelling):
     """`rlvr eval runs/sft` was "neither a config file nor an override", `rlvr eval runs/sft/config.yaml` 18
     config errors (the trainer's dump read as an eval config); both now mean model.init_from=runs/sft."""
-    res = _rlvr("eval", spelling.format(run=sft_run), "sampling.max_tokens=2")
+    res = run_rlvr("eval", spelling.format(run=sft_run), "sampling.max_tokens=2")
     assert res.returncode == 0, res.stderr
     _no_traceback(res)
     head = _header(res, "evaluating ")
@@ -64,18 +65,18 @@ def test_eval_takes_a_run_directory_or_its_config_yaml(sft_run, spelling):
 
 def test_eval_refuses_a_directory_that_is_no_run(tmp_path):
     (tmp_path / "notes").mkdir()
-    _refused(_rlvr("eval", str(tmp_path / "notes")), str(tmp_path / "notes"), "neither a run directory")
+    refused(run_rlvr("eval", str(tmp_path / "notes")), str(tmp_path / "notes"), "neither a run directory")
 
 
 def test_stop_override_without_brackets_is_a_one_item_list(sft_run):
     """`sampling.stop=</answer>` was refused (expects list[str]); it is the list of that one string."""
-    res = _rlvr("eval", str(sft_run), "sampling.max_tokens=2", "sampling.stop=</answer>")
+    res = run_rlvr("eval", str(sft_run), "sampling.max_tokens=2", "sampling.stop=</answer>")
     assert res.returncode == 0, res.stderr
     assert "stop='</answer>'" in _header(res, "evaluating "), res.stdout
 
 
 def test_grade_on_a_directory_is_one_clear_line(sft_run):
-    line = _refused(_rlvr("grade", str(sft_run), "--reward", "arithmetic"), str(sft_run), "is a directory",
+    line = refused(run_rlvr("grade", str(sft_run), "--reward", "arithmetic"), str(sft_run), "is a directory",
                     "one JSONL file")
     assert str(sft_run / "metrics.jsonl") in line  # the files it could have meant
 
@@ -96,7 +97,7 @@ def test_init_from_a_run_trains_and_evaluates_on_its_task(sft_run, tmp_path, com
     16 tokens: 0.0% in filtering.md's "then train on it" step) and said nothing about it."""
     run = tmp_path / command
     rl = [] if command == "sft" else RL
-    res = _rlvr(command, f"model.init_from={sft_run}", *rl, "run.steps=1", "run.log_samples_every=0",
+    res = run_rlvr(command, f"model.init_from={sft_run}", *rl, "run.steps=1", "run.log_samples_every=0",
                 f"run.out_dir={run}")
     assert res.returncode == 0, res.stderr
     _no_traceback(res)
@@ -112,11 +113,11 @@ def test_init_from_a_run_trains_and_evaluates_on_its_task(sft_run, tmp_path, com
 
 
 def test_an_override_still_wins_and_another_task_drops_the_runs_data(sft_run, tmp_path):
-    res = _rlvr("train", f"model.init_from={sft_run}", *RL, "run.steps=1", "data.num_eval=2", "sampling.max_tokens=3",
+    res = run_rlvr("train", f"model.init_from={sft_run}", *RL, "run.steps=1", "data.num_eval=2", "sampling.max_tokens=3",
                 "run.log_samples_every=0", f"run.out_dir={tmp_path / 'a'}")
     assert res.returncode == 0, res.stderr
     assert "2 held-out problems" in _header(res, "evaluates on ") and "max_tokens=3" in _header(res, "evaluates on ")
-    res = _rlvr("train", f"model.init_from={sft_run}", *RL, "run.steps=1", "data.task=countdown", "data.num_eval=2",
+    res = run_rlvr("train", f"model.init_from={sft_run}", *RL, "run.steps=1", "data.task=countdown", "data.num_eval=2",
                 "data.num_train=8", "run.log_samples_every=0", f"run.out_dir={tmp_path / 'b'}")
     assert res.returncode == 0, res.stderr
     assert "the run's response settings (sampling.*) from" in res.stderr
@@ -134,8 +135,8 @@ def test_max_tokens_past_the_positions_of_a_rope_model_is_refused(tmp_path, comm
     run = tmp_path / "run"
     rl = RL if command == "train" else []
     run_keys = [] if command == "eval" else ["data.num_train=64", "run.steps=1", f"run.out_dir={run}"]
-    res = _rlvr(command, *MODEL, *TASK, *rl, "sampling.max_tokens=5000", *run_keys)
-    line = _refused(res, "sampling.max_tokens=5000 + the longest prompt (", "but the model has 4096",
+    res = run_rlvr(command, *MODEL, *TASK, *rl, "sampling.max_tokens=5000", *run_keys)
+    line = refused(res, "sampling.max_tokens=5000 + the longest prompt (", "but the model has 4096",
                     "max_position_embeddings of model.name=tiny", "lower it to at most")
     room = int(line.split("lower it to at most ")[1].split(",")[0])
     assert 4070 < room < 4096  # 4096 minus a one-line addition prompt of a few characters
@@ -162,11 +163,11 @@ def test_absolute_position_model_is_refused_not_an_index_error(gpt2_folder, tmp_
     """GPT-2 with 64 positions asked for 80 response tokens: a 100-line IndexError from the embedding lookup
     (and a stub run directory) before; now one line."""
     run = tmp_path / "run"
-    res = _rlvr("train", f"model.name={gpt2_folder}", *TASK, "data.num_train=64", *RL, "sampling.max_tokens=80",
+    res = run_rlvr("train", f"model.name={gpt2_folder}", *TASK, "data.num_train=64", *RL, "sampling.max_tokens=80",
                 "run.steps=1", f"run.out_dir={run}")
-    _refused(res, "sampling.max_tokens=80", "but the model has 64", f"model.name={gpt2_folder}")
+    refused(res, "sampling.max_tokens=80", "but the model has 64", f"model.name={gpt2_folder}")
     assert not run.exists()
-    res = _rlvr("eval", f"model.name={gpt2_folder}", *TASK, "sampling.max_tokens=40")  # fits: it runs
+    res = run_rlvr("eval", f"model.name={gpt2_folder}", *TASK, "sampling.max_tokens=40")  # fits: it runs
     assert res.returncode == 0, res.stderr
 
 
@@ -194,7 +195,7 @@ def test_cpu_eval_of_long_prompts_is_cut_by_tokens():
     """MATH-500 under r1_zero (400-1200 tokens a prompt with the character tokenizer) went to the model 256
     prompts at a time on CPU: 183 s for what takes 26 s in calls of 32. Now each generate call holds at most
     16384 tokens (rows x (longest prompt + max_tokens)); the progress lines show where the calls end."""
-    res = _rlvr("eval", *MODEL, "data.task=math", f"data.eval_path={MATH500}", "data.num_eval=40",
+    res = run_rlvr("eval", *MODEL, "data.task=math", f"data.eval_path={MATH500}", "data.num_eval=40",
                 "sampling.max_tokens=8")
     assert res.returncode == 0, res.stderr
     _no_traceback(res)
@@ -215,7 +216,7 @@ def test_cpu_eval_of_long_prompts_is_cut_by_tokens():
 @needs_math500
 def test_filter_on_cpu_is_cut_by_tokens_too(tmp_path):
     out = tmp_path / "filtered"
-    res = _rlvr("filter", *MODEL, "data.task=math", f"data.train_path={MATH500}", "data.num_train=24",
+    res = run_rlvr("filter", *MODEL, "data.task=math", f"data.train_path={MATH500}", "data.num_train=24",
                 "sampling.max_tokens=4", f"run.out_dir={out}", "--k", "2")
     assert res.returncode == 0, res.stderr
     line = _header(res, "pass rates: 24 problems x 2 samples in ")
@@ -230,14 +231,14 @@ def test_the_demos_task_trains_with_the_default_num_train(tmp_path):
     """data.num_train=20000 (the default) was refused on the demo's own task (9006 distinct problems), so every
     recipe command needed data.num_train=8000. The default is now as many as there are, up to 20000."""
     run = tmp_path / "run"
-    res = _rlvr("train", "--recipe", "grpo", *MODEL, *TASK, *RL, *FAST, "run.steps=1", f"run.out_dir={run}")
+    res = run_rlvr("train", "--recipe", "grpo", *MODEL, *TASK, *RL, *FAST, "run.steps=1", f"run.out_dir={run}")
     assert res.returncode == 0, res.stderr
     _no_traceback(res)
     assert _config(run)["data"]["num_train"] == 0
 
 
 def test_more_prompts_per_step_than_problems_is_said(tmp_path):
-    res = _rlvr("train", *MODEL, *TASK, "data.num_train=3", "sampling.n_prompts=4", "sampling.group_size=2", *FAST,
+    res = run_rlvr("train", *MODEL, *TASK, "data.num_train=3", "sampling.n_prompts=4", "sampling.group_size=2", *FAST,
                 "run.steps=1", f"run.out_dir={tmp_path / 'run'}")
     assert res.returncode == 0, res.stderr
     line = _header(res, "warning: sampling.n_prompts=4 ")
@@ -259,9 +260,9 @@ def test_a_bad_data_file_is_named_with_every_bad_line_before_the_model_loads(tmp
     path = tmp_path / "train.jsonl"
     path.write_text("".join(x + "\n" for x in lines))
     run = tmp_path / "run"
-    res = _rlvr("train", *MODEL, "data.task=gsm8k", f"data.train_path={path}", "data.template=question_only", *RL,
+    res = run_rlvr("train", *MODEL, "data.task=gsm8k", f"data.train_path={path}", "data.template=question_only", *RL,
                 *FAST, "run.steps=1", f"run.out_dir={run}")
-    _refused(res, f"data.train_path={path}: ", *needles)
+    refused(res, f"data.train_path={path}: ", *needles)
     assert "loading model" not in res.stderr  # found before any model work
     assert not run.exists()
 
@@ -270,18 +271,18 @@ def test_config_yaml_records_the_shape_that_was_trained(sft_run, tmp_path):
     """model.hidden_size=48 with model.init_from is ignored (a warning says so), and config.yaml recorded 48
     anyway; it now records the loaded model's shape."""
     run = tmp_path / "run"
-    res = _rlvr("train", f"model.init_from={sft_run}", "model.hidden_size=48", "model.num_layers=3", *RL, *FAST,
+    res = run_rlvr("train", f"model.init_from={sft_run}", "model.hidden_size=48", "model.num_layers=3", *RL, *FAST,
                 "run.steps=1", f"run.out_dir={run}")
     assert res.returncode == 0, res.stderr
     assert "ignored with model.init_from" in res.stderr
     m = _config(run)["model"]
     assert (m["hidden_size"], m["num_layers"], m["num_heads"], m["intermediate_size"]) == (32, 1, 2, 64)
-    res = _rlvr("train", "--resume", str(run), "run.steps=2")  # the recorded shape resumes without a warning
+    res = run_rlvr("train", "--resume", str(run), "run.steps=2")  # the recorded shape resumes without a warning
     assert res.returncode == 0, res.stderr
     assert "ignored with" not in res.stderr and _config(run)["model"]["hidden_size"] == 32
 
 
-DENSE = ["data.reward=dense_reward:letter_share"]  # tests/dense_reward.py: a random tiny model's groups differ
+DENSE = ["data.reward=helpers.dense_reward:letter_share"]  # tests/helpers/dense_reward.py: a random tiny model's groups differ
 
 
 @pytest.mark.parametrize("recipe,reward,needle,shown", [
@@ -295,8 +296,8 @@ def test_the_progress_lines_loss_is_explained(tmp_path, recipe, reward, needle, 
     """`--recipe dapo` showed loss=None with no hint (a fresh model solves nothing: every group is dropped);
     GRPO's on-policy loss of ~1e-9 on the demo's progress line read like a bug; a GRPO run without any reward
     spread was told its ~0 loss was "not a bug" and never warned."""
-    res = _rlvr("train", "--recipe", recipe, *MODEL, *TASK, *RL, *FAST, *reward, "algo.refill_rounds=0", "run.steps=1",
-                f"run.out_dir={tmp_path / 'run'}", RLVR_PROGRESS="plain", PYTHONPATH=str(Path(__file__).parent))
+    res = run_rlvr("train", "--recipe", recipe, *MODEL, *TASK, *RL, *FAST, *reward, "algo.refill_rounds=0", "run.steps=1",
+                f"run.out_dir={tmp_path / 'run'}", RLVR_PROGRESS="plain", PYTHONPATH=str(TESTS))
     assert res.returncode == 0, res.stderr
     assert needle in res.stderr, res.stderr
     if needle.startswith("warning"):

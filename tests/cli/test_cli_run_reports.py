@@ -1,9 +1,9 @@
-"""Issue 16, "the first hour", the items that involve a run (the trainers' side): a task without a
-held-out set trains and says it is not evaluated; a diverging run stops naming the step and keeps
-its last good checkpoint; the run directory appears only when the run starts (a failed start does
-not block the rerun); --resume says where it resumes, records the new config, refuses to move the
-run, and has nothing to do on a finished run; SFT writes samples; a fully filtered DAPO step says
-why there is no loss. Each runs the installed `rlvr` script in a subprocess, as a user does.
+"""What a run reports and leaves behind (issue 16, "the first hour", the items that involve a run, the
+trainers' side): a task without a held-out set trains and says it is not evaluated; a diverging run stops
+naming the step and keeps its last good checkpoint; the run directory appears only when the run starts (a
+failed start does not block the rerun); --resume says where it resumes, records the new config, refuses to
+move the run, and has nothing to do on a finished run; SFT writes samples; a fully filtered DAPO step says why
+there is no loss. Each runs the installed `rlvr` script in a subprocess, as a user does.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import require_shared
+from helpers.shared_data import require_shared
 
 TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
         "data.digits=1", "data.num_train=40", "data.num_eval=4", "sampling.n_prompts=2", "sampling.group_size=2",

@@ -7,10 +7,10 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
+from helpers import REPO
 from typer.testing import CliRunner
 
 from rlvr.cli import app
@@ -60,7 +60,7 @@ def test_rlvr_train_subprocess_writes_a_complete_run_directory(tmp_path):
     assert samples[0]["entropy"] > 0  # log_generations-style samples carry per-response entropy
     # every key the trainer really logged is in docs/runs.md's metric schema (reward/<part> and
     # eval/<metric> rows cover their families), so the documented names cannot drift from the code
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "runs.md").read_text()
+    doc = (REPO / "docs" / "runs.md").read_text()
     logged = {k for r in rows for k in r} - {"step", "time"}
     undocumented = sorted(k for k in logged if f"`{k}`" not in doc and not k.startswith(("reward/", "eval/")))
     assert not undocumented, f"metrics logged but not in docs/runs.md: {undocumented}"

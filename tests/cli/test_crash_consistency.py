@@ -1,13 +1,13 @@
 """Issue 37's crash-consistency standard, kept: `rlvr train` killed at every file-mutating call of one checkpoint
 save, and of a resume's own writes, resumes to the uninterrupted run's metrics and weights.
 
-tests/_kill_driver.py runs each command in a forked child of one warm process and kills it (os._exit: no
+tests/helpers/kill_driver.py runs each command in a forked child of one warm process and kills it (os._exit: no
 clean-up, the files as a SIGKILL leaves them) at the N-th file-mutating call of a phase: right after a file is
 opened for writing (truncated, nothing written), in the middle of torch.save / the safetensors write (the file
 cut to half), before a rename, replace, unlink, mkdir or rmtree. The calls are enumerated by a counting run
 first, so a new write in a save is a new kill point without editing this test.
 
-Run (marker cli, about 2-3 min on 2 cores): make test-cli, or pytest -m cli tests/test_crash_consistency.py.
+Run (marker cli, about 2-3 min on 2 cores): make test-cli, or pytest -m cli tests/cli/test_crash_consistency.py.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import REPO, TESTS
 from safetensors.torch import load_file
 
 pytestmark = pytest.mark.cli
 
-REPO = Path(__file__).resolve().parents[1]
-DRIVER = Path(__file__).resolve().with_name("_kill_driver.py")
+DRIVER = TESTS / "helpers" / "kill_driver.py"
 TINY = [
     "--recipe", "grpo",
     "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 import torch
+from helpers import TESTS
 from safetensors.torch import load_file
 
 from rlvr.config import ConfigError, load_config
@@ -21,7 +21,7 @@ from rlvr.train.sft import train_sft
 TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
         "data.num_train=40", "data.num_eval=4", "data.digits=1", "run.progress=false", "run.num_threads=1",
         "run.eval_every=0"]
-RL = ["data.reward=dense_reward:letter_share", "sampling.n_prompts=2", "sampling.group_size=4", "sampling.max_tokens=4",
+RL = ["data.reward=helpers.dense_reward:letter_share", "sampling.n_prompts=2", "sampling.group_size=4", "sampling.max_tokens=4",
       "algo.kl_coef=0.1", "optim.lr=1e-2", "run.checkpoint_every=2"]
 TIMING = ("time", "time/", "tokens_per_s", "mem/", "perf/", "eval/")  # (eval/: after a run's last step)
 
@@ -87,7 +87,7 @@ def test_rlvr_train_resume_needs_only_the_run_directory(start_run, tmp_path):
     train(_rl(tmp_path / "run", init, 2))
     shutil.rmtree(init)
     env = {**os.environ, "RLVR_NUM_THREADS": "1", "RLVR_PROGRESS": "off",
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+           "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
     res = subprocess.run([sys.executable, "-m", "rlvr.cli", "train", "--resume", str(tmp_path / "run"),
                           "run.steps=3"], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
     assert res.returncode == 0, res.stderr

@@ -1,6 +1,6 @@
 """rlvr.compat.cs336: the assignment's names and conventions, checked against hand values and
 against the assignment's own public snapshots (stanford-cs336/assignment5-alignment,
-tests/_snapshots, vendored under tests/data/cs336/ with a README naming the commit)."""
+tests/_snapshots, vendored under tests/fixtures/cs336/ with a README naming the commit)."""
 
 import hashlib
 import math
@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import TESTS
 
 from rlvr.algo import masked_mean as safe_masked_mean
 from rlvr.compat import cs336
@@ -134,7 +135,7 @@ def test_masked_mean_empty_slice_is_nan_here_and_zero_in_rlvr_algo():
 # rtol=1e-4, atol=1e-2; these checks are tighter (atol=1e-6). NaNs must sit where the snapshot has
 # them (np.testing.assert_allclose treats NaN == NaN, and nothing else equals NaN).
 
-SNAPSHOTS = Path(__file__).parent / "data" / "cs336" / "snapshots"
+SNAPSHOTS = TESTS / "fixtures" / "cs336" / "snapshots"
 BATCH, SEQ, VOCAB = 2, 10, 100
 
 

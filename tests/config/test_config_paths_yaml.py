@@ -3,7 +3,7 @@ value, never YAML (4); an override value YAML would cut at ` #` is refused, not 
 bomb in a config or pipeline file is refused at once, naming the file, and a harmless anchor still works (6);
 `--resume RUN` reads the relative paths of the run's config.yaml from the folder the run was started in, and
 the command line's overrides apply before the stored config is validated (15). The commands themselves run
-in tests/test_cli_paths_rewards.py."""
+in tests/cli/test_cli_paths_rewards.py."""
 
 from __future__ import annotations
 

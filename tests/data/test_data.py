@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import needs_shared, require_shared, shared_path
+from helpers.shared_data import needs_shared, require_shared, shared_path
 
 from rlvr.data import (
     DataError,

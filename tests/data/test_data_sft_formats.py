@@ -1,6 +1,6 @@
 """Issue 37, item 17: `rlvr sft data.sft_path=FILE` reads TRL's SFT formats too, {"prompt", "completion"} and
 the conversational {"messages": [...]}, beside rlvr's {"prompt", "response"}; a line in none of them is named
-with the formats it could be in. (The command itself: tests/test_cli_paths_rewards.py.)"""
+with the formats it could be in. (The command itself: tests/cli/test_cli_paths_rewards.py.)"""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 the code before the fix.
 
 1. distributed.learner=fsdp2's collectives on the device its backend serves (NCCL: CUDA only), on a process group
-   whose backend serves one device that is not the CPU (tests/_lonely_group.py); the same for the data-parallel
+   whose backend serves one device that is not the CPU (tests/helpers/lonely_group.py); the same for the data-parallel
    learners (rlvr.distributed.dp).
 2. A LoRA (peft) policy takes the fast paths: the packed learner (equal to its padded path, through peft's forward)
    and the sampler's logits of the last position only (logits_to_keep).
@@ -25,6 +25,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from helpers import REPO, TESTS
 
 import rlvr.models.packed as packed
 from rlvr.algo import logprobs as logprobs_mod
@@ -36,7 +37,7 @@ from rlvr.train.optimizer import build_optimizer, clip_and_step
 from rlvr.train.pg.objective import LossParts, Minibatch, accumulate_gradients, batch_logprobs
 from rlvr.train.policy import build_policy
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 SHAPE = dict(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
 PROMPTS = ["12+7=", "3+45=", "60+1=", "8+8=?"]  # all five characters long
 
@@ -54,7 +55,7 @@ def _close(got: dict, ref: dict, rel: float = 1e-5) -> None:
 
 
 def _algo(*extra):
-    from test_packing import _algo as algo
+    from helpers.training import grpo_algo as algo
 
     return algo(*extra)
 
@@ -70,7 +71,7 @@ def _rollout_batch(model, tok, n=2, seed=11, max_tokens=6):
 def _lonely(what: str, tmp_path: Path) -> dict:
     pytest.importorskip("torch._lazy.ts_backend")  # the group's device (PyTorch's lazy tensors, on the CPU)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RLVR_NUM_THREADS": "1"}
-    r = subprocess.run([sys.executable, str(ROOT / "tests" / "_lonely_group.py"), what, str(tmp_path / "store")],
+    r = subprocess.run([sys.executable, str(TESTS / "helpers" / "lonely_group.py"), what, str(tmp_path / "store")],
                        capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -213,7 +214,7 @@ def test_vllm_asks_one_request_per_prompt_with_one_seed_per_group(monkeypatch):
     """Before: one n=1 request per sample, each with its own seed (G requests a prompt). Now one request per prompt
     with n = the group size and one seed (vLLM seeds the children seed + j); the results stay prompt-major with
     sample_index 0..G-1, in the order vLLM returned them by child index."""
-    from test_rollout_vllm import EOS, completion, ids, make_generator
+    from helpers.fake_vllm import EOS, completion, ids, make_generator
 
     from rlvr.rollout.types import sequence_seed
 
@@ -429,13 +430,14 @@ def test_the_sharded_learner_syncs_gradients_once_per_minibatch(group_of_one, mo
     """8 rows in micro-batches of 1: FSDP2 reduce-scattered every unit's gradient after each micro-batch's
     backward (8 x 3 units); now once per minibatch (3), the earlier backwards accumulating unsharded. The
     gradient equals the one-process learner's."""
-    from rlvr.train.pg.sharded import ShardedGradients, layers_of
+    from rlvr.models.loading import decoder_layers
+    from rlvr.train.pg.sharded import ShardedGradients
 
     model, twin, tok = _sharded_policy()
     mb = _sharded_minibatch(tok, twin)
     parts = LossParts.from_algo(_algo("algo.kl_coef=0"))
     fwd = ForwardSpec(micro_batch=1, packing=False)
-    units = len(layers_of(twin)) + 1
+    units = len(decoder_layers(twin)) + 1
     calls = _count_reductions(monkeypatch)
     loss = ShardedGradients(group_of_one)(model, mb, parts, fwd)
     assert len(calls) == units  # once per unit, at the last micro-batch

@@ -128,7 +128,7 @@ def _weights_at_init() -> dict[str, torch.Tensor]:
 def test_two_data_parallel_learners_match_one(tmp_path):
     # The plain forward (algo.shared_prefix=false) on both sides: with the shared prefix, each learner
     # forwards the prompts of its own half, so the gradients differ from one learner's by float noise
-    # (~1e-8, tests/test_prefix.py checks the split), and Adam turns noise on a near-zero gradient into
+    # (~1e-8, tests/models/test_prefix.py checks the split), and Adam turns noise on a near-zero gradient into
     # a step of size lr: after 8 optimizer steps the weights differ by up to ~lr * 4, which would hide
     # a real error. Without it every row's forward is the same computation in both runs.
     plain = "algo.shared_prefix=false"

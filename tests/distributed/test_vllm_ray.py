@@ -10,9 +10,9 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from helpers import TESTS
 
 pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm")
@@ -25,13 +25,13 @@ def test_rlvr_train_with_a_vllm_generator_actor(tmp_path):
     out = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "TORCHINDUCTOR_"))}
     env["RLVR_NUM_THREADS"] = "1"
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), env.get("PYTHONPATH", "")])  # dense_reward
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")])  # dense_reward
     res = subprocess.run(
         [sys.executable, "-m", "rlvr.cli", "train", "model.hidden_size=64", "model.num_heads=2",
          "model.intermediate_size=128", "rollout.backend=vllm", "rollout.dtype=float32", "rollout.enforce_eager=true",
          "rollout.gpu_memory_utilization=0.03", "rollout.max_model_len=256", "run.num_threads=1", "run.steps=3",
          f"run.out_dir={out}", "sampling.n_prompts=4", "sampling.group_size=4", "optim.lr=3e-3",
-         "data.reward=dense_reward:letter_share", "run.progress=false", "distributed.placement=ray", "distributed.generator_cpus=1",
+         "data.reward=helpers.dense_reward:letter_share", "run.progress=false", "distributed.placement=ray", "distributed.generator_cpus=1",
          "distributed.scorer_cpus=0.5"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
     assert res.returncode == 0, res.stderr[-4000:]

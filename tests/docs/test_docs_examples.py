@@ -23,19 +23,17 @@ New pages are picked up automatically: one test per page with runnable commands.
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
-import subprocess
-import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers import REPO
+from helpers.docs import DocCommand, doc_commands, fenced_blocks, run_documented
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 PAGES = sorted({*ROOT.glob("docs/*.md"), *ROOT.glob("examples/**/*.md"), ROOT / "README.md"})
 
 # Reviewed reasons a documented command cannot run in the test suite (CPU only, no network, no data).
@@ -44,7 +42,7 @@ SKIP_RULES: list[tuple[str, str]] = [
     (r"model\.device=cuda|rollout\.backend=vllm", "needs a CUDA GPU or vllm (the CPU engine: tests marked vllm)"),
     (r"model\.name=(?!tiny\b)[\w.-]+/[\w.-]+", "loads a hub model (tests never download)"),
     (r"data\.hf_dataset=(?![./])[\w.-]+/[\w.-]+", "loads a hub dataset (tests never download; the local path is "
-     "tested in tests/test_cli_first_hour_two_b.py)"),
+     "tested in tests/cli/test_cli_metrics_plots_datasets.py)"),
 ]
 
 TINY_MODEL = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64"]
@@ -62,71 +60,8 @@ SMALL = {
 STEP_SCALE = 50
 STEP_KEYS = ("run.steps", "run.eval_every", "run.checkpoint_every", "run.log_samples_every", "optim.warmup_steps",
              "algo.ref_refresh_every")
-# Placeholders of a usage synopsis: FILE.jsonl, RUN_DIR, NAME, N, B1,B2,...
-_PLACEHOLDER = re.compile(r"[A-Z][A-Z0-9_]*(?:[.,][A-Za-z0-9_.,]*)?")
-
-
-@dataclass
-class DocCommand:
-    page: Path
-    line: int  # 1-based line of the command in the page
-    text: str  # the command as written (continuations joined, comment stripped)
-    argv: list[str]  # after "rlvr"
-    env: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def where(self) -> str:
-        return f"{self.page.relative_to(ROOT)}:{self.line}"
-
-    @property
-    def synopsis(self) -> bool:
-        return any(a.startswith("[") or a == "..." or _PLACEHOLDER.fullmatch(a) for a in self.argv)
-
-
-def _fenced_blocks(text: str) -> list[tuple[str, int, list[str]]]:
-    """(info string, first line number, lines) of every ``` / ~~~ fenced block."""
-    blocks, cur, info, start, fence = [], None, "", 0, ""
-    for i, line in enumerate(text.splitlines(), start=1):
-        stripped = line.strip()
-        if cur is None and stripped.startswith(("```", "~~~")):
-            fence, info, start, cur = stripped[:3], stripped[3:].strip(), i + 1, []
-        elif cur is not None and stripped.startswith(fence) and not stripped[3:].strip():
-            blocks.append((info, start, cur))
-            cur = None
-        elif cur is not None:
-            cur.append(line)
-    return blocks
-
-
-def doc_commands(page: Path) -> list[DocCommand]:
-    """The `rlvr` commands of a page's fenced blocks, in order."""
-    out = []
-    for _info, start, lines in _fenced_blocks(page.read_text(encoding="utf-8")):
-        i = 0
-        while i < len(lines):
-            line, lineno = lines[i], start + i
-            i += 1
-            # a trailing backslash, or (in a usage synopsis) an indented "[--option ...]" line, continues it
-            while i < len(lines) and (line.rstrip().endswith("\\") or lines[i].strip().startswith("[")):
-                line = line.rstrip().removesuffix("\\") + " " + lines[i].strip()
-                i += 1
-            text = line.strip().removeprefix("$ ")
-            try:
-                tokens = shlex.split(text, comments=True)
-            except ValueError:
-                continue  # not shell (prose, Python)
-            env = {}
-            while tokens and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", tokens[0]):
-                key, _, value = tokens.pop(0).partition("=")
-                env[key] = value
-            # `rlvr ...`, or the script by its path (`.venv-gpu/bin/rlvr train ...`)
-            if len(tokens) > 1 and Path(tokens[0]).name == "rlvr":
-                out.append(DocCommand(page, lineno, shlex.join(["rlvr", *tokens[1:]]), tokens[1:], env))
-    return out
-
-
 def _yaml_blocks(page: Path) -> list[str]:
-    return ["\n".join(lines) for info, _, lines in _fenced_blocks(page.read_text(encoding="utf-8"))
+    return ["\n".join(lines) for info, _, lines in fenced_blocks(page.read_text(encoding="utf-8"))
             if info.split()[:1] in (["yaml"], ["yml"])]
 
 
@@ -197,13 +132,6 @@ def _scale_steps(cmd: DocCommand, config_text: str | None = None) -> list[str]:
     return out
 
 
-def _rlvr(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    script = Path(sys.executable).parent / "rlvr"  # the console script pyproject.toml installs
-    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "rlvr.cli"]
-    full_env = {**os.environ, "RLVR_NUM_THREADS": "1", "RLVR_PROGRESS": "off", **(env or {})}
-    return subprocess.run([*cmd, *argv], capture_output=True, text=True, env=full_env, timeout=600, cwd=cwd)
-
-
 ALL = {page: doc_commands(page) for page in PAGES}
 RUNNABLE_PAGES = [p for p, cmds in ALL.items() if any(not c.synopsis for c in cmds)]
 SYNOPSES = [c for cmds in ALL.values() for c in cmds if c.synopsis]
@@ -239,7 +167,7 @@ def test_the_docs_have_commands_to_check():
 @pytest.mark.parametrize("cmd", SYNOPSES, ids=lambda c: c.where)
 def test_usage_synopsis_matches_the_cli(cmd, tmp_path):
     """The command exists and every --option the synopsis shows is one it accepts."""
-    res = _rlvr([cmd.argv[0], "--help"], tmp_path)
+    res = run_documented([cmd.argv[0], "--help"], tmp_path)
     assert res.returncode == 0, f"{cmd.where}: `rlvr {cmd.argv[0]} --help` failed:\n{res.stderr}"
     options = {m for a in cmd.argv for m in re.findall(r"--[a-z][a-z0-9-]*", a)}
     # rich may fold a long option over two lines of the help table: compare without whitespace
@@ -287,7 +215,7 @@ def test_documented_commands_run(page, tmp_path):
             argv.append(arg)
         scaled = _scale_steps(DocCommand(cmd.page, cmd.line, cmd.text, argv, cmd.env), config_text)
         t0 = time.perf_counter()
-        res = _rlvr([*scaled, *_small_overrides(cmd)], tmp_path, cmd.env)
+        res = run_documented([*scaled, *_small_overrides(cmd)], tmp_path, cmd.env)
         print(f"{time.perf_counter() - t0:6.1f} s  {cmd.where}: {cmd.text}")
         assert res.returncode == 0, (
             f"{cmd.where}: `{cmd.text}` exited {res.returncode}\n(ran, scaled and small: rlvr {shlex.join(res.args[1:])})"

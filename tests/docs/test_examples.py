@@ -19,13 +19,14 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from helpers import REPO
 
 from rlvr.config import load_config
 from rlvr.train.config import TrainConfig
 from rlvr.train.pg.loop import validate_train_config
 from rlvr.train.pg.recipes import RECIPE_KEYS, RECIPES
 
-EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES_DIR = REPO / "examples"
 EXAMPLES = sorted(EXAMPLES_DIR.glob("*.yaml"))
 EXPECTED = {
     "grpo_gsm8k_r1_zero.yaml",

@@ -7,7 +7,7 @@ import json
 import math
 
 import pytest
-from conftest import needs_shared, shared_path
+from helpers.shared_data import needs_shared, shared_path
 
 from rlvr.data.filters import multiple_choice
 from rlvr.eval.evaluate import EvalSample, summarize

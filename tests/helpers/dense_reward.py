@@ -1,4 +1,4 @@
-"""A dense reward for loop tests (data.reward=dense_reward:letter_share): the share of letters in the
+"""A dense reward for loop tests (data.reward=helpers.dense_reward:letter_share): the share of letters in the
 response, so a random tiny model's samples in a group almost surely differ, whatever the sampler's
 random stream (a binary reward leaves whole steps without variance, hence without a gradient, by chance)."""
 

@@ -1,5 +1,5 @@
 """A loopback judge for the tests: an OpenAI-compatible /v1/chat/completions endpoint on 127.0.0.1 (port 0) in a
-thread, with scripted verdicts (tests/test_judge.py, tests/test_judge_train.py). No network."""
+thread, with scripted verdicts (tests/rewards/test_judge.py, tests/train/test_judge_train.py). No network."""
 
 from __future__ import annotations
 

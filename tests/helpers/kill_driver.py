@@ -1,4 +1,4 @@
-"""Test driver of tests/test_crash_consistency.py: runs `rlvr train` commands in forked children of one warm
+"""Test driver of tests/cli/test_crash_consistency.py: runs `rlvr train` commands in forked children of one warm
 process (torch, transformers and rlvr imported once), each child killed (os._exit, no clean-up: a SIGKILL as
 far as the files are concerned) at the N-th file-mutating call of a chosen phase of the run.
 

@@ -1,15 +1,15 @@
 """A process group whose backend serves one device only, and that device is not the CPU: what NCCL is on a GPU
 machine (its device map is CUDA only: a CPU tensor handed to a collective raises "No backend type associated
-with device type cpu"), made on a CPU machine. Run as a script by tests/test_cuda_paths.py (its own process:
+with device type cpu"), made on a CPU machine. Run as a script by tests/distributed/test_cuda_paths.py (its own process:
 the backend registration and PyTorch's lazy device are process-wide).
 
 The device is PyTorch's lazy-tensor device ("lazy", computed on the CPU through TorchScript): a device of its
 own that real tensors live on, so a collective given a CPU tensor is caught while the learner's model stays on
 the CPU. The group is a group of one (FileStore): every collective is the identity, after checking the devices.
 
-    python tests/_lonely_group.py sharded FILE   -> rlvr.train.pg.sharded.ShardedGradients (GRPO + PPO's shared
+    python tests/helpers/lonely_group.py sharded FILE   -> rlvr.train.pg.sharded.ShardedGradients (GRPO + PPO's shared
                                                     critic) on Shards(device=lazy) vs accumulate_gradients
-    python tests/_lonely_group.py dp FILE        -> rlvr.distributed.dp.GradientWorker with its policy on lazy
+    python tests/helpers/lonely_group.py dp FILE        -> rlvr.distributed.dp.GradientWorker with its policy on lazy
 Prints one JSON line: what was compared, and the collectives the group saw.
 """
 

@@ -1,5 +1,5 @@
 """Every documented training sequence that starts from a trained policy keeps (or raises) its held-out
-accuracy when run as the page says (issue 25, item 3): tests/test_docs_examples.py runs every documented
+accuracy when run as the page says (issue 25, item 3): tests/docs/test_docs_examples.py runs every documented
 command at a toy size and checks only that it exits 0, so a page whose commands run but do not learn (the
 process-reward page's RL step took an 89% SFT model to 0%; training.md's first block ended at 0%) passed it.
 
@@ -13,16 +13,17 @@ evaluates by default) is read, and each check asserts a trained run's accuracy a
     before >= start_floor           (the start is partly right: it has something to keep or lose)
     after >= before - margin
 
-with margins measured (module constants below, with what was measured; fixed seeds: the pages' own).
+with margins measured (the cases and their margins, with what was measured, are LEARNING_CASES in
+tests/helpers/docs.py, beside the reader of the pages' commands; fixed seeds: the pages' own).
 Measured time (one thread): 974 s for the four cases on 2 cores shared with other jobs (load ~7); the
 process case alone took 117 s on a quieter machine.
 
 Documented training commands not here, and why:
-- `rlvr demo` (README, index.md, training.md): tests/test_demo.py::test_full_demo_meets_its_targets
+- `rlvr demo` (README, index.md, training.md): tests/train/test_demo.py::test_full_demo_meets_its_targets
   (slow) asserts its gain on the median of three seeds.
 - agents.md, distributed.md, config.md: they train a fresh tiny model (no `model.init_from`); a random
   start has no accuracy to lose.
-- GPU / hub-model commands (README's and real_model.md's examples): tests/test_docs_examples.py's SKIP_RULES.
+- GPU / hub-model commands (README's and real_model.md's examples): tests/docs/test_docs_examples.py's SKIP_RULES.
 - filtering.md: `rlvr filter` does not train (its `rlvr sft` line is the 3-digit one training.md had).
 """
 
@@ -31,69 +32,13 @@ from __future__ import annotations
 import json
 import shlex
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from test_docs_examples import ROOT, _fenced_blocks, _rlvr, doc_commands
+from helpers import REPO as ROOT
+from helpers.docs import LEARNING_CASES, doc_commands, fenced_blocks, run_documented
 
 pytestmark = pytest.mark.slow
-
-# Allowed drops of held-out accuracy (fractions). Measured with the pinned kernels of conftest.py, the
-# pages' seeds (held-out greedy accuracy, start -> trained):
-# - process_rewards.md (100 problems): SFT 88%; the RL line 89% (seeds 0 and 1 of the RL run: 89%, 89%;
-#   docs/process_rewards.md has the table). Before the fix (lr 5e-4, group baseline): 0.0%. A drop of
-#   3 problems is allowed: at lr 5e-5 the same line lost 3 and 4 points (seeds 0, 1).
-# - training.md (200 problems): SFT 29.0% -> GRPO 100 steps 41.0% -> resumed to 200 steps 66.5% (native
-#   kernels: 24.0% -> 39.5% -> 67.5%). Before the fix the SFT line ended at 0.0% (3-digit addition).
-# - expert_iteration.md (200 problems): SFT 29.0% -> 40 EI rounds 53.0%.
-# - pipeline.md (10 problems, the page's "plumbing demo"): 20% -> 3 GRPO steps 20% -> 6 steps 20%, as the
-#   page's summary shows; one problem (10 points) may flip.
-PROCESS_MARGIN = 0.03
-TRAINING_MARGIN = 0.0
-EI_MARGIN = 0.0
-PIPELINE_MARGIN = 0.1
-
-
-@dataclass
-class Check:
-    before: str  # label of the start's accuracy
-    after: str  # label of the accuracy of the run trained from it
-    margin: float  # allowed drop in held-out accuracy (a fraction), measured
-    start_floor: float = 0.0  # the start is at least this accurate: it has something to lose
-
-
-@dataclass
-class Case:
-    page: str
-    # In run order: (the text that finds the command on the page, {label: run directory whose held-out
-    # accuracy is read after the command}). The text is the whole command or a part of it found once.
-    commands: list[tuple[str, dict[str, str]]]
-    checks: list[Check]
-    smaller: dict[str, list[str]] = field(default_factory=dict)  # command text -> overrides appended (named size)
-
-
-CASES = [
-    Case("docs/process_rewards.md",
-         [("run.out_dir=runs/steps_sft", {"sft": "runs/steps_sft"}),
-          ("run.out_dir=runs/steps_process", {"process": "runs/steps_process"})],
-         [Check("sft", "process", margin=PROCESS_MARGIN, start_floor=0.5)]),
-    Case("docs/training.md",
-         [("run.out_dir=runs/sft", {"sft": "runs/sft"}),
-          ("run.out_dir=runs/grpo", {"grpo": "runs/grpo"}),
-          ("--resume runs/grpo run.steps=200", {"grpo_200": "runs/grpo"})],
-         [Check("sft", "grpo", margin=TRAINING_MARGIN, start_floor=0.1),
-          Check("grpo", "grpo_200", margin=TRAINING_MARGIN)]),
-    Case("docs/expert_iteration.md",
-         [("run.out_dir=runs/sft", {"sft": "runs/sft"}),
-          ("rlvr ei ei.yaml model.init_from=runs/sft", {"ei": "runs/ei"})],
-         [Check("sft", "ei", margin=EI_MARGIN, start_floor=0.1)]),
-    Case("docs/pipeline.md",  # the page's "plumbing demo": 3 (then 6) GRPO steps after the SFT stage
-         [("rlvr pipeline stages.yaml", {"warmup": "runs/pipeline/01_warmup", "grpo": "runs/pipeline/02_grpo"}),
-          ("rlvr pipeline stages.yaml --resume stages.grpo.run.steps=6", {"grpo_6": "runs/pipeline/02_grpo"})],
-         [Check("warmup", "grpo", margin=PIPELINE_MARGIN, start_floor=0.1),
-          Check("grpo", "grpo_6", margin=PIPELINE_MARGIN)]),
-]
 
 
 def _find(page: Path, text: str):
@@ -106,7 +51,7 @@ def _find(page: Path, text: str):
 def _config_block(page: Path, name: str, after_line: int) -> str:
     """The ```yaml block of the page that holds `name`: the one whose text names it, else the first one
     after the command (expert_iteration.md: "with this `ei.yaml`:")."""
-    blocks = [(start, "\n".join(lines)) for info, start, lines in _fenced_blocks(page.read_text(encoding="utf-8"))
+    blocks = [(start, "\n".join(lines)) for info, start, lines in fenced_blocks(page.read_text(encoding="utf-8"))
               if info.split()[:1] in (["yaml"], ["yml"])]
     named = [text for _, text in blocks if name in text.splitlines()[0]]
     later = [text for start, text in blocks if start > after_line]
@@ -121,7 +66,7 @@ def _held_out_accuracy(run_dir: Path) -> float:
     return evals[-1]
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.page)
+@pytest.mark.parametrize("case", LEARNING_CASES, ids=lambda c: c.page)
 def test_documented_training_commands_do_not_lose_accuracy(case, tmp_path):
     page = ROOT / case.page
     acc: dict[str, float] = {}
@@ -132,9 +77,9 @@ def test_documented_training_commands_do_not_lose_accuracy(case, tmp_path):
             if arg.endswith((".yaml", ".yml")) and "=" not in arg and not (ROOT / arg).is_file():
                 (tmp_path / arg).write_text(_config_block(page, arg, cmd.line))
             argv.append(arg)
-        argv += case.smaller.get(text, [])  # (no progress bars: _rlvr sets RLVR_PROGRESS=off)
+        argv += case.smaller.get(text, [])  # (no progress bars: run_documented sets RLVR_PROGRESS=off)
         t0 = time.perf_counter()
-        res = _rlvr(argv, tmp_path, cmd.env)
+        res = run_documented(argv, tmp_path, cmd.env)
         assert res.returncode == 0, (f"{cmd.where}: `{cmd.text}` exited {res.returncode}\n(ran: rlvr {shlex.join(argv)})"
                                      f"\nstdout:\n{res.stdout[-2000:]}\nstderr:\n{res.stderr[-2000:]}")
         for label, run_dir in reads.items():

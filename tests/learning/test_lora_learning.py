@@ -1,5 +1,5 @@
 """GRPO with LoRA (model.lora_rank=8) learns: from the partly trained SFT checkpoints of
-tests/test_train_learning.py (three single-digit terms, "3+5+7=" -> "15"; tests/conftest.py arith3_sft_runs,
+tests/learning/test_train_learning.py (three single-digit terms, "3+5+7=" -> "15"; tests/conftest.py arith3_sft_runs,
 step 100 of 200), only the adapters train and the held-out accuracy and the sampled training reward rise.
 Three seeds, medians with margins.
 
@@ -13,7 +13,7 @@ sampled training reward gain (mean of the last 5 steps minus the first 5), in po
 
 Native AVX2 kernels (ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=AUTO), lr 3e-3: greedy +9.5 / +13.5 / +1.0, reward +6.6 /
 +5.9 / +2.4 (medians +9.5 / +5.9): the margins hold on both kernel paths.
-(Full fine-tuning in tests/test_train_learning.py: lr 5e-4, medians +8.5 greedy / +9.0 reward.) About 90 s on
+(Full fine-tuning in tests/learning/test_train_learning.py: lr 5e-4, medians +8.5 greedy / +9.0 reward.) About 90 s on
 one thread with the three SFT runs it shares with that module: marked scale.
 """
 

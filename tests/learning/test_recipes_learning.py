@@ -22,7 +22,7 @@ import statistics
 from pathlib import Path
 
 import pytest
-from conftest import LEARN_COMMON, LEARN_MODEL, LEARN_RL_FROM_STEP
+from helpers.learning import LEARN_COMMON, LEARN_MODEL, LEARN_RL_FROM_STEP
 
 from rlvr.config import load_config
 from rlvr.train.config import TrainConfig

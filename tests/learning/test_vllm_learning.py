@@ -1,7 +1,7 @@
 """GRPO learns with vLLM rollouts as with the hf sampler (the real CPU engine, `make test-vllm`).
 
-The task of tests/test_train_learning.py (three single-digit terms, "3+5+7=" -> "15"), with the model
-shape the CPU engine takes (head_dim 32: tests/conftest.py VLLM_SHAPE, untied embeddings). Per seed:
+The task of tests/learning/test_train_learning.py (three single-digit terms, "3+5+7=" -> "15"), with the model
+shape the CPU engine takes (head_dim 32: tests/helpers/vllm_engine.py VLLM_SHAPE, untied embeddings). Per seed:
 SFT to step 100 of a 200-step schedule (partly trained), then 40 GRPO steps from that checkpoint once
 with `rollout.backend=vllm` (the session's engine, the learner's weights pushed every step and checked
 by the push check) and once with `rollout.backend=hf`, the same seeds and settings. Measured: the
@@ -30,7 +30,8 @@ import pytest
 pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm")
 
-from conftest import LEARN_COMMON, LEARN_SEEDS, VLLM_TINY_MODEL  # noqa: E402
+from helpers.learning import LEARN_COMMON, LEARN_SEEDS  # noqa: E402
+from helpers.vllm_engine import VLLM_TINY_MODEL  # noqa: E402
 
 from rlvr.config import load_config  # noqa: E402
 from rlvr.train.config import SFTConfig, TrainConfig  # noqa: E402

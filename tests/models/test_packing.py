@@ -7,19 +7,16 @@ import random
 
 import pytest
 import torch
-from test_prefix import _run
+from helpers.training import grpo_algo, shared_prefix_run
 from torch.nn.attention.flex_attention import create_block_mask
 
 import rlvr.models.packed as packed
-from rlvr.config import load_config
 from rlvr.models import score_tokens
 from rlvr.models.packed import PackPlan, packed_causal, score_packed, segment_blocks, use_packing
 from rlvr.models.tiny import build_tiny_model
 from rlvr.models.tokenize import build_training_batch
 from rlvr.train.batching import ForwardSpec, micro_batches
-from rlvr.train.config import TrainConfig
 from rlvr.train.pg.objective import LossParts, Minibatch, StepStats, accumulate_gradients, batch_logprobs
-from rlvr.train.pg.recipes import get_recipe
 
 # on CPU flex_attention runs eagerly, as intended there (rlvr.models.packed)
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
@@ -166,11 +163,6 @@ def test_the_flex_attention_path_gives_the_padded_logprobs(arch, kv_heads, share
     assert bool((got[~m] == 0).all())
 
 
-def _algo(*extra):
-    return load_config(TrainConfig, None, ["algo.kl_coef=0.05", "algo.entropy_coef=0.01", *extra],
-                       base=get_recipe("grpo")).algo
-
-
 @pytest.mark.parametrize("shared_prefix", [True, False])
 def test_a_packed_minibatch_gives_the_padded_loss_gradient_and_statistics(shared_prefix):
     """accumulate_gradients with algo.packing=true vs false (the padded path with or without the shared
@@ -182,7 +174,7 @@ def test_a_packed_minibatch_gives_the_padded_loss_gradient_and_statistics(shared
     ref_logp = batch_logprobs(_model("llama", 1, seed=5), batch, 0, packing=False)
     out = {}
     for packing in (True, False):
-        algo = _algo(f"algo.packing={str(packing).lower()}", f"algo.shared_prefix={str(shared_prefix).lower()}")
+        algo = grpo_algo(f"algo.packing={str(packing).lower()}", f"algo.shared_prefix={str(shared_prefix).lower()}")
         model.zero_grad()
         stats, ent = StepStats(), {}
         loss = accumulate_gradients(model, Minibatch(batch, adv, ref_logp=ref_logp), LossParts.from_algo(algo),
@@ -304,11 +296,11 @@ def test_training_packed_equals_the_padded_path(tmp_path, shared, monkeypatch):
     calls = []
     real = obj.score_packed
     monkeypatch.setattr(obj, "score_packed", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
-    fast, fast_s = _run(tmp_path / "p", shared, "algo.packing=true", "algo.micro_batch_tokens=40",
+    fast, fast_s = shared_prefix_run(tmp_path / "p", shared, "algo.packing=true", "algo.micro_batch_tokens=40",
                         monkeypatch=monkeypatch)
     assert calls  # the packed forward ran
     n = len(calls)
-    slow, slow_s = _run(tmp_path / "r", shared, "algo.packing=false", "algo.micro_batch_tokens=40",
+    slow, slow_s = shared_prefix_run(tmp_path / "r", shared, "algo.packing=false", "algo.micro_batch_tokens=40",
                         monkeypatch=monkeypatch)
     assert len(calls) == n  # and only with algo.packing=true
     assert [s["response"] for s in fast_s] == [s["response"] for s in slow_s]

@@ -3,13 +3,11 @@ prompt is run once, and the numbers equal the plain forward's up to float roundi
 
 from __future__ import annotations
 
-import json
 import random
-from pathlib import Path
 
 import pytest
 import torch
-from test_train_recipe_book import TINY, _spread_task
+from helpers.training import shared_prefix_run
 
 from rlvr.config import load_config
 from rlvr.models import score_tokens
@@ -17,7 +15,6 @@ from rlvr.models.prefix import prefix_groups, score_shared_prefix
 from rlvr.models.tiny import build_tiny_model
 from rlvr.models.tokenize import build_training_batch
 from rlvr.train.config import TrainConfig
-from rlvr.train.pg.loop import train
 
 
 def _grouped_batch(seed=0, groups=3, per_group=4, shuffle=True, resp_len=(1, 4)):
@@ -220,30 +217,13 @@ def test_shared_prefix_falls_back_to_whole_rows_under_activation_checkpointing()
     assert torch.allclose(out.logprobs, plain, atol=1e-5)
 
 
-def _run(tmp_path, shared: str, *extra, monkeypatch=None):
-    cfg = load_config(TrainConfig, None, TINY + [
-        f"run.out_dir={tmp_path / shared}", "sampling.n_prompts=4", "sampling.group_size=4", "run.steps=3",
-        "run.log_samples_every=1", "run.num_log_samples=4", "optim.lr=1e-2", f"algo.shared_prefix={shared}",
-        f"rollout.shared_prefix={shared}", *extra])
-    if monkeypatch is not None:  # no plots at the end: they would take most of this test's time
-        import rlvr.train.session as session
-
-        monkeypatch.setattr(session, "finish_run", lambda path, last: {})
-    rows = []
-    # every problem "mixed": a response passes when its first character has an even code point, so
-    # groups have a reward spread and the gradient is not 0
-    res = train(cfg, data=_spread_task(n_always=0, n_never=0, n_mixed=8), on_step=lambda s, m: rows.append(m))
-    samples = [json.loads(x) for x in (Path(res.run_dir) / "samples.jsonl").read_text().splitlines()]
-    return rows, samples
-
-
 @pytest.mark.parametrize("extra", [(), ("algo.num_minibatches=2", "algo.epochs_per_rollout_batch=2")])
 def test_training_with_shared_prefix_equals_the_plain_path(tmp_path, extra, monkeypatch):
     """Same seed, 3 steps: the same sampled responses, and losses, gradient norms, entropies and
     sampler-vs-learner logprob gaps within float tolerance. The second case has shuffled minibatches
     (groups split across micro-batches) and the separate old-logprob forward."""
-    fast, fast_s = _run(tmp_path, "true", *extra, monkeypatch=monkeypatch)
-    slow, slow_s = _run(tmp_path, "false", *extra, monkeypatch=monkeypatch)
+    fast, fast_s = shared_prefix_run(tmp_path, "true", *extra, monkeypatch=monkeypatch)
+    slow, slow_s = shared_prefix_run(tmp_path, "false", *extra, monkeypatch=monkeypatch)
     assert [s["response"] for s in fast_s] == [s["response"] for s in slow_s]
     for f, s in zip(fast, slow, strict=True):
         assert f["tokens/generated"] == s["tokens/generated"] and f["reward/mean"] == s["reward/mean"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from judge_server import JudgeServer
+from helpers.judge_server import JudgeServer
 
 from rlvr.data import Example
 from rlvr.rewards import Status, get_reward_fn, score_batch

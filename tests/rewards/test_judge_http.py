@@ -10,10 +10,10 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
-from judge_server import JudgeServer
+from helpers import REPO
+from helpers.judge_server import JudgeServer
 
 import rlvr.rewards.judge as judge_module
 from rlvr.data import Example
@@ -142,7 +142,7 @@ def test_a_process_scoring_against_a_trickling_judge_exits_promptly():
         "r = judge('The answer is 8.', Example(id='t', question='What is 3 + 4?', reference='7'))\n"
         "print(r.info, flush=True)\n"
     )
-    root = Path(__file__).parents[1]
+    root = REPO
     with JudgeServer(lambda a, r: ("trickle", 0.5, "EQUIVALENT", "body")) as server:
         env = os.environ | {"PYTHONPATH": str(root), "RLVR_NUM_THREADS": "1"}
         t0 = time.monotonic()

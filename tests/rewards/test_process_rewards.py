@@ -10,7 +10,7 @@ import statistics
 
 import pytest
 import torch
-from conftest import STEPS_LEARN_COMMON, STEPS_LEARN_MODEL, STEPS_RL_FROM_STEP
+from helpers.learning import STEPS_LEARN_COMMON, STEPS_LEARN_MODEL, STEPS_RL_FROM_STEP
 
 from rlvr.config import ConfigError, load_config
 from rlvr.data import get_task

@@ -3,7 +3,7 @@
 NameError at import) is one line naming the file and line, not an 80-line traceback; the working directory
 is importable without PYTHONPATH=.; a float or bool return is a Reward (total = the number, CORRECT when > 0);
 the one call made before the model loads refuses what no input excuses. The commands themselves:
-tests/test_cli_paths_rewards.py."""
+tests/cli/test_cli_paths_rewards.py."""
 
 from __future__ import annotations
 

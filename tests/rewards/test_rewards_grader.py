@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from collections import Counter
 from fractions import Fraction
-from pathlib import Path
 
 import pytest
+from helpers import REPO
 
 from rlvr.rewards import grader as G
 from rlvr.rewards import mathparse as mp
@@ -16,7 +16,7 @@ from rlvr.rewards.grader import grade_answer, normalize
 from rlvr.rewards.tolerance import LENIENT, STRICT, decimal_matches, significant_digits
 from rlvr.rewards.types import Status
 
-PAIRS_FILE = Path(__file__).resolve().parents[1] / "rlvr" / "rewards" / "labeled" / "equivalence_pairs.jsonl"
+PAIRS_FILE = REPO / "rlvr" / "rewards" / "labeled" / "equivalence_pairs.jsonl"
 PAIRS = [json.loads(line) for line in PAIRS_FILE.read_text().splitlines() if line.strip()]
 
 

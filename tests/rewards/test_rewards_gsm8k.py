@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from fractions import Fraction
 
-from conftest import needs_shared, shared_path
+from helpers.shared_data import needs_shared, shared_path
 
 from rlvr.rewards import get_reward_fn
 from rlvr.rewards.extract import reference_answer

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import sympy.parsing.sympy_parser as sympy_parser
+from helpers import REPO
 
 from rlvr.rewards import symbolic
 
-PAIRS_FILE = Path(__file__).resolve().parents[1] / "rlvr" / "rewards" / "labeled" / "equivalence_pairs.jsonl"
+PAIRS_FILE = REPO / "rlvr" / "rewards" / "labeled" / "equivalence_pairs.jsonl"
 NUMERIC_LITERAL = re.compile(r"[0-9]+(\.[0-9]*)?|\.[0-9]+")
 
 

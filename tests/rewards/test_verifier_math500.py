@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 
-from conftest import needs_shared, shared_path
+from helpers.shared_data import needs_shared, shared_path
 
 from rlvr.rewards import get_reward_fn
 from rlvr.rewards.extract import last_boxed

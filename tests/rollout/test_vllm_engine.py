@@ -17,43 +17,19 @@ import math
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from helpers import TESTS
+from helpers.vllm_engine import LONG, VLLM_TINY_MODEL, gap, perturbed
 
 pytestmark = pytest.mark.vllm
 vllm = pytest.importorskip("vllm")
 
-from rlvr.models import score_tokens  # noqa: E402
-from rlvr.rollout import SamplingSpec, rollouts_to_batch  # noqa: E402
+from rlvr.rollout import SamplingSpec  # noqa: E402
 from rlvr.rollout.vllm_generator import VLLMEngineError, VLLMGenerator  # noqa: E402
 
 TOL = 1e-4  # fp32 engine vs fp32 trainer: measured <= 1e-6 per token
-# A prompt longer than several KV blocks (16 tokens on the CPU engine), so the prefix cache holds it.
-LONG = "Q: " + "the quick brown fox jumps over the lazy dog; " * 3 + "A:"
-
-
-def perturbed(model, scale: float = 0.5, seed: int = 123):
-    """A copy of `model` with every weight moved by scale * N(0, std of that weight)."""
-    import copy
-
-    other = copy.deepcopy(model)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in other.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * scale * (float(p.std()) if p.numel() > 1 else 1.0))
-    return other
-
-
-def gap(model, rollouts, truncation=None, temperature: float = 1.0) -> float:
-    """Largest |trainer - sampler| logprob over the sampled tokens of `rollouts`."""
-    b = rollouts_to_batch(rollouts, 0)
-    with torch.no_grad():
-        kw = {"truncation": truncation} if truncation is not None else {}
-        lp = score_tokens(model, b.input_ids, b.labels, b.attention_mask, temperature=temperature, **kw).logprobs
-    m = b.response_mask.bool()
-    return float((lp - b.sampler_logprobs)[m].abs().max())
 
 
 @pytest.fixture
@@ -269,7 +245,7 @@ def _cli(*args, cwd, timeout=300) -> subprocess.CompletedProcess:
     # a fresh process, as a user's: without the identities of this process's engine (shared memory names)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "TORCHINDUCTOR_"))}
     env["RLVR_NUM_THREADS"] = "1"
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), env.get("PYTHONPATH", "")])  # dense_reward
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")])  # helpers.dense_reward
     return subprocess.run([sys.executable, "-m", "rlvr.cli", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
@@ -282,7 +258,7 @@ TINY_VLLM = ["model.hidden_size=64", "model.num_heads=2", "model.intermediate_si
 def test_rlvr_train_with_the_vllm_backend_end_to_end(tmp_path):
     out = tmp_path / "run"
     res = _cli("train", *TINY_VLLM, "run.steps=3", f"run.out_dir={out}", "sampling.n_prompts=4",
-               "sampling.group_size=4", "optim.lr=3e-3", "run.progress=false", "data.reward=dense_reward:letter_share",
+               "sampling.group_size=4", "optim.lr=3e-3", "run.progress=false", "data.reward=helpers.dense_reward:letter_share",
                cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "held-out:" in res.stdout
@@ -309,7 +285,7 @@ SEPARATE = r"""
 import json, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[2])
-from test_vllm_engine import LONG, gap, perturbed
+from helpers.vllm_engine import LONG, gap, perturbed
 from rlvr.models import load_policy
 from rlvr.rollout import SamplingSpec
 from rlvr.rollout.vllm_generator import VLLMGenerator
@@ -343,7 +319,7 @@ def test_a_separate_engine_process_gets_the_pushes_too(base, tmp_path):
     script = tmp_path / "separate.py"
     script.write_text(SEPARATE)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "TORCHINDUCTOR_"))}
-    res = subprocess.run([sys.executable, str(script), str(path), str(Path(__file__).parent)], env=env,
+    res = subprocess.run([sys.executable, str(script), str(path), str(TESTS)], env=env,
                          capture_output=True, text=True, timeout=300)
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]
     assert res.returncode == 0 and lines, res.stderr[-3000:]
@@ -356,7 +332,6 @@ def test_a_separate_engine_process_gets_the_pushes_too(base, tmp_path):
 
 def test_a_push_that_does_not_reach_the_engine_warns_then_stops_the_run(route_vllm_backend, base, tmp_path,
                                                                         monkeypatch, capsys):
-    from conftest import VLLM_TINY_MODEL
 
     from rlvr.config import load_config
     from rlvr.rollout.push_check import PushCheckError
@@ -373,7 +348,7 @@ def test_a_push_that_does_not_reach_the_engine_warns_then_stops_the_run(route_vl
     cfg = load_config(TrainConfig, None, VLLM_TINY_MODEL + [
         "rollout.backend=vllm", "run.steps=6", f"run.out_dir={tmp_path / 'run'}", "sampling.n_prompts=4",
         "sampling.group_size=4", "optim.lr=0.05", "run.progress=false", "run.num_threads=1",
-        "data.reward=dense_reward:letter_share"])
+        "data.reward=helpers.dense_reward:letter_share"])
     with pytest.raises(PushCheckError, match=r"after the weight push of step (\d+), .* rollout.push_check_tol=0.1"
                        r", for the second push in a row") as err:
         train(cfg)

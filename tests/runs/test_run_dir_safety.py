@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import REPO
 from typer.testing import CliRunner
 
 from rlvr.cli import app
@@ -28,7 +29,6 @@ from rlvr.runs import checkpoint as ckpt_mod
 from rlvr.runs.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from rlvr.runs.rundir import RunDir
 
-REPO = Path(__file__).resolve().parents[1]
 TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
         "data.num_train=40", "data.num_eval=4", "data.digits=1", "sampling.n_prompts=2", "sampling.group_size=2",
         "sampling.max_tokens=4", "run.progress=false", "run.num_threads=1", "run.report_to=none"]

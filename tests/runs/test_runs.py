@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import REPO
 
 from rlvr.runs import (
     Progress,
@@ -25,9 +26,6 @@ from rlvr.runs import (
     read_jsonl,
     save_checkpoint,
 )
-
-REPO = Path(__file__).resolve().parents[1]
-
 
 # ------------------------------------------------------------------------------------ run dir
 

@@ -1,7 +1,7 @@
 """run.report_to without any backend installed (default tier): the config check names the key and the pip
 command, names are parsed strictly, and a tracker that fails (to import, to open, to log) warns once
 while the run completes and the other trackers get every row. The real backends, offline, are in
-tests/test_trackers_backends.py (marker trackers, `make test-trackers`)."""
+tests/runs/test_trackers_backends.py (marker trackers, `make test-trackers`)."""
 
 from __future__ import annotations
 

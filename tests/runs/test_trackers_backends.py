@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.trackers import ALL, TINY, tracker_env
 
 from rlvr.config import load_config, to_dict
 from rlvr.runs.rundir import read_jsonl
@@ -28,23 +29,6 @@ from rlvr.runs.trackers import flatten, numeric_metrics
 from rlvr.train.config import TrainConfig
 
 pytestmark = pytest.mark.trackers
-
-TINY = [
-    "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
-    "data.num_train=40", "data.num_eval=4", "data.digits=1", "sampling.n_prompts=2", "sampling.group_size=2",
-    "sampling.max_tokens=3", "run.log_samples_every=0", "run.eval_every=2",
-]
-ALL = "tensorboard,wandb,trackio,mlflow"
-
-
-def _env(tmp: Path, **extra: str) -> dict[str, str]:
-    """The test's environment without the user's tracker settings (so the run dir defaults apply) and with
-    wandb's own config and cache folders in tmp."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "MLFLOW_", "TRACKIO_"))}
-    env |= {"RLVR_NUM_THREADS": "1", "RLVR_PROGRESS": "off", "WANDB_CONFIG_DIR": str(tmp / "wandb-config"),
-            "WANDB_CACHE_DIR": str(tmp / "wandb-cache"), "WANDB_DATA_DIR": str(tmp / "wandb-data"),
-            "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1", "PYTHONPATH": str(Path(__file__).parents[1])}
-    return env | extra
 
 
 def _rlvr(env: dict, *args: str) -> subprocess.CompletedProcess:
@@ -141,7 +125,7 @@ def runs(tmp_path_factory):
     """3 steps to all four backends, read back; then --resume to 5 steps, read back."""
     tmp = tmp_path_factory.mktemp("trackers")
     run_dir = tmp / "tiny-run"
-    env = _env(tmp)
+    env = tracker_env(tmp)
     first = _rlvr(env, "run.steps=3", f"run.out_dir={run_dir}", f"run.report_to={ALL}")
     after_first = _read_all(run_dir)
     _rlvr(env, "--resume", str(run_dir), "run.steps=5")
@@ -206,7 +190,7 @@ def test_a_backend_that_fails_warns_and_the_run_completes(tmp_path):
     completes, and wandb (listed after it) still gets every row."""
     run_dir = tmp_path / "r"
     (tmp_path / "a-file").write_text("not a folder")
-    env = _env(tmp_path, MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'a-file' / 'mlflow.db'}")
+    env = tracker_env(tmp_path, MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'a-file' / 'mlflow.db'}")
     res = _rlvr(env, "run.steps=2", f"run.out_dir={run_dir}", "run.report_to=mlflow,wandb")
     assert res.stderr.count("run.report_to=mlflow: opening the run failed") == 1, res.stderr[-3000:]
     rows = read_jsonl(run_dir / "metrics.jsonl")

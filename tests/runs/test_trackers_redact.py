@@ -1,5 +1,5 @@
 """No credential in a run file or a console line from run.report_to (issue 37, item 2), default tier: MLflow's
-client is a fake module here (the real backends are in tests/test_trackers_backends.py, marker trackers, which
+client is a fake module here (the real backends are in tests/runs/test_trackers_backends.py, marker trackers, which
 also greps a whole run directory and its console output for secrets). An MLFLOW_TRACKING_URI with a password
 (`http://user:PASSWORD@host`, `postgresql://user:pass@host/db`) or a token in its query is kept in
 RUN/trackers.json and printed redacted, a resume still continues the same MLflow run, and a tracker's failure

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from judge_server import JudgeServer
-from test_trackers_backends import ALL, TINY, _env
+from helpers.judge_server import JudgeServer
+from helpers.trackers import ALL, TINY, tracker_env
 
 from rlvr.runs.rundir import read_jsonl
 
@@ -48,7 +48,7 @@ def _train(env: dict, *args: str) -> subprocess.CompletedProcess:
 def test_no_secret_in_the_run_directory_or_the_console(tmp_path):
     run_dir = tmp_path / "secret-run"
     mlflow_uri = f"http://rlvr:{SECRETS['mlflow-uri']}@127.0.0.1:{_closed_port()}"
-    env = _env(tmp_path, RLVR_TEST_JUDGE_KEY=SECRETS["judge"], WANDB_API_KEY=SECRETS["wandb"],
+    env = tracker_env(tmp_path, RLVR_TEST_JUDGE_KEY=SECRETS["judge"], WANDB_API_KEY=SECRETS["wandb"],
                MLFLOW_TRACKING_URI=mlflow_uri, MLFLOW_TRACKING_TOKEN=SECRETS["mlflow-token"],
                MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT="5", HF_TOKEN=SECRETS["hf"])
     with JudgeServer(lambda answer, reference: "EQUIVALENT") as judge:

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import REPO
 
 import rlvr.algo.logprobs as logprobs
 import rlvr.models.packed as packed
 from rlvr.runtime import compile_cache_dir, use_compile_cache
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 
 
 def test_the_cache_folder_is_the_users_cache_not_tmp(monkeypatch, tmp_path):

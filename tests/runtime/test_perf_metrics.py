@@ -41,7 +41,7 @@ def test_perf_metrics_every_step_with_the_hand_counted_flops(tmp_path):
     assert n == sum(p.numel() for p in model.parameters())  # the tied head counted once, not twice
     for r in rows:
         assert r["tokens/trained"] > 0 and r["time/train"] > 0
-        # the FLOPs done (rlvr.runtime.FlopCounter, hand-counted in tests/test_flops.py): each group's prompt once,
+        # the FLOPs done (rlvr.runtime.FlopCounter, hand-counted in tests/runtime/test_flops.py): each group's prompt once,
         # attention and the LM head included; below 6 N per trained token here (4-token answers after shared prompts)
         assert 0 < r["perf/flops"] < 6 * n * r["tokens/trained"]
         assert r["perf/mfu"] == pytest.approx(r["perf/flops"] / r["time/train"] / 0.5e12, rel=1e-9)

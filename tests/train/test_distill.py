@@ -17,7 +17,8 @@ import statistics
 from pathlib import Path
 
 import pytest
-from conftest import LEARN_COMMON, LEARN_MODEL, LEARN_RL_FROM_STEP, LEARN_SFT_STEPS
+from helpers import REPO
+from helpers.learning import LEARN_COMMON, LEARN_MODEL, LEARN_RL_FROM_STEP, LEARN_SFT_STEPS
 
 from rlvr.config import ConfigError, load_config
 from rlvr.train.config import TrainConfig
@@ -85,7 +86,7 @@ def test_the_teacher_is_the_reference_its_logprobs_enter_the_kl(tmp_path):
             "data.digits=1", "data.num_eval=8", "sampling.max_tokens=4", "sampling.n_prompts=4",
             "sampling.group_size=2", "algo.kl_coef=0.1", "algo.kl_in=reward", "run.steps=1", "run.progress=false",
             "run.eval_every=0", "run.num_threads=1"]
-    first = train(load_config(TrainConfig, None, [*base, "optim.lr=1e-2", "data.reward=dense_reward:letter_share",
+    first = train(load_config(TrainConfig, None, [*base, "optim.lr=1e-2", "data.reward=helpers.dense_reward:letter_share",
                                                   f"run.out_dir={tmp_path / 'a'}"]))
     moved = _ckpt(Path(first.run_dir), 1) / "model"  # the fresh model after one large step
     kl = {}
@@ -159,5 +160,5 @@ def test_the_distill_keys_are_documented():
     from rlvr.config import config_markdown
     from rlvr.train.config import DistillConfig
 
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "distillation.md").read_text()
+    doc = (REPO / "docs" / "distillation.md").read_text()
     assert config_markdown(DistillConfig) in doc  # regenerate the table with rlvr.config.config_markdown

@@ -1,13 +1,13 @@
 """`rlvr train ... data.reward=judge judge.url=http://127.0.0.1:PORT/v1` on a tiny model for 2 steps against a
-loopback judge (tests/test_judge.py's server): the judge's verdicts are the training rewards, and judge/* (and
+loopback judge (tests/rewards/test_judge.py's server): the judge's verdicts are the training rewards, and judge/* (and
 eval/judge/*) reach metrics.jsonl, every one documented in docs/runs.md."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from judge_server import JudgeServer
+from helpers import REPO
+from helpers.judge_server import JudgeServer
 from typer.testing import CliRunner
 
 from rlvr.cli import app
@@ -54,14 +54,14 @@ def test_rlvr_train_with_a_loopback_judge_logs_judge_metrics(tmp_path, monkeypat
     answered = [s for s in samples if s["status"] == "correct"]
     assert answered and all(s["reward"] == 1.0 for s in answered)
     assert any(r.get("judge/agree_symbolic", 1.0) < 1.0 for r in rows)  # the checker disagreed somewhere
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "runs.md").read_text()
+    doc = (REPO / "docs" / "runs.md").read_text()
     logged = {k for r in rows for k in r} - {"step", "time"}
     undocumented = sorted(k for k in logged if f"`{k}`" not in doc and not k.startswith(("reward/", "eval/")))
     assert not undocumented, f"metrics logged but not in docs/runs.md: {undocumented}"
 
 
 def test_rlvr_train_with_an_unreachable_judge_stops_at_the_first_step(tmp_path, monkeypatch):
-    """Issue 36, item 4 (in process; tests/test_cli_judge_failures.py runs the script): every judge request of
+    """Issue 36, item 4 (in process; tests/cli/test_cli_judge_failures.py runs the script): every judge request of
     step 1 fails (connection refused), so the run says so once and stops with `error: ...` (exit 1), before
     any update, instead of training on the symbolic fallback."""
     import socket

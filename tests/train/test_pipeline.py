@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from helpers import REPO
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
@@ -27,14 +28,14 @@ from rlvr.config import ConfigError
 from rlvr.rewards import SimpleExample, Status, get_reward_fn
 from rlvr.train.pipeline import load_pipeline, run_pipeline, validate_pipeline
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 EXAMPLE = ROOT / "examples" / "pipelines" / "r1_tiny.yaml"
 
 
 @pytest.fixture(autouse=True)
 def no_plots(monkeypatch):
     """The trainers draw their run's plots at the end (2-3 s a stage here, most of a tiny stage's time);
-    nothing below reads them (tests/test_runs.py tests plotting)."""
+    nothing below reads them (tests/runs/test_runs.py tests plotting)."""
     import rlvr.runs.plots
 
     monkeypatch.setattr(rlvr.runs.plots, "plot_run", lambda *a, **k: [])

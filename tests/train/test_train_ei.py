@@ -6,7 +6,7 @@ training problems, checked every 10 steps) on three single-digit terms ("3+5+7="
 rounds of expert iteration (32 questions x 8 samples at T=1, verified answers de-duplicated, 2 SFT
 epochs of minibatch 16 at lr 1e-3). Held-out greedy accuracy (200 problems never trained on)
 before -> after, and the accuracy of the round's own samples (mean of the last 5 rounds minus the
-first 5). Same rules as tests/test_train_learning.py: pinned kernels (conftest), medians of three
+first 5). Same rules as tests/learning/test_train_learning.py: pinned kernels (conftest), medians of three
 seeds, thresholds below the weakest median of any three of six seeds under pinned kernels
 (ATEN_CPU_CAPABILITY=default, MKL_CBWR=COMPATIBLE,STRICT) and the native AVX2 path
 (ATEN_CPU_CAPABILITY=avx2, MKL_CBWR unset). Measured (pinned / native), points:
@@ -35,6 +35,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import REPO
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
@@ -47,7 +48,7 @@ from rlvr.train.config import EIAlgoConfig, EIConfig, RunConfig, SFTConfig
 from rlvr.train.ei import round_metrics, select_verified, train_ei
 from rlvr.train.tasks import TaskData
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
         "data.num_train=80", "data.num_eval=8", "data.digits=1", "sampling.n_prompts=4", "sampling.group_size=4",
         "sampling.max_tokens=4", "run.progress=false", "run.num_threads=1"]

@@ -27,11 +27,17 @@ for _mod in _TASK_MODULES:
 
 
 def get_task(name: str) -> Task:
-    """Task by name; unknown name -> KeyError listing the known ones."""
+    """Task by name; unknown name -> KeyError listing the known ones. `reasoning_gym:<dataset>` names one of
+    reasoning-gym's generators (rlvr.data.tasks.reasoning_gym: built on first use, not registered up front)."""
+    if isinstance(name, str) and name.startswith("reasoning_gym:"):
+        from rlvr.data.tasks.reasoning_gym import rg_task
+
+        return rg_task(name)
     try:
         return TASKS[name]
     except KeyError:
-        raise KeyError(f"unknown task {name!r}; known: {', '.join(sorted(TASKS))}") from None
+        raise KeyError(f"unknown task {name!r}; known: {', '.join(sorted(TASKS))}, or "
+                       "reasoning_gym:<dataset>") from None
 
 
 __all__ = ["TASKS", "Task", "get_task", "register_task"]

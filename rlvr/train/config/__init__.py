@@ -27,7 +27,7 @@ The sampling sections share their decoding keys through DecodingConfig.
 
 torch-free on import (`rlvr --help` reads the help tables): the built-in names of the rlvr.algo
 registries come from rlvr.algo.names (torch-free), and the registries users add to (a loss, an
-advantage, a task, an environment) are imported inside the checks that read them (tests/test_import_graph.py
+advantage, a task, an environment) are imported inside the checks that read them (tests/architecture/test_import_graph.py
 checks that importing this package imports no torch).
 
 The table below (`__all__`) is the config's public API, the stage configs and their sections: `from

@@ -33,7 +33,7 @@ _KL_NO_DIVERGENCE_LOSS_GRADIENT = ("k1_clamped",)
 _TARGET_ADVANTAGES = ("gae", "process")
 
 
-# Which policy losses read which keys (rlvr.algo.losses; tests/test_config_inert.py checks each against the
+# Which policy losses read which keys (rlvr.algo.losses; tests/train/config/test_config_inert.py checks each against the
 # loss functions themselves): grpo_clip and gspo clip the ratio at [1 - clip_low, 1 + clip_high] and take the
 # dual clip, cispo clips its detached weight; no_baseline / reinforce_with_baseline (REINFORCE), grpo_no_clip
 # and kimi clip nothing; only kimi reads tau (algo.kimi_tau).

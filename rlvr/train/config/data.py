@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from rlvr.config import ConfigError
 from rlvr.train.config.checks import Checks, changed, default_of, error_text
@@ -19,7 +19,11 @@ class DataConfig:
     """Where prompts and references come from."""
 
     task: str = "arithmetic"
-    """Task name from rlvr.data's registry (arithmetic, gsm8k, ...): loader, prompt template and checker."""
+    """Task name from rlvr.data's registry (arithmetic, gsm8k, ...): loader, prompt template and checker; or
+    reasoning_gym:<dataset> (a reasoning-gym generator and its own scorer; pip install 'rlvr[reasoning-gym]')."""
+    rg: dict[str, Any] = field(default_factory=dict)
+    """data.task=reasoning_gym:<dataset>: the dataset's config keys, one at a time (data.rg.<key>=value) or as a
+    mapping (data.rg={min_digits: 2, max_digits: 3}); {} = its defaults. Its seed and size are data.seed / num_*."""
     train_path: str = ""
     """JSONL of training examples; '' = the task's built-in source (synthetic tasks generate their own)."""
     sft_path: str = ""
@@ -141,7 +145,14 @@ class DataConfig:
                 c.error("data.env: the online filter and the curriculum (data.filter_band, data.curriculum) "
                         "sample single responses; they do not run episodes yet")
         task = TASKS.get(self.task)
-        if task is None:
+        if is_reasoning_gym(self.task):  # reasoning_gym:<dataset>: the package, the name and data.rg checked now
+            from rlvr.data.tasks.reasoning_gym import config_problems, rg_task
+
+            problems = config_problems(self.task, self.rg)
+            for problem in problems:
+                c.error(problem)
+            task = None if problems else rg_task(self.task)
+        elif task is None:
             c.one_of("task", self.task, sorted(TASKS))
         template_ok = not self.template or self.template in PROMPT_TEMPLATES or "{question}" in self.template
         if not template_ok:
@@ -222,6 +233,9 @@ class DataConfig:
                                f"(data.train_path, data.eval_path and data.hf_dataset are empty: task {self.task!r} "
                                f"uses its built-in problems): give a file or data.hf_dataset, or leave data.{name} "
                                "empty")
+        if changed(self, "rg") and not is_reasoning_gym(self.task):
+            out.append(f"data.rg={self.rg!r} configures a reasoning-gym dataset, but data.task={self.task!r} is not "
+                       "one: set data.task=reasoning_gym:<dataset>, or leave data.rg empty")
         if not self.filter_every:
             for name in ("filter_k", "filter_pool"):
                 if changed(self, name):
@@ -282,6 +296,11 @@ class DataConfig:
                         f"{'training' if split == 'train' else 'held-out'} problems with {settings}; "
                         f"lower data.{name} or {fix}")
         c.done()
+
+
+def is_reasoning_gym(task: str) -> bool:
+    """data.task names a reasoning-gym dataset (reasoning_gym:<dataset>, rlvr.data.tasks.reasoning_gym)."""
+    return task.startswith("reasoning_gym:")
 
 
 # Data keys that do nothing with data.env (rlvr.envs.task.env_task_data reads none of them), and why.

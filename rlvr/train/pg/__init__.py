@@ -14,4 +14,4 @@
 
 It stands on the run kit (rlvr.train.session and the modules beside it) and the configs (rlvr.train.config);
 the stages on top (sft, ei, distill, evaluation, filtering, pipeline, demo) import it, never the reverse
-(tests/test_import_graph.py)."""
+(tests/architecture/test_import_graph.py)."""

@@ -191,7 +191,7 @@ def shard(model, mcfg) -> None:
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     # FSDP2 warns on every forward that HF's output holds a view (an in-place op on it would skip the
-    # all-gather); the loss functions never write into the logits (tests/test_sharded.py compares gradients)
+    # all-gather); the loss functions never write into the logits (tests/train/pg/test_sharded.py compares gradients)
     warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
     mp = MixedPrecisionPolicy()
     if mcfg.dtype == "bfloat16" and mcfg.master_weights == "float32":

@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from helpers import REPO
 
 from rlvr.rewards.code import sandbox
 from rlvr.rewards.code.rewards import code_reward
@@ -35,7 +36,6 @@ from rlvr.rewards.types import SimpleExample, Status
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
 
-REPO = Path(__file__).resolve().parents[1]
 RUN = {"uid_base": 200_000 + secrets.randbelow(1000) * UID_SLOTS}  # this run's private uid range
 SECRET = "expected-" + secrets.token_hex(8)  # lives only in the grader's memory and environment
 os.environ["RLVR_TEST_EXPECTED_OUTPUT"] = SECRET

@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers import REPO
 
 from rlvr.rewards import get_reward_fn, score_batch
 from rlvr.rewards.code import harness, sandbox
@@ -289,9 +290,8 @@ def test_real_unprivileged_grader():
     import json
     import subprocess
     import sys
-    from pathlib import Path
 
-    repo = str(Path(__file__).resolve().parents[1])
+    repo = str(REPO)
     site = next(p for p in sys.path if p.endswith("site-packages"))
     exe, prefix = sandbox.interpreter()
     inner = f"REPO = {repo!r}\nSITE = {site!r}\n" + _INNER
@@ -355,7 +355,7 @@ def test_sandbox_dies_with_a_killed_grader(tmp_path):
     import time
     from pathlib import Path
 
-    repo = str(Path(__file__).resolve().parents[1])
+    repo = str(REPO)
     site = next(p for p in sys.path if p.endswith("site-packages"))
     script = tmp_path / "grader.py"
     script.write_text(f"REPO = {repo!r}\nSITE = {site!r}\n" + _DYING_GRADER)

@@ -1,6 +1,6 @@
 """Sandbox limits per box: IPC namespace, cgroup v2 (or the rlimit fallback and its warning),
 the pids limit, per-test time limits, stderr floods cut at the source, the non-x86_64 warning.
-The adversarial suite (tests/test_code_adversarial.py) runs the same attacks among many others;
+The adversarial suite (tests/rewards/code/test_code_adversarial.py) runs the same attacks among many others;
 these tests look at each mechanism on its own."""
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ import typing
 from pathlib import Path
 
 import pytest
+from helpers import REPO
 
 from rlvr.config import config_help, config_rows
 from rlvr.train.config import (
@@ -23,7 +24,7 @@ from rlvr.train.config import (
     TrainConfig,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 STAGES = (TrainConfig, SFTConfig, EIConfig, DistillConfig, EvalConfig, FilterConfig, DemoConfig)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from helpers import REPO
 
 from rlvr.config import ConfigError, load_config
 from rlvr.train.batching import BatchConfigError, plan_batches, split_indices
@@ -192,19 +193,17 @@ def test_data_stream_is_a_pure_function_of_position():
 
 
 def test_docs_recipe_table_is_current():
-    from pathlib import Path
 
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "recipes.md").read_text()
+    doc = (REPO / "docs" / "recipes.md").read_text()
     assert recipes_markdown() in doc  # regenerate docs/recipes.md's table when RECIPES changes
 
 
 def test_docs_config_tables_are_current():
-    from pathlib import Path
 
     from rlvr.config import config_markdown
     from rlvr.train.config import EvalConfig, SFTConfig
     from rlvr.train.demo import DemoConfig
 
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "training.md").read_text()
+    doc = (REPO / "docs" / "training.md").read_text()
     for cls in (TrainConfig, SFTConfig, EvalConfig, DemoConfig):
         assert config_markdown(cls) in doc, cls.__name__  # regenerate the tables in docs/training.md

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import REPO
 
 from rlvr.algo import compute_advantages, high_entropy_mask, loss_normalizers
 from rlvr.config import ConfigError, load_config
@@ -27,8 +28,8 @@ TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "mode
         "data.num_train=80", "data.num_eval=8", "data.digits=1", "sampling.n_prompts=4", "sampling.group_size=4",
         "sampling.max_tokens=4", "run.progress=false", "run.num_threads=1", "run.eval_every=0",
         "run.log_samples_every=0",
-        # dense reward (tests/dense_reward.py): samples of a random tiny model differ in reward
-        "data.reward=dense_reward:letter_share"]
+        # dense reward (tests/helpers/dense_reward.py): samples of a random tiny model differ in reward
+        "data.reward=helpers.dense_reward:letter_share"]
 
 
 def _rows(run_dir: Path) -> list[dict]:
@@ -257,7 +258,7 @@ def test_entropy_mask_through_train_logs_the_kept_fraction(tmp_path):
     assert learned
     for r in learned:  # about a quarter of each minibatch's response tokens (ties could add a few)
         assert 0.2 <= r["loss/entropy_kept_frac"] <= 0.35, r["loss/entropy_kept_frac"]
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "runs.md").read_text()
+    doc = (REPO / "docs" / "runs.md").read_text()
     assert "`loss/entropy_kept_frac`" in doc
     # off by default: no such metric
     cfg = load_config(TrainConfig, None, TINY + [f"run.out_dir={tmp_path / 'all'}", "run.steps=1"])

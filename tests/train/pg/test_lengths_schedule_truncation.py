@@ -1,4 +1,5 @@
-"""Issue 24: correctness a careful RL engineer would demand.
+"""Thinking-budget answers that score, length terms, the lr schedule and truncated responses out of the gradient
+(issue 24, "correctness a careful RL engineer would demand").
 
 Item 1: a thinking budget's forced text and budget 0's empty block follow the task's template, so under
 r1_zero (gsm8k's and math's default) a forced or budget-0 answer that holds the right answer scores.
@@ -95,7 +96,7 @@ SMALL = TINY_MODEL + ["data.task=arithmetic", "data.digits=1", "data.num_train=8
 
 
 def flat_reward(response: str, example):
-    """data.reward=test_rl_correctness:flat_reward: 0 for every response, so every group is zero-variance."""
+    """data.reward=test_lengths_schedule_truncation:flat_reward: 0 for every response, so every group is zero-variance."""
     from rlvr.rewards.types import Reward, Status
 
     return Reward(0.0, {}, Status.INCORRECT)
@@ -119,10 +120,10 @@ def test_lr_schedule_follows_the_rl_step_and_ends_at_min_lr_when_steps_make_no_u
              "algo.epochs_per_rollout_batch=2"]  # K = 2 optimizer steps per RL step
     # every group has equal rewards and algo.filter_zero_variance drops it: no step makes an update
     skipped = _lrs(tmp_path, "skipped", sched + ["algo.filter_zero_variance=true",
-                                                  "data.reward=test_rl_correctness:flat_reward"])
+                                                  "data.reward=test_lengths_schedule_truncation:flat_reward"])
     assert all(loss is None for _, loss in skipped.values())
     # a dense reward: every step updates
-    updated = _lrs(tmp_path, "updated", sched + ["data.reward=dense_reward:letter_share"])
+    updated = _lrs(tmp_path, "updated", sched + ["data.reward=helpers.dense_reward:letter_share"])
     assert all(loss is not None for _, loss in updated.values())
     # the lr after step t (what step t + 1 starts from) sits at position t * K of a T * K schedule, both runs
     want = {t: 1e-2 * lr_multiplier(2 * t, warmup_steps=0, total_steps=8, schedule="cosine", min_lr_ratio=0.1)
@@ -165,7 +166,7 @@ class ScriptedResponses:
 
 
 def ends_in_ab(response: str, example):
-    """data.reward=test_rl_correctness:ends_in_ab: 1 when the response ends with "ab"."""
+    """data.reward=test_lengths_schedule_truncation:ends_in_ab: 1 when the response ends with "ab"."""
     from rlvr.rewards.types import Reward, Status
 
     ok = response.endswith("ab")
@@ -182,7 +183,7 @@ def _scripted_run(tmp_path, monkeypatch, name, answers, extra, recipe=None):
     monkeypatch.setattr(rollout_mod, "build_generator", lambda cfg, model, tok, **kw: ScriptedResponses(tok, answers))
     rows = {}
     cfg = load_config(TrainConfig, None, SMALL + ["run.steps=1", "sampling.group_size=4", "sampling.n_prompts=2",
-                                                  "data.reward=test_rl_correctness:ends_in_ab",
+                                                  "data.reward=test_lengths_schedule_truncation:ends_in_ab",
                                                   f"run.out_dir={tmp_path / name}"] + extra,
                       base=get_recipe(recipe) if recipe else None)
     res = train(cfg, on_step=lambda step, m: rows.__setitem__(step, m))

@@ -1,4 +1,5 @@
-"""Metrics that must not mislead (issue 36, item 5).
+"""Metrics that must not mislead: lengths count the sampled tokens, a flat reward is said (issue 36, item 5,
+"metrics that mislead").
 
 - A thinking budget's forced "stop thinking" text is in the response but was not sampled (loss_mask False,
   logprob 0.0): samples.jsonl's `length` and `mean_logprob` and eval's len/* count the sampled tokens only
@@ -26,7 +27,7 @@ TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "mode
 
 
 def zero_reward(response: str, example) -> Reward:
-    """data.reward=test_honest_metrics:zero_reward: a reward that never scores anything."""
+    """data.reward=test_sampled_tokens_and_flat_reward:zero_reward: a reward that never scores anything."""
     return Reward(0.0, {"answer": 0.0}, Status.INCORRECT)
 
 
@@ -155,7 +156,7 @@ def test_a_run_whose_reward_is_always_0_warns_once_and_draws_its_flat_reward(tmp
     from rlvr.runs.rundir import read_jsonl
 
     cfg = load_config(TrainConfig, None, [*TINY, "run.steps=4", "run.log_samples_every=0",
-                                          "data.reward=test_honest_metrics:zero_reward", f"run.out_dir={tmp_path / 'run'}"])
+                                          "data.reward=test_sampled_tokens_and_flat_reward:zero_reward", f"run.out_dir={tmp_path / 'run'}"])
     res = train(cfg)
     err = capsys.readouterr().err
     assert err.count("warning: no learning signal") == 1, err

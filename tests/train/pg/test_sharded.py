@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import REPO
 from safetensors.torch import load_file
 
 from rlvr.config import ConfigError, load_config
@@ -37,7 +38,7 @@ TINY = [
     "data.num_train=80",
     "data.num_eval=8",
     "data.digits=1",
-    "data.reward=dense_reward:letter_share",  # tests/dense_reward.py: groups differ, every step moves the weights
+    "data.reward=helpers.dense_reward:letter_share",  # tests/helpers/dense_reward.py: groups differ, every step moves the weights
     "sampling.max_tokens=6",
     "algo.kl_coef=0.05",
     "optim.lr=1e-3",
@@ -147,7 +148,7 @@ def test_unknown_learner_is_refused():
 
 # -------------------------------------------------------------------------------- 2 processes, CLI
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 
 
 def _rlvr(n: int, *args: str, env_extra: dict | None = None) -> subprocess.CompletedProcess:

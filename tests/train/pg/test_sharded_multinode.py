@@ -5,7 +5,7 @@ the host, the port, the GPU count and the paths: `torchrun --nnodes 2 --nproc_pe
 --rdzv-endpoint 127.0.0.1:PORT -m rlvr train CONFIG distributed.learner=fsdp2 run.out_dir=RUN` started twice,
 two "nodes" of one gloo process each on the CPU, the tiny model for 3 steps. Asserted: both torchruns exit 0
 and no rank was stopped by its parent-death watcher (rlvr.train.pg.sharded.exit_with_parent); the run equals one
-process (weights within 1e-5, metrics within 1e-4 relative, as tests/test_sharded.py's two-process runs);
+process (weights within 1e-5, metrics within 1e-4 relative, as tests/train/pg/test_sharded.py's two-process runs);
 the checkpoint holds 2 shards; exactly one node printed the run (global rank 0); and the page's resume
 command, on two nodes, resumes the run's step-2 checkpoint to the straight run's step 3. 50-65 s on 2 cores.
 """
@@ -28,20 +28,21 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from helpers import REPO
 from safetensors.torch import load_file
 
 pytestmark = pytest.mark.scale
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 DOC = ROOT / "docs" / "multi_gpu.md"
 TIMEOUT_S = 240  # one launch (both nodes); 18-27 s on 2 shared cores
 
-# tests/test_sharded.py's GRPO run: 3 prompts x 3 = 9 rows in micro-batches of 1 row, shares of 5 and 4 rows
+# tests/train/pg/test_sharded.py's GRPO run: 3 prompts x 3 = 9 rows in micro-batches of 1 row, shares of 5 and 4 rows
 # (rank 1 runs a zero-loss micro-batch to pair FSDP's collectives); a reward whose groups differ, so every
 # step moves the weights
 CONFIG = [
     "model.hidden_size=32", "model.num_layers=2", "model.num_heads=2", "model.intermediate_size=64",
-    "data.num_train=80", "data.num_eval=8", "data.digits=1", "data.reward=dense_reward:letter_share",
+    "data.num_train=80", "data.num_eval=8", "data.digits=1", "data.reward=helpers.dense_reward:letter_share",
     "sampling.max_tokens=6", "sampling.n_prompts=3", "sampling.group_size=3", "sampling.temperature=0.7",
     "algo.kl_coef=0.05", "algo.micro_batch_size=1", "optim.lr=1e-3",
     "run.steps=3", "run.checkpoint_every=1", "run.eval_every=0", "run.progress=false", "run.num_threads=1",
@@ -50,7 +51,7 @@ VOLATILE = ("time", "time/", "tokens_per_s", "mem/", "perf/")
 WATCHER_SAYS = "this worker stops too"  # exit_with_parent's message when it kills a rank
 
 
-# ---------------------------------------------------------------- helpers (as tests/test_sharded.py's)
+# ---------------------------------------------------------------- helpers (as tests/train/pg/test_sharded.py's)
 
 
 def _weights(run: Path, step: int = 3) -> dict[str, torch.Tensor]:

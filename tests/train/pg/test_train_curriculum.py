@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_train_recipe_book import TINY, _spread_task
+from helpers.training import TINY, spread_task
 
 from rlvr.config import ConfigError, load_config
 from rlvr.data.filters import PassCounts
@@ -27,7 +27,7 @@ def _rows(run_dir) -> list[dict]:
 
 @pytest.mark.parametrize(("band", "want"), [("never-solved", 0.0), ("'[1, 1]'", 1.0)])
 def test_online_band_trains_only_on_the_problems_in_the_band(tmp_path, band, want):
-    task = _spread_task(n_always=4, n_never=4, n_mixed=4)
+    task = spread_task(n_always=4, n_never=4, n_mixed=4)
     rows = _rows(train(_cfg(tmp_path, f"data.filter_band={band}", "data.filter_every=2", "data.filter_k=8",
                             "run.steps=3"), data=task).run_dir)
     assert [r["accuracy"] for r in rows] == [want] * 3  # only never (always) solved problems were drawn
@@ -37,7 +37,7 @@ def test_online_band_trains_only_on_the_problems_in_the_band(tmp_path, band, wan
 
 
 def test_online_medium_band_leaves_no_group_without_a_reward_spread_after_the_refresh(tmp_path):
-    task = _spread_task(n_always=4, n_never=4, n_mixed=4)
+    task = spread_task(n_always=4, n_never=4, n_mixed=4)
     base = _rows(train(_cfg(tmp_path / "a", "run.steps=3"), data=task).run_dir)
     rows = _rows(train(_cfg(tmp_path / "b", "data.filter_band=medium", "data.filter_every=10", "run.steps=3"),
                        data=task).run_dir)
@@ -46,7 +46,7 @@ def test_online_medium_band_leaves_no_group_without_a_reward_spread_after_the_re
 
 
 def test_curriculum_draws_by_pass_rate_and_is_a_pure_function_of_seed_and_step():
-    task = _spread_task(n_always=4, n_never=4, n_mixed=4)
+    task = spread_task(n_always=4, n_never=4, n_mixed=4)
     cfg = DataConfig(curriculum="pass_rate", curriculum_floor=0.0)
     src = ProblemSource(task.train, cfg, run_seed=3)
     ids = src.ids
@@ -71,7 +71,7 @@ def test_curriculum_draws_by_pass_rate_and_is_a_pure_function_of_seed_and_step()
 
 
 def test_band_draw_skips_out_of_band_problems_in_stream_order_and_tops_up_when_short():
-    task = _spread_task(n_always=4, n_never=4, n_mixed=4)
+    task = spread_task(n_always=4, n_never=4, n_mixed=4)
     src = ProblemSource(task.train, DataConfig(filter_band="medium"), run_seed=0)
     src.table.update(PassCounts(ids=src.ids, correct=[4] * 4 + [0] * 4 + [2] * 4, k=4))
     batch, pos = src.draw(4, 0, step=1)
@@ -82,7 +82,7 @@ def test_band_draw_skips_out_of_band_problems_in_stream_order_and_tops_up_when_s
 
 
 def test_curriculum_state_is_checkpointed_and_resume_draws_the_same(tmp_path):
-    task = _spread_task(n_always=4, n_never=4, n_mixed=4)
+    task = spread_task(n_always=4, n_never=4, n_mixed=4)
     common = ["data.curriculum=pass_rate", "data.filter_every=2", "data.filter_k=4", "run.checkpoint_every=2"]
     straight = _rows(train(_cfg(tmp_path / "a", *common, "run.steps=4"), data=task).run_dir)
     train(_cfg(tmp_path / "b", *common, "run.steps=2"), data=task)
@@ -107,7 +107,7 @@ def test_filter_config_errors_name_the_key(tmp_path):
 def test_stream_is_unchanged_without_a_filter():
     from rlvr.train.session import take
 
-    task = _spread_task()
+    task = spread_task()
     src = ProblemSource(task.train, DataConfig(), run_seed=0)
     batch, pos = src.draw(5, 7, step=1)
     assert batch == take(task.train, 7, 5, DataConfig().seed) and pos == 12 and not src.active

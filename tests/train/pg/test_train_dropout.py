@@ -21,7 +21,7 @@ from rlvr.train.pg.recipes import get_recipe
 
 TINY = ["data.num_train=40", "data.num_eval=4", "data.digits=1", "sampling.n_prompts=2",
         "sampling.group_size=4", "sampling.max_tokens=4", "run.steps=1", "run.progress=false", "run.num_threads=1",
-        "run.eval_every=0", "optim.lr=1e-2", "data.reward=dense_reward:letter_share", "run.seed=1",
+        "run.eval_every=0", "optim.lr=1e-2", "data.reward=helpers.dense_reward:letter_share", "run.seed=1",
         "algo.kl_coef=0.1"]  # grpo: k3 in the loss against a reference identical to the start policy
 
 

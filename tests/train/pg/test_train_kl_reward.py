@@ -127,7 +127,7 @@ def test_k1_in_the_loss_is_refused(extra):
 TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
         "data.num_train=80", "data.num_eval=8", "data.digits=1", "sampling.n_prompts=4", "sampling.group_size=4",
         "sampling.max_tokens=4", "run.steps=2", "run.progress=false", "run.num_threads=1", "optim.lr=1e-2",
-        "data.reward=dense_reward:letter_share"]
+        "data.reward=helpers.dense_reward:letter_share"]
 
 
 def test_loop_with_kl_in_reward_and_whitening(tmp_path, monkeypatch):

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.training import TINY, spread_task
 
 from rlvr.config import ConfigError, load_config
-from rlvr.data.example import Example
 from rlvr.models import build_tiny_model, build_training_batch
 from rlvr.rewards.types import Reward, Status
 from rlvr.train.batching import ForwardSpec
@@ -26,10 +26,6 @@ from rlvr.train.pg.objective import (
     shape_and_advantage,
 )
 from rlvr.train.pg.recipes import get_recipe
-from rlvr.train.tasks import TaskData
-
-TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
-        "run.num_threads=1", "run.progress=false", "sampling.max_tokens=3", "data.num_eval=0"]
 
 
 def _cfg(tmp_path, *overrides, recipe=None) -> TrainConfig:
@@ -156,23 +152,8 @@ def test_ppo_config_errors_name_the_key(tmp_path):
 # ------------------------------------------------------------------- a task with a reward spread
 
 
-def _spread_task(n_always=4, n_never=4, n_mixed=4) -> TaskData:
-    """Problems a scripted reward always, never or sometimes passes: 'mixed' passes a response whose
-    first character has an even code point (an untrained tiny model writes both kinds)."""
-    kinds = ["always"] * n_always + ["never"] * n_never + ["mixed"] * n_mixed
-    train_ex = [Example(id=f"p{i}", question=f"{i % 10}+{i // 10}=", reference="0", meta={"kind": k})
-                for i, k in enumerate(kinds)]
-
-    def reward(text, ex):
-        kind = ex.meta["kind"]
-        ok = kind == "always" or (kind == "mixed" and bool(text) and ord(text[0]) % 2 == 0)
-        return Reward(1.0 if ok else 0.0, status=Status.CORRECT if ok else Status.INCORRECT)
-
-    return TaskData("spread", train_ex, [], lambda e: e.question, reward, lambda e: e.reference)
-
-
 def test_dynamic_sampling_refills_the_batch_with_groups_that_have_a_spread(tmp_path):
-    task = _spread_task()
+    task = spread_task()
     cfg = _cfg(tmp_path, "sampling.n_prompts=4", "sampling.group_size=4", "run.steps=3", "algo.refill_rounds=8",
                recipe="dapo")
     rows = _rows(train(cfg, data=task).run_dir)
@@ -186,7 +167,7 @@ def test_dynamic_sampling_refills_the_batch_with_groups_that_have_a_spread(tmp_p
 
 
 def test_dynamic_sampling_stops_at_its_budget(tmp_path):
-    task = _spread_task()
+    task = spread_task()
     calls = []
     cfg = _cfg(tmp_path, "sampling.n_prompts=4", "sampling.group_size=4", "run.steps=2", "algo.refill_rounds=1",
                recipe="dapo")
@@ -216,7 +197,7 @@ def test_length_reward_warmup_turns_the_length_term_off_for_the_first_steps():
 
 
 def test_kimi_recipe_goes_off_policy_and_tau_changes_the_update(tmp_path):
-    task = _spread_task(n_always=0, n_never=0, n_mixed=8)
+    task = spread_task(n_always=0, n_never=0, n_mixed=8)
     finals = {}
     for tau in (0.5, 4.0):
         cfg = _cfg(tmp_path / f"t{tau}", "sampling.n_prompts=4", "sampling.group_size=4", "run.steps=2",
@@ -233,7 +214,7 @@ def test_kimi_recipe_goes_off_policy_and_tau_changes_the_update(tmp_path):
 
 
 def test_ppo_recipe_trains_checkpoints_its_critic_and_resumes_exactly(tmp_path):
-    task = _spread_task(n_always=2, n_never=2, n_mixed=4)
+    task = spread_task(n_always=2, n_never=2, n_mixed=4)
     common = ["sampling.n_prompts=4", "sampling.group_size=4", "optim.lr=1e-2", "run.checkpoint_every=2"]
     straight = train(_cfg(tmp_path / "a", *common, "run.steps=4", recipe="ppo"), data=task)
     rows = _rows(straight.run_dir)

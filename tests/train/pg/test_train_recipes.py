@@ -18,9 +18,9 @@ from rlvr.train.pg.recipes import RECIPES, get_recipe
 TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
         "data.num_train=80", "data.num_eval=8", "data.digits=1", "sampling.n_prompts=4", "sampling.group_size=4",
         "sampling.max_tokens=4", "run.steps=2", "run.progress=false", "run.num_threads=1", "optim.lr=1e-2",
-        # dense reward (tests/dense_reward.py, share of letters): a random tiny model's samples differ in
+        # dense reward (tests/helpers/dense_reward.py, share of letters): a random tiny model's samples differ in
         # reward, hence gradients, whatever the sampler's random stream
-        "data.reward=dense_reward:letter_share"]
+        "data.reward=helpers.dense_reward:letter_share"]
 
 
 def _rows(run_dir):
@@ -82,7 +82,7 @@ def test_on_policy_reuse_of_detached_logp_gives_the_same_run(tmp_path):
 def _flaky_reward(response, example):
     # module-level (picklable); raises on about a quarter of responses (by their characters: most are cut at
     # the same length): a minority of errors is counted and the run goes on (a majority stops it,
-    # tests/test_cli_reward_errors.py)
+    # tests/cli/test_cli_reward_errors.py)
     from rlvr.rewards.types import Reward, Status
 
     if sum(map(ord, response)) % 4 == 0:
