@@ -113,8 +113,16 @@ $(VLLM_STAMP): pyproject.toml
 vllm-venv: $(VLLM_STAMP)
 
 # Tests marked vllm, against the real engine (one engine per test module; about 8 min on 2 cores).
+# These files (every vllm test; a new one goes in this list: `pytest -m vllm` over all of tests/, or these files
+# followed by tests/, failed 11 engine tests here with "pipeline model parallel group is not initialized", cause not
+# found; this list passes), in this order: the engine tests, then
+# the learning test (an in-process run whose engine shutdown leaves vLLM's parallel state gone for any engine built
+# after it in the same process), then the Ray test (a subprocess; its actor's engine needs more than
+# gpu_memory_utilization=0.03 of this machine).
+VLLM_TESTS := tests/rollout/test_lora_vllm.py tests/rollout/test_vllm_engine.py tests/learning/test_vllm_learning.py \
+	tests/distributed/test_vllm_ray.py
 test-vllm: $(VLLM_STAMP)
-	$(VLLM_VENV)/bin/python -m pytest -q -m vllm
+	$(VLLM_VENV)/bin/python -m pytest -q -m vllm $(VLLM_TESTS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check rlvr tests benchmarks scripts

@@ -29,7 +29,7 @@ def test_rlvr_train_with_a_vllm_generator_actor(tmp_path):
     res = subprocess.run(
         [sys.executable, "-m", "rlvr.cli", "train", "model.hidden_size=64", "model.num_heads=2",
          "model.intermediate_size=128", "rollout.backend=vllm", "rollout.dtype=float32", "rollout.enforce_eager=true",
-         "rollout.gpu_memory_utilization=0.03", "rollout.max_model_len=256", "run.num_threads=1", "run.steps=3",
+         "rollout.gpu_memory_utilization=0.06", "rollout.max_model_len=256", "run.num_threads=1", "run.steps=3",
          f"run.out_dir={out}", "sampling.n_prompts=4", "sampling.group_size=4", "optim.lr=3e-3",
          "data.reward=helpers.dense_reward:letter_share", "run.progress=false", "distributed.placement=ray", "distributed.generator_cpus=1",
          "distributed.scorer_cpus=0.5"],
