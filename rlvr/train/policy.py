@@ -52,10 +52,11 @@ def policy_from_config(mcfg, seed: int = 0):
 
 def no_new_adapter(mcfg):
     """The model section of a command that only samples (rlvr eval, filter): a run's model.lora_rank must not
-    wrap the policy it loads in a new (zero) adapter; a LoRA checkpoint is merged on load either way."""
-    if mcfg.lora_rank <= 0:
+    wrap the policy it loads in a new (zero) adapter (a LoRA checkpoint is merged on load either way), and its
+    model.compile_layers compiles nothing that sampling runs (the samplers keep the layers eager)."""
+    if mcfg.lora_rank <= 0 and not mcfg.compile_layers:
         return mcfg
-    return dataclasses.replace(mcfg, lora_rank=0)
+    return dataclasses.replace(mcfg, lora_rank=0, compile_layers=False)
 
 
 def build_policy(

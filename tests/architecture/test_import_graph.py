@@ -101,14 +101,7 @@ def train_room(mod: str) -> str:
 
 
 def train_reach_ups(graph: dict[str, set[str]]) -> list[str]:
-    out = []
-    for mod, targets in sorted(graph.items()):
-        a = train_room(mod)
-        for t in sorted(targets):
-            b = train_room(t)
-            if a and b and TRAIN_FLOORS[b] > TRAIN_FLOORS[a]:
-                out.append(f"{mod} ({a}) imports {t} ({b})")
-    return out
+    return reach_ups(graph, train_room, TRAIN_FLOORS)
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -156,13 +149,14 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def reach_ups(graph: dict[str, set[str]]) -> list[str]:
+def reach_ups(graph: dict[str, set[str]], layer=layer_of, floors: dict[str, int] = LAYERS) -> list[str]:
+    """Imports of a module on a higher floor than the importer's (`layer` names a module's floor; "" = none)."""
     out = []
     for mod, targets in sorted(graph.items()):
-        a = layer_of(mod)
+        a = layer(mod)
         for t in sorted(targets):
-            b = layer_of(t)
-            if a and b and LAYERS[b] > LAYERS[a]:
+            b = layer(t)
+            if a and b and floors[b] > floors[a]:
                 out.append(f"{mod} ({a}) imports {t} ({b})")
     return out
 
