@@ -9,7 +9,7 @@ STAMP := $(VENV)/.rlvr-installed
 TEST_WORKERS ?= 2
 XDIST := -n $(TEST_WORKERS) --dist loadfile
 
-.PHONY: demo test test-noshared test-shared test-slow test-scale test-trackers test-cli test-docs-learn test-ray test-rg test-vllm vllm-venv lint bench bench-vs-trl studies clean-venv
+.PHONY: demo test test-noshared test-shared test-slow test-scale test-trackers test-cli test-docs-learn test-ray test-rg test-verifiers test-vllm vllm-venv lint bench bench-vs-trl studies clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -51,7 +51,8 @@ test-slow: $(STAMP)
 
 # Scale and memory (issue 28) and the slower learning tests (about 9 min on 2 cores): the sharded learner under torchrun with 2 gloo
 # processes against one process (tests/train/pg/test_sharded.py), two nodes of one process each through c10d rendezvous on
-# 127.0.0.1 (tests/train/pg/test_sharded_multinode.py), LoRA's learning test, `rlvr distill` (tests/train/test_distill.py).
+# 127.0.0.1 (tests/train/pg/test_sharded_multinode.py), LoRA's learning test, `rlvr distill` (tests/train/test_distill.py),
+# an agent program's learning through data.env=external (tests/learning/test_external_learning.py, about 4.5 min).
 test-scale: $(STAMP)
 	$(BIN)/python -m pytest -q -m scale
 
@@ -61,6 +62,13 @@ test-scale: $(STAMP)
 test-trackers: $(STAMP)
 	$(BIN)/pip install --disable-pip-version-check -q -e ".[wandb,trackio,mlflow]"
 	$(BIN)/python -m pytest -q -m trackers
+
+# data.env=verifiers:<env> with the real verifiers package (marker verifiers, about 2 min on 2 cores): installs the
+# verifiers extra (not in `test`: it pulls many packages, and `import verifiers.v1` alone takes ~18 s here), then
+# tests/envs/test_verifiers_env.py (its environments are in tests/fixtures).
+test-verifiers: $(STAMP)
+	$(BIN)/pip install --disable-pip-version-check -q -e ".[verifiers]"
+	$(BIN)/python -m pytest -q -m verifiers tests/envs/test_verifiers_env.py
 
 # The first-hour subprocess CLI tests (marker cli, about 6-7 min on 2 cores): each runs `rlvr` as a user would,
 # and the crash-consistency test (a kill at every file-mutating call of a checkpoint save and of a resume).

@@ -61,6 +61,9 @@ class EnvRunner:
         self._pending += eps
         return [e.rollout for e in eps], [e.reward for e in eps]
 
+    def close(self) -> None:
+        """Nothing to stop: the environments of a step are closed with their episodes."""
+
     def metrics(self) -> dict[str, float]:
         """env/* metrics of the episodes sampled since the last call (one training step)."""
         m, self._pending = episode_metrics(self._pending), []

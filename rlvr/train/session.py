@@ -417,7 +417,7 @@ def already_done(cfg, resume: bool) -> TrainResult | None:
 
 
 def start(cfg, *, data=None, train: bool = True, rl: bool = True, episodes: bool = False, resume: bool = False,
-          reference_kept: bool = True, judge=None):
+          reference_kept: bool = True, judge=None, external=None):
     """(cfg, model, tokenizer, task) of a run about to start: threads and seeds set, every bad line of the
     data files reported before the model loads (unless `data`, a TaskData, replaces cfg.data), the policy
     loaded and its shape recorded in cfg, the task loaded (train: with its training split; episodes: data.env
@@ -425,7 +425,8 @@ def start(cfg, *, data=None, train: bool = True, rl: bool = True, episodes: bool
     model's positions (else only the held-out ones are checked), and a step larger than the problems is
     warned about. resume: a model.init_from that is gone is replaced by the run's own checkpoint
     (resume_weights; reference_kept: the run directory holds what its KL reference needs). judge: the judge
-    section of a stage that has one (rlvr train: TrainConfig.judge), for data.reward=judge."""
+    section of a stage that has one (rlvr train: TrainConfig.judge), for data.reward=judge. external: `rlvr
+    train`'s external section (data.env=external / verifiers:<env>)."""
     r = cfg.run
     set_num_threads(r.num_threads or None)
     seed_everything(r.seed)
@@ -440,7 +441,7 @@ def start(cfg, *, data=None, train: bool = True, rl: bool = True, episodes: bool
     say(f"loading model {mcfg.init_from or mcfg.name} ...", r.progress)
     model, tokenizer = policy_from_config(mcfg, seed=r.seed)
     cfg = record_model_shape(cfg, model)  # config.yaml records the shape that was trained
-    kw = {"episodes": True} if episodes else {}
+    kw = {"episodes": True, "external": external} if episodes else {}
     if judge is not None:  # the judge section (rlvr train's): data.reward=judge puts its judge in the reward
         kw |= {"judge": judge, "judge_device": cfg.model.device}
     task = data if data is not None else load_task_data(cfg.data, tokenizer, train=train, **kw)

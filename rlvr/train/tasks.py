@@ -15,6 +15,7 @@ from rlvr.data.jsonl import DataError, scan_jsonl
 from rlvr.data.task_data import TaskData, TaskDataError  # noqa: F401 - re-exported
 from rlvr.data.tasks.base import map_columns, source_keys
 from rlvr.data.templates import mode_tagged
+from rlvr.envs.external import external_task_data, verifiers_task_data
 from rlvr.envs.task import env_task_data
 from rlvr.eval import cpu_chunks, evaluate
 from rlvr.rewards import score_batch
@@ -22,21 +23,28 @@ from rlvr.rewards.batch import resolve_reward_fn
 from rlvr.rewards.judge import judge_metrics, reward_uses_judge
 from rlvr.rewards.registry import bind_reward, with_tolerance
 from rlvr.rollout.types import SamplingSpec
+from rlvr.train.config.external import EXTERNAL_ENV, VERIFIERS_PREFIX, ExternalConfig
 from rlvr.train.judge import build_judge
 
 
 def load_task_data(data_cfg, tokenizer=None, *, train: bool = True, episodes: bool = False, judge=None,
-                   judge_device: str = "cpu") -> TaskData:
+                   judge_device: str = "cpu", external=None) -> TaskData:
     """TaskData for a DataConfig; any failure is a TaskDataError whose message starts with the key.
     train=False (evaluation) reads or generates no training split. episodes=True: the caller runs
     multi-turn episodes for data.env (rlvr train); other callers get a clear refusal. judge: the run's
     judge section (JudgeConfig): when data.reward names the judge, it is built (a local judge model loads
     on judge.device or `judge_device`) and bound into the reward; None leaves the registry's unconfigured
-    judge (every call an ERROR naming the keys)."""
+    judge (every call an ERROR naming the keys). external: the run's external section (ExternalConfig) for
+    data.env=external / verifiers:<env> (None: its defaults)."""
     if data_cfg.env and not episodes:
         raise TaskDataError(f"data.env={data_cfg.env!r}: multi-turn environments run in `rlvr train` only so far "
                             "(its periodic and final evaluation covers held-out episodes); unset data.env here")
     try:
+        if data_cfg.env == EXTERNAL_ENV:  # the task's problems and checker, episodes by external.command
+            return external_task_data(_load_task_data(data_cfg, tokenizer, train, judge, judge_device), data_cfg,
+                                      external or ExternalConfig(), tokenizer)
+        if data_cfg.env.startswith(VERIFIERS_PREFIX):
+            return verifiers_task_data(data_cfg, external or ExternalConfig(), tokenizer, train=train)
         if data_cfg.env:
             return env_task_data(data_cfg, tokenizer, train=train)
         return _load_task_data(data_cfg, tokenizer, train, judge, judge_device)
@@ -89,7 +97,7 @@ def check_data_files(data_cfg, *, train: bool = True) -> None:
     and parsed as the task's loader will, and all the bad ones are reported in one TaskDataError naming the
     key, the file and the first lines (a file used to report only its first bad line, after the model had
     loaded); a file with no problems is named too (it was "task 'gsm8k' has no training examples")."""
-    if data_cfg.env:
+    if data_cfg.env_makes_problems():
         required, parse = ("question", "reference"), None  # rlvr.envs.task reads these two keys
     else:
         try:
@@ -107,7 +115,7 @@ def check_data_files(data_cfg, *, train: bool = True) -> None:
         path = getattr(data_cfg, key)
         if not path or (key == "train_path" and not train):
             continue
-        if not data_cfg.env:  # the task's row format, under this file's column mapping
+        if not data_cfg.env_makes_problems():  # the task's row format, under this file's column mapping
             columns = by_key[key]
             required = source_keys(reg.required_keys, columns)
 
@@ -130,7 +138,7 @@ def check_data_files(data_cfg, *, train: bool = True) -> None:
                                 f"{good + len(errors)}: {shown}{more}{hint}")
         if not good and key == "train_path":  # an empty held-out file is a run without evaluation (said at start)
             raise TaskDataError(f"data.{key}={path}: no {split} problems (the file has no non-blank lines)")
-    if data_cfg.hf_dataset and not data_cfg.env:
+    if data_cfg.hf_dataset and not data_cfg.env_makes_problems():
         _check_hf(data_cfg, train=train)
 
 

@@ -19,7 +19,7 @@ LAYERS: dict[str, int] = {
     "algo": 0, "rewards": 0, "config": 0, "runtime": 0,
     "models": 1, "data": 1,
     "eval": 2, "rollout": 2, "runs": 2,
-    "envs": 3, "distributed": 3,
+    "envs": 3, "distributed": 3, "gateway": 3,
     "train": 4,
     "commands": 5, "cli": 5, "compat": 5, "__main__": 5,
 }

@@ -40,6 +40,8 @@ PAGES = sorted({*ROOT.glob("docs/*.md"), *ROOT.glob("examples/**/*.md"), ROOT / 
 # (pattern on the command text, reason). Keep each narrow: everything else must run.
 SKIP_RULES: list[tuple[str, str]] = [
     (r"model\.device=cuda|rollout\.backend=vllm", "needs a CUDA GPU or vllm (the CPU engine: tests marked vllm)"),
+    (r"data\.env=verifiers:", "needs the verifiers extra and an installed environment (make test-verifiers runs "
+     "`rlvr train data.env=verifiers:...` on tests/fixtures/vf_echo_env.py)"),
     (r"model\.name=(?!tiny\b)[\w.-]+/[\w.-]+", "loads a hub model (tests never download)"),
     (r"data\.hf_dataset=(?![./])[\w.-]+/[\w.-]+", "loads a hub dataset (tests never download; the local path is "
      "tested in tests/cli/test_cli_metrics_plots_datasets.py)"),
@@ -183,6 +185,7 @@ def test_documented_commands_run(page, tmp_path):
     produced_by_skipped: list[str] = []  # run directories a skipped command would have written
     ran = 0
     commands = [c for c in ALL[page] if not c.synopsis]
+    (tmp_path / "examples").symlink_to(ROOT / "examples")  # a page's `python examples/...` (external.command)
     for i, cmd in enumerate(commands):
         key = (cmd.text, repr(sorted(cmd.env.items())))
         out_dir = _output_dir(cmd)
@@ -202,16 +205,15 @@ def test_documented_commands_run(page, tmp_path):
             continue
         argv, config_text = [], None
         for arg in cmd.argv:
-            if arg.endswith((".yaml", ".yml")) and "=" not in arg and not (tmp_path / arg).exists():
-                if (ROOT / arg).is_file():
-                    config_text = (ROOT / arg).read_text()
-                    arg = str(ROOT / arg)
-                else:
-                    blocks = _yaml_blocks(page)
-                    assert blocks, f"{cmd.where}: {arg} is neither in the repository nor a ```yaml block of the page"
-                    config_text = blocks[0]
-                    (tmp_path / arg).parent.mkdir(parents=True, exist_ok=True)
-                    (tmp_path / arg).write_text(config_text)
+            if arg.endswith((".yaml", ".yml")) and "=" not in arg and (ROOT / arg).is_file():
+                config_text = (ROOT / arg).read_text()
+                arg = str(ROOT / arg)
+            elif arg.endswith((".yaml", ".yml")) and "=" not in arg and not (tmp_path / arg).exists():
+                blocks = _yaml_blocks(page)
+                assert blocks, f"{cmd.where}: {arg} is neither in the repository nor a ```yaml block of the page"
+                config_text = blocks[0]
+                (tmp_path / arg).parent.mkdir(parents=True, exist_ok=True)
+                (tmp_path / arg).write_text(config_text)
             argv.append(arg)
         scaled = _scale_steps(DocCommand(cmd.page, cmd.line, cmd.text, argv, cmd.env), config_text)
         t0 = time.perf_counter()

@@ -13,6 +13,8 @@ PYTHONPATH=TESTS. Modules:
 - vllm_engine: the real engine's tiny policy shape, a perturbed copy of a model, the sampler-trainer gap;
 - trackers: the environment and sizes of the real-tracker runs;
 - judge_server: a loopback OpenAI-compatible judge; dense_reward: a reward whose groups differ;
+- gateway: the rollout gateway tests' stand-ins (a ChatML template for the character tokenizer, a spy on a
+  Generator, a scripted Generator, the tiny chat policy);
 - kill_driver, lonely_group: scripts the tests run by path (python tests/helpers/NAME.py).
 """
 

@@ -79,10 +79,12 @@ def doc_commands(page: Path) -> list[DocCommand]:
 
 
 def run_documented(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """`rlvr ARGV...` (the installed script) in `cwd`, as a page's reader runs it: one thread, no progress bars."""
+    """`rlvr ARGV...` (the installed script) in `cwd`, as a page's reader runs it: one thread, no progress bars,
+    the environment's bin folder first on PATH (an activated venv: `python` in an external.command is its)."""
     script = Path(sys.executable).parent / "rlvr"  # the console script pyproject.toml installs
     cmd = [str(script)] if script.exists() else [sys.executable, "-m", "rlvr.cli"]
-    full_env = {**os.environ, "RLVR_NUM_THREADS": "1", "RLVR_PROGRESS": "off", **(env or {})}
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    full_env = {**os.environ, "PATH": path, "RLVR_NUM_THREADS": "1", "RLVR_PROGRESS": "off", **(env or {})}
     return subprocess.run([*cmd, *argv], capture_output=True, text=True, env=full_env, timeout=600, cwd=cwd)
 
 

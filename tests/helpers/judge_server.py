@@ -16,6 +16,18 @@ def completion(text: str) -> bytes:
         {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}).encode()
 
 
+def send_json(handler: BaseHTTPRequestHandler, status: int, data: bytes) -> None:
+    """Write a JSON reply from an http.server handler; a client that went away is no error of the server's."""
+    try:
+        handler.send_response(status)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+
+
 class JudgeServer:
     """A /v1/chat/completions endpoint on 127.0.0.1 (port 0) in a thread. `verdict(answer, reference)` gives
     the reply text, or one of:
@@ -46,15 +58,7 @@ class JudgeServer:
             def do_GET(self):  # noqa: N802 - http.server's name
                 with outer.lock:
                     outer.requests.append((self.path, dict(self.headers), {}))
-                data = completion("EQUIVALENT")
-                try:
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
+                send_json(self, 200, completion("EQUIVALENT"))
 
             def _trickle(self, payload: bytes, interval_s: float) -> None:
                 for i in range(len(payload)):

@@ -4,6 +4,7 @@
     model       ModelConfig (the policy), TeacherConfig, resuming
     data        DataConfig (task, files, reward, online filter, environment), check_thinking_mode
     judge       JudgeConfig (the model judge of data.reward=judge), refuse_judge
+    external    ExternalConfig (agent programs behind the rollout gateway: data.env=external / verifiers:<env>)
     sampling    DecodingConfig (the keys every sampling section shares), SamplingConfig, RolloutConfig
     algo        AlgoConfig (the policy-gradient objective), its tables and algo-only rules
     run         OptimConfig, RunConfig, DistributedConfig
@@ -43,6 +44,7 @@ from rlvr.train.config.demo import DemoConfig
 from rlvr.train.config.distill import DistillConfig, TracesConfig
 from rlvr.train.config.ei import EIAlgoConfig, EIConfig
 from rlvr.train.config.evaluation import EvalConfig, EvalRunConfig, EvalSamplingConfig
+from rlvr.train.config.external import ExternalConfig
 from rlvr.train.config.filtering import (
     FILTER_FLAGS,
     FilterConfig,
@@ -79,6 +81,7 @@ __all__ = [
     "DistributedConfig",
     # the stages' own sections
     "AlgoConfig",
+    "ExternalConfig",
     "SFTAlgoConfig",
     "SFTSamplingConfig",
     "EIAlgoConfig",

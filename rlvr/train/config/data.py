@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from rlvr.config import ConfigError
 from rlvr.train.config.checks import Checks, changed, default_of, error_text
+from rlvr.train.config.external import EXTERNAL_ENV, VERIFIERS_PREFIX, is_gateway_env
 
 # Training problems a synthetic task generates when data.num_train is 0 (the default), or all its distinct
 # ones if fewer: a default that every task's generator can make (20000 was refused on the demo's own task).
@@ -99,9 +100,11 @@ class DataConfig:
     """data.curriculum=pass_rate: weight added to every problem, so none becomes unreachable."""
     env: str = ""
     """Multi-turn environment from rlvr.envs (calculator, python_tool, code_repair): rollouts are episodes with
-    tool calls and the reward comes from the environment; '' = single-turn task. See docs/agents.md."""
+    tool calls and the reward comes from the environment; external = your agent program (external.command) on
+    the task's problems, through the OpenAI-compatible rollout gateway; verifiers:<env> = a verifiers
+    environment, through the gateway; '' = single-turn task. See docs/agents.md."""
     env_max_turns: int = 4
-    """data.env: model turns per episode."""
+    """data.env: model turns per episode (through the gateway: calls per episode; one more is refused)."""
     env_max_tokens: int = 256
     """data.env: token budget per episode after the prompt (model turns + tool output); sampling.max_tokens caps
     each turn."""
@@ -135,10 +138,16 @@ class DataConfig:
                     "data.filter_band or data.curriculum=pass_rate too")
         for problem in self.inert_problems():
             c.error(problem)
-        if self.env:
+        if self.env.startswith(VERIFIERS_PREFIX):
+            from rlvr.envs.verifiers_env import check_verifiers_spec
+
+            if (problem := check_verifiers_spec(self.env[len(VERIFIERS_PREFIX):])) is not None:
+                c.error(f"data.env={self.env!r}: {problem}")
+        elif self.env and self.env != EXTERNAL_ENV:
             from rlvr.envs import ENVIRONMENTS
 
-            c.one_of("env", self.env, sorted(ENVIRONMENTS))
+            c.one_of("env", self.env, [*sorted(ENVIRONMENTS), EXTERNAL_ENV, VERIFIERS_PREFIX + "<environment>"])
+        if self.env:
             c.at_least("env_max_turns", self.env_max_turns, 1)
             c.at_least("env_max_tokens", self.env_max_tokens, 1)
             if self.filter_band or self.curriculum:
@@ -209,11 +218,14 @@ class DataConfig:
         both keys (issue 36: a key accepted and ignored is refused). A default is never refused."""
         out = []
         if self.env:
-            for name, why in _ENV_INERT_DATA.items():
+            inert = _EXTERNAL_INERT_DATA if self.env == EXTERNAL_ENV else _ENV_INERT_DATA
+            if is_gateway_env(self.env):
+                inert = inert | _GATEWAY_INERT_DATA
+            for name, why in inert.items():
                 if changed(self, name):
                     out.append(f"data.{name}={getattr(self, name)!r} has no effect with data.env={self.env!r}: {why}; "
                                f"leave data.{name}={default_of(self, name)!r} with data.env")
-            if changed(self, "digits") and _env_knobs(self.env) == ():
+            if changed(self, "digits") and not is_gateway_env(self.env) and _env_knobs(self.env) == ():
                 out.append(f"data.digits={self.digits} has no effect with data.env={self.env!r}: its generator takes "
                            f"no digits (calculator and python_tool do); leave data.digits={default_of(self, 'digits')} "
                            "with this environment")
@@ -248,6 +260,11 @@ class DataConfig:
                        f"pass_rate, or leave data.curriculum_floor={default_of(self, 'curriculum_floor')}")
         return out
 
+    def env_makes_problems(self) -> bool:
+        """data.env makes the problems (a built-in environment's generator or files, a verifiers environment's
+        dataset); data.env=external reads the task's (data.task, its files)."""
+        return bool(self.env) and self.env != EXTERNAL_ENV
+
     def generated_train_count(self) -> int:
         """How many training problems a generator makes: data.num_train, or (0) SYNTHETIC_TRAIN, capped at the
         task's distinct training problems with these settings (when countable)."""
@@ -256,7 +273,7 @@ class DataConfig:
         from rlvr.data import TASKS
 
         task = TASKS.get(self.task)
-        if self.env or task is None or task.capacity is None:
+        if self.env_makes_problems() or task is None or task.capacity is None:
             return SYNTHETIC_TRAIN
         try:
             have = task.capacity("train", **self._knobs())
@@ -276,7 +293,7 @@ class DataConfig:
         from rlvr.data import TASKS
 
         task = TASKS.get(self.task)
-        if self.env or task is None or task.capacity is None:  # environments generate their own problems
+        if self.env_makes_problems() or task is None or task.capacity is None:  # environments generate their own problems
             return
         c = Checks("data")
         knobs = self._knobs()
@@ -318,6 +335,20 @@ _ENV_INERT_DATA = {
     "eval_question_key": "the environment reads the 'question' and 'reference' keys of data.train_path / data.eval_path rows",
     "eval_answer_key": "the environment reads the 'question' and 'reference' keys of data.train_path / data.eval_path rows",
     "operands": "only the arithmetic task's generator reads it (an environment's generator takes data.digits at most)",
+}
+
+
+# ... with data.env=external (the task's problems and checker are used: the command gets the problem, the checker
+# scores the last answer when the command prints no reward)
+_EXTERNAL_INERT_DATA = {
+    "template": "the agent program writes its own messages; the gateway applies the model's chat template",
+    "thinking_mode": "the agent program writes its own messages; no thinking-mode tag is added",
+}
+# ... with any env run through the gateway (external, verifiers:<env>)
+_GATEWAY_INERT_DATA = {
+    "env_integrity": "the built-in environments' integrity rules do not run in an agent program",
+    "env_chat": "the gateway lays chat requests out with the model's chat template (/v1/chat/completions) and "
+                "takes /v1/completions prompts as they come",
 }
 
 

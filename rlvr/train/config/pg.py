@@ -13,6 +13,7 @@ from rlvr.train.batching import BatchPlan, plan_batches
 from rlvr.train.config.algo import AlgoConfig
 from rlvr.train.config.checks import changed, default_of
 from rlvr.train.config.data import DataConfig, check_thinking_mode
+from rlvr.train.config.external import ExternalConfig
 from rlvr.train.config.judge import JudgeConfig
 from rlvr.train.config.model import ModelConfig, TeacherConfig
 from rlvr.train.config.run import DistributedConfig, OptimConfig, RunConfig
@@ -43,6 +44,8 @@ class TrainConfig:
     """On-policy distillation: a teacher model as the KL reference."""
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     """Model judge of data.reward=judge."""
+    external: ExternalConfig = field(default_factory=ExternalConfig)
+    """Agent programs behind the rollout gateway: data.env=external (external.command) or verifiers:<env>."""
 
     def validate(self) -> None:
         """Every rule of `rlvr train` across its sections, after the sections' own checks: training reads both
@@ -65,6 +68,7 @@ class TrainConfig:
         check_teacher(self)
         check_lora(self)
         self.judge.check_reward(self.data, self.distributed)
+        self.external.check_env(self.data.env)
 
     def loss_length_cap(self) -> int:
         """The most sampled tokens one response can have when sampling.max_tokens does not bound them, else 0:

@@ -167,7 +167,7 @@ def train(
     shards = sharded.start(cfg)  # distributed.learner=fsdp2: this process's rank (None: the one-process learner)
     cfg, model, tokenizer, task = session.start(sharded.rank_config(cfg, shards), data=data, episodes=True,
                                                 resume=resume, reference_kept=not resume or ReferencePolicy.kept(cfg),
-                                                judge=cfg.judge)
+                                                judge=cfg.judge, external=cfg.external)
     s, r = cfg.sampling, cfg.run
     # auto resolved here, once (rlvr.train.pg.objective.resolve_rollout_correction)
     objective = Objective(cfg.algo, s.group_size, s.max_tokens, plan, rollout_backend=cfg.rollout.backend,
@@ -181,6 +181,7 @@ def train(
                                         plan, resume=resume)
     with loop_ctx as loop:
         loop.on_close(placement.shutdown)
+        loop.on_close(source.close)
         start = loop.start_step
         source.start(start, model)
         learner.reference.start(loop.path, start)

@@ -7,11 +7,13 @@ One protocol for every way of sampling, so the training loop reads the same what
     old_fn  = source.old_logprobs_fn(rows, step)      # None: the learner's own forward is the old policy
     source.sleep()                          # colocated vLLM hands its memory to the learner
     source.after_update(step, model)        # push the weights, check the push, snapshot the version
-    metrics |= source.metrics()             # push check, async/*, partial/*, env/*
+    metrics |= source.metrics()             # push check, async/*, partial/*, env/*, gateway/*
+    source.close()                          # at the run's end: what the source started (the gateway)
 
 The kinds, each a class whose no-op hooks do nothing:
 - RolloutSource: generate, then score (the synchronous loop);
-- EnvSource (data.env): multi-turn episodes rewarded by the environment (rlvr.envs);
+- EnvSource (data.env): multi-turn episodes rewarded by the environment (rlvr.envs), or run by an agent
+  program through the rollout gateway (data.env=external / verifiers:<env>, rlvr.envs.external);
 - AheadSource (distributed.max_staleness / queue_size): the generator actors sample the next steps'
   batches while the learner trains (rlvr.distributed.staleness); old logprobs under each rollout's
   own policy version (BehaviourPolicy);
@@ -142,6 +144,9 @@ class RolloutSource:
         """Checkpoint extras of the source (state_dict / load_state_dict objects)."""
         return {}
 
+    def close(self) -> None:
+        """At the run's end (or Ctrl-C): what the source started (data.env's gateway) is stopped."""
+
 
 class EnvSource(RolloutSource):
     """data.env: multi-turn episodes, rewarded by the environment (rlvr.envs)."""
@@ -154,7 +159,10 @@ class EnvSource(RolloutSource):
         return self._rewards
 
     def metrics(self):
-        return super().metrics() | self.task.env.metrics()  # env/*: turns, tool calls, flags
+        return super().metrics() | self.task.env.metrics()  # env/*: turns, tool calls, flags; gateway/*
+
+    def close(self):
+        self.task.env.close()  # data.env=external / verifiers: the gateway
 
 
 class _Behind(RolloutSource):

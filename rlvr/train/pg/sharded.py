@@ -339,6 +339,10 @@ class ShardedSource:
     def extras(self) -> dict:
         return {}
 
+    def close(self) -> None:
+        if self.inner is not None:
+            self.inner.close()
+
 
 # ------------------------------------------------------------------------------- run loop, checkpoints
 

@@ -1,0 +1,133 @@
+"""data.env=external through the gateway (rlvr.envs.external.GatewayRunner): agent programs run as commands, with
+the official openai client and no rlvr import. The rows the trainer gets hold exactly the ids the engine sampled
+(checked against a spy on the generator), the tool turns are out of the loss, a multi-turn tool-calling episode is
+one sequence, and an episode that crashes, hangs, prints a bad reward line or never calls the policy is an
+unscored error, while the others of the batch are scored."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+
+import pytest
+from helpers import REPO, TESTS
+from helpers.gateway import Scripted, Spy, chatml_tokenizer, tiny_chat_policy
+
+from rlvr.data.example import Example
+from rlvr.envs.external import CommandEpisodes, GatewayRunner
+from rlvr.models.tiny import build_char_tokenizer
+from rlvr.rewards.types import Reward, Status
+from rlvr.rollout import HFGenerator, SamplingSpec
+
+pytest.importorskip("openai")
+PY = shlex.quote(sys.executable)
+DIGITS_AGENT = f"{PY} {TESTS / 'fixtures' / 'agents' / 'digits_agent.py'}"
+MIXED_AGENT = f"{PY} {TESTS / 'fixtures' / 'agents' / 'mixed_agent.py'}"
+TOOL_AGENT = f"{PY} {REPO / 'examples' / 'agents' / 'tool_agent.py'}"
+
+
+def _runner(tok, command, **kw):
+    kw = {"max_parallel": 4, "timeout_s": 60.0, "max_tokens_total": 64, "max_calls": 4} | kw
+    return GatewayRunner("external.command", tok, CommandEpisodes(command), **kw)
+
+
+def _model_runs(ro) -> list[tuple[int, int]]:
+    """(start, end) of each run of loss_mask True in a rollout's response: one per call."""
+    runs, start = [], None
+    for k, m in enumerate([*ro.loss_mask, False]):
+        if m and start is None:
+            start = k
+        elif not m and start is not None:
+            runs.append((start, k))
+            start = None
+    return runs
+
+
+def test_trained_ids_are_exactly_the_sampled_ones_and_tool_turns_are_out_of_the_loss():
+    model, tok = tiny_chat_policy(seed=1)
+    spy = Spy(HFGenerator(model, tok, batch_size=16))
+    runner = _runner(tok, DIGITS_AGENT)
+    examples = [Example(id=f"p{i}", question=f"{i}+{i}=", reference=str(2 * i)) for i in range(3)]
+    try:
+        ros, rewards = runner.rollouts(spy, examples, SamplingSpec(n=2, temperature=1.0, max_tokens=6, seed=5))
+        m = runner.metrics()
+    finally:
+        runner.close()
+    assert len(ros) == 6 and [ro.group for ro in ros] == [0, 0, 1, 1, 2, 2]
+    assert [ro.sample_index for ro in ros] == [0, 1] * 3
+    assert m["gateway/calls_per_episode"] == 2.0 and m["gateway/split_episodes"] == 0.0
+    # what the engine sampled: (context, ids) -> logprobs (the two samples of a problem share their first context)
+    sampled = {(tuple(r.prompt_ids), tuple(r.response_ids)): r.logprobs for r in spy.rollouts}
+    assert len(spy.rollouts) == 12  # 6 episodes x 2 calls
+    for ro, reward in zip(ros, rewards, strict=True):
+        runs = _model_runs(ro)
+        assert len(runs) == 2  # the two replies; between them the template glue and the tool message, masked
+        for start, end in runs:
+            # the engine sampled exactly these ids from exactly this context, with these logprobs
+            key = (tuple(ro.prompt_ids + ro.response_ids[:start]), tuple(ro.response_ids[start:end]))
+            assert key in sampled
+            assert ro.logprobs[start:end] == sampled[key]
+        between = tok.decode(ro.response_ids[runs[0][1]:runs[1][0]], skip_special_tokens=False)
+        assert "<|im_start|>tool\nok<|im_end|>" in between and not any(ro.loss_mask[runs[0][1]:runs[1][0]])
+        assert all(lp == 0.0 for lp in ro.logprobs[runs[0][1]:runs[1][0]])
+        text = tok.decode([i for i, keep in zip(ro.response_ids, ro.loss_mask, strict=True) if keep],
+                          skip_special_tokens=True)
+        assert reward.status is not Status.ERROR
+        assert reward.total == pytest.approx(sum(c.isdigit() for c in text) / max(1, len(text)))
+
+
+def test_a_tool_calling_agent_is_one_sequence_with_the_tool_output_masked():
+    tok = chatml_tokenizer(build_char_tokenizer(special_tokens=("<|im_end|>",)))
+    call = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "3*4"}}\n</tool_call>'
+    gen = Scripted(tok, [call, "12"])
+    runner = _runner(tok, TOOL_AGENT, max_parallel=1, max_tokens_total=400)
+    ex = Example(id="q", question="What is 3 times 4?", reference="12")
+    try:
+        ros, rewards = runner.rollouts(gen, [ex], SamplingSpec(n=1, temperature=1.0, max_tokens=100, seed=0))
+        m = runner.metrics()
+    finally:
+        runner.close()
+    (ro,), (reward,) = ros, rewards
+    assert reward.total == 1.0 and reward.status is Status.CORRECT and m["gateway/split_episodes"] == 0.0
+    runs = _model_runs(ro)
+    assert [tok.decode(ro.response_ids[a:b], skip_special_tokens=False) for a, b in runs] == [
+        call + "<|im_end|>", "12<|im_end|>"]
+    between = tok.decode(ro.response_ids[runs[0][1]:runs[1][0]], skip_special_tokens=False)
+    assert between == "\n<|im_start|>tool\n12<|im_end|>\n<|im_start|>assistant\n"  # the calculator's output
+
+
+def test_failed_episodes_are_unscored_errors_and_the_rest_is_scored():
+    model, tok = tiny_chat_policy(seed=2)
+    modes = ["ok", "crash", "hang", "garbage", "nocall", "silent", "badreq"]
+    examples = [Example(id=m, question="2+2=", reference="4", meta={"mode": m}) for m in modes]
+    checked = []
+
+    def checker(text, example):  # the task's checker: scores an episode that prints no reward
+        checked.append((text, example.id))
+        return Reward(0.25, {"checker": 0.25}, Status.INCORRECT)
+
+    runner = _runner(tok, MIXED_AGENT, reward_fn=checker, timeout_s=5.0, max_parallel=7)
+    t0 = time.perf_counter()
+    try:
+        ros, rewards = runner.rollouts(HFGenerator(model, tok), examples,
+                                       SamplingSpec(n=1, temperature=1.0, max_tokens=5, seed=0))
+        m = runner.metrics()
+    finally:
+        runner.close()
+    assert time.perf_counter() - t0 < 30  # the hang is cut at its 5 s
+    by = dict(zip(modes, rewards, strict=True))
+    assert by["ok"].total == 0.5 and by["ok"].status is Status.CORRECT
+    # refused requests (an unknown key, one over the context) are answered in OpenAI's shape; the episode goes on
+    assert by["badreq"].total == 0.5 and m["gateway/refused_requests"] == 1.0  # the unknown key names no episode
+    assert by["silent"].total == 0.25 and [e for _, e in checked] == ["silent"]
+    assert checked[0][0] == ros[modes.index("silent")].text != ""  # the checker read the policy's last reply
+    for mode, words in [("crash", "exited with status 2: Traceback: KeyError: 'tools'"),
+                        ("hang", "ran past external.timeout_s=5 s"),
+                        ("garbage", "last stdout line is not valid JSON"),
+                        ("nocall", "made no call to the gateway")]:
+        assert by[mode].status is Status.ERROR and words in by[mode].info, (mode, by[mode].info)
+    assert m["gateway/error_frac"] == pytest.approx(4 / 7)
+    assert [m[f"gateway/errors/{k}"] for k in ("exited", "timeout", "bad_json", "no_call")] == [1.0] * 4
+    nocall = ros[modes.index("nocall")]
+    assert nocall.loss_mask == [False] and nocall.prompt == "2+2="  # a row of nothing to learn
