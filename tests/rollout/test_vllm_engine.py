@@ -227,6 +227,34 @@ def test_a_multi_turn_episode_through_the_engine_keeps_tool_tokens_out_of_the_lo
     assert gap(model, [e.rollout for e in eps]) < TOL  # model turns continue exactly after tool tokens
 
 
+def test_an_agent_through_the_gateway_trains_on_exactly_what_the_engine_sampled(engine, base):
+    """data.env=external on the vLLM engine: an openai-client agent (tests/fixtures/agents/digits_agent.py, two chat
+    turns and a tool message) through the gateway; the rows the trainer gets are the engine's samples, scored by
+    the learner to float tolerance (the token-in/token-out splice keeps the engine's own ids across turns)."""
+    import shlex
+    import sys
+
+    from rlvr.data.example import Example
+    from rlvr.envs.external import CommandEpisodes, GatewayRunner
+
+    model, tok, _ = base
+    engine.update_weights(model.named_parameters(), version=6)
+    agent = f"{shlex.quote(sys.executable)} {TESTS / 'fixtures' / 'agents' / 'digits_agent.py'}"
+    runner = GatewayRunner("external.command", tok, CommandEpisodes(agent), max_parallel=4, timeout_s=120,
+                           max_tokens_total=64, max_calls=4)
+    examples = [Example(id=f"p{i}", question=f"{i}+{i}=", reference=str(2 * i)) for i in range(2)]
+    try:
+        ros, rewards = runner.rollouts(engine, examples, SamplingSpec(n=2, temperature=1.0, max_tokens=6, seed=4))
+        m = runner.metrics()
+    finally:
+        runner.close()
+    assert len(ros) == 4 and all(r.status.value != "error" for r in rewards), [r.info for r in rewards]
+    assert m["gateway/calls_per_episode"] == 2.0 and all(ro.weight_version == 6 for ro in ros)
+    for ro in ros:
+        assert sum(ro.loss_mask) > 0 and not all(ro.loss_mask)  # the replies in, the tool turn out
+    assert gap(model, [ro for ro in ros if len(ro.response_ids)]) < TOL
+
+
 def test_sleep_mode_is_refused_on_the_cpu_engine(base, tmp_path):
     from rlvr.config import ConfigError, load_config
     from rlvr.train.config import TrainConfig
