@@ -20,8 +20,16 @@ per sample). A request's `seed` is ignored: call k of an episode samples with se
 when it is generated alone; calls generated together (one batch) share a seed mixed from theirs (each row still
 draws from its own stream), so an episode replays exactly when its calls are not batched with others'.
 
-Token-in/token-out across turns (the drift vLLM's chat endpoint has, which SkyRL and verifiers work around): per
-episode and endpoint the gateway keeps the last call's prompt text and ids and its completion ids and text
+Token-in/token-out across turns (the drift vLLM's chat endpoint has, which SkyRL and verifiers work around), in
+two ways. The message splice (chat): when a request repeats the episode's last chat conversation (its messages and
+the assistant message the gateway answered, compared by role, text and tool calls, with the same tools) and adds
+messages (tool results, a user turn), its ids are the last call's prompt ids + sampled ids + the template's
+rendering of the added messages alone (a conversation [user, assistant MARK, *added] rendered and cut after the
+mark; the template's end-of-turn text dropped where the sampled end token stands for it). The earlier turns are
+never rendered again, so a template that writes history differently from what was sampled (strips reasoning,
+normalizes whitespace, re-serializes tool calls) does not break the sequence: the model sees, and the trainer
+scores, its own tokens. Otherwise the text splice: per episode and endpoint the gateway keeps the last call's
+prompt text and ids and its completion ids and text
 (decoded with special tokens). When the next rendered prompt starts with that prompt text + completion text (or,
 when the completion ended with a special token such as EOS that the template does not write back, + the text
 before it), its ids are the last prompt ids + completion ids + the rest encoded alone; otherwise the whole text is encoded (the
@@ -107,6 +115,9 @@ class _Last:
     # when the completion ended with a special token (EOS) that a template may not write back (one that ends a turn
     # with a newline, not an end token): the completion's text without it; None otherwise
     open_text: str | None = None
+    # chat: the request's messages (as _message_key reads them) and the assistant message answered, and the tools
+    messages: tuple | None = None
+    tools: str | None = None
 
 
 @dataclass
@@ -138,6 +149,8 @@ class _Prepared:
     include_usage: bool
     return_token_ids: bool
     parse_tools: bool
+    messages: tuple | None = None  # chat: the request's message keys (_message_key), for the next call's splice
+    tools: str | None = None  # chat: the request's tools as canonical JSON
 
 
 @dataclass(eq=False)
@@ -505,10 +518,52 @@ class Gateway:
                                     f"{exc}"[:500], param="messages") from None
         if not isinstance(text, str):
             raise GatewayError(500, "the chat template did not render a string", code="internal_error")
-        ids = self._prompt_ids(ep, "chat", text, add_special_tokens=False)
+        keys, tools_key = tuple(_message_key(m) for m in messages), _canonical(tools or None)
+        ids = self._chat_splice(ep, messages, keys, tools, tools_key)
+        if ids is None:
+            ids = self._prompt_ids(ep, "chat", text, add_special_tokens=False)
         logprobs = bool(body.get("logprobs"))
         parse_tools = bool(tools) and body.get("tool_choice") != "none"
-        return self._prepared(ep, body, "chat", text, ids, common, logprobs, parse_tools)
+        prep = self._prepared(ep, body, "chat", text, ids, common, logprobs, parse_tools)
+        prep.messages, prep.tools = keys, tools_key
+        return prep
+
+    def _chat_splice(self, ep: _Episode, messages: list, keys: tuple, tools, tools_key: str) -> list[int] | None:
+        """The message splice (module docstring): when the request repeats the conversation of the episode's last
+        chat call (its messages and the assistant message answered, read as _message_key reads them, and the same
+        tools) and adds messages, the ids are the last call's prompt and sampled ids plus the template's rendering
+        of the added messages alone; None otherwise (the text splice or a fresh encoding decides)."""
+        last = ep.last.get("chat")
+        if last is None or last.messages is None or last.tools != tools_key:
+            return None
+        n = len(last.messages)
+        if len(keys) <= n or keys[:n] != last.messages:
+            return None
+        after = self._render_after(messages[n:], tools)
+        if after is None:
+            return None
+        end = last.completion_ids[-1] if last.completion_ids else None
+        if end is not None and end in self._special_ids:  # the sampled end token stands for the template's copy
+            end_text = self.tokenizer.decode([end], skip_special_tokens=False)
+            if end_text and after.startswith(end_text):
+                after = after[len(end_text):]
+        tail = list(self.tokenizer.encode(after, add_special_tokens=False)) if after else []
+        return last.prompt_ids + last.completion_ids + tail
+
+    def _render_after(self, added: list, tools) -> str | None:
+        """The template's text after an assistant message, up to the next generation prompt, carrying `added`:
+        a conversation [user, assistant MARK, *added] rendered and cut after the mark; None when the template
+        does not render the mark once."""
+        base = [{"role": "user", "content": "q"}, {"role": "assistant", "content": _MARK}]
+        try:
+            rendered = self.tokenizer.apply_chat_template(base + [_template_message(m) for m in added],
+                                                          tools=tools or None, add_generation_prompt=True,
+                                                          tokenize=False)
+        except Exception:  # noqa: BLE001 - a template that refuses this shape: no message splice
+            return None
+        if not isinstance(rendered, str) or rendered.count(_MARK) != 1:
+            return None
+        return rendered.split(_MARK, 1)[1]
 
     def _prepare_completions(self, ep: _Episode, body: dict) -> _Prepared:
         prompt = body.get("prompt")
@@ -661,9 +716,16 @@ class Gateway:
         open_text = None
         if ids and ids[-1] in self._special_ids:
             open_text = self.tokenizer.decode(ids[:-1], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        answered = None
+        if prep.messages is not None:
+            reply: dict[str, Any] = {"role": "assistant", "content": content}
+            if tool_calls:
+                reply["tool_calls"] = tool_calls
+            answered = (*prep.messages, _message_key(reply))
         with self._lock:
             ep.used_tokens += len(ids)
-            ep.last[prep.endpoint] = _Last(prep.prompt_text, list(prep.prompt_ids), ids, special_text, open_text)
+            ep.last[prep.endpoint] = _Last(prep.prompt_text, list(prep.prompt_ids), ids, special_text, open_text,
+                                           answered, prep.tools)
             if ep.open:
                 ep.calls.append(record)
             else:
@@ -727,6 +789,26 @@ class Gateway:
             events[0]["usage"] = None
             events.append({**head, "object": kind, "choices": [], "usage": payload["usage"]})
         return "".join(f"data: {json.dumps(e)}\n\n" for e in events).encode() + b"data: [DONE]\n\n"
+
+
+_MARK = "@@RLVR-GATEWAY-MARK@@"
+
+
+def _canonical(value) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _message_key(m: dict) -> tuple:
+    """What of a message the splice compares: role, text content ('' for none) and tool calls (name, arguments as
+    canonical JSON); ids, names and other fields are not compared."""
+    t = _template_message(m)
+    calls = []
+    for c in t.get("tool_calls") or []:
+        fn = c.get("function") if isinstance(c, dict) else None
+        if isinstance(fn, dict):
+            calls.append((str(fn.get("name")), _canonical(fn.get("arguments"))))
+    return (t.get("role"), t.get("content") if isinstance(t.get("content"), str) else _canonical(t.get("content")),
+            tuple(calls))
 
 
 def _template_message(m: dict) -> dict:

@@ -149,3 +149,15 @@ def test_code_example_uses_a_thinking_budget_and_the_chat_template():
     cfg = load_config(TrainConfig, EXAMPLES_DIR / "code_grpo.yaml")
     assert cfg.data.task == "code" and cfg.data.template == "chat"
     assert cfg.sampling.thinking_budget > 0
+
+
+def test_the_bring_your_own_agent_example_is_the_file_it_names():
+    """docs/agents.md shows examples/agents/tool_agent.py's code (from its imports on) verbatim: the example a user
+    copies is the one the tests run (tests/envs/test_external_runner.py)."""
+    from helpers.docs import fenced_blocks
+
+    page = (REPO / "docs" / "agents.md").read_text(encoding="utf-8")
+    code = (EXAMPLES_DIR / "agents" / "tool_agent.py").read_text(encoding="utf-8")
+    body = code[code.index("import json"):].strip()
+    shown = ["\n".join(lines).strip() for info, _, lines in fenced_blocks(page) if info.split()[:1] == ["python"]]
+    assert body in shown

@@ -442,3 +442,28 @@ def test_connections_are_served_without_nagles_delay(scripted):
         conns = list(gw._server.server_state.connections)
         socks = [p.transport.get_extra_info("socket") for p in conns]
         assert socks and all(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for s in socks)
+
+
+def test_a_template_that_rewrites_history_keeps_one_sequence():
+    """A template that writes assistant history differently from what was sampled (here, as Qwen3's does, without
+    the reasoning) would break the text splice on every turn. The message splice renders only the added messages:
+    one segment, and the second call's context holds the model's own reasoning tokens as sampled."""
+    from helpers.gateway import CHATML
+
+    tok = chatml_tokenizer(build_char_tokenizer(special_tokens=("<|im_end|>",)))
+    tok.chat_template = CHATML.replace("{{ m['content'] }}", "{{ m['content'].split('</think>')[-1] }}")
+    gen = Scripted(tok, ["<think>3 and 4</think>7", "done"])
+    with Gateway(gen, tok, SCRIPTED_SPEC) as gw:
+        key = gw.open_episode("think", seed=0)
+        c = client(gw, key)
+        msgs = [{"role": "user", "content": "3+4?"}]
+        r = c.chat.completions.create(model="policy", messages=msgs)
+        msgs += [r.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "sure?"}]
+        c.chat.completions.create(model="policy", messages=msgs)
+        rec = gw.close_episode(key)
+        assert gw.metrics()["gateway/prefix_breaks"] == 0.0
+    (seg,) = rec.segments()
+    assert tok.decode(seg.response_ids, skip_special_tokens=False) == (
+        "<think>3 and 4</think>7<|im_end|>\n<|im_start|>user\nsure?<|im_end|>\n<|im_start|>assistant\ndone<|im_end|>")
+    assert rec.calls[1].prompt_ids == rec.calls[0].prompt_ids + rec.calls[0].completion_ids + tok.encode(
+        "\n<|im_start|>user\nsure?<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
