@@ -4,18 +4,19 @@ between, its reward the share of digits in the policy's two replies) raises the 
 through the CLI. The measure: the mean training reward of the last 3 steps minus that of the first 3 (12 steps of
 2 problems x 4 episodes), median over three seeds.
 
-Measured 2026-12-07 (reward, mean of the first 3 steps -> the last 3; CPU kinds: the pinned kernels of
+Measured 2026-12-07 at 695d419 (reward, mean of the first 3 steps -> the last 3; CPU kinds: the pinned kernels of
 tests/conftest.py, and the native AVX2 path, ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=AUTO), about 90 s a seed:
 
     seed   pinned                  avx2
-    0      0.131 -> 0.358 +0.227   0.130 -> 0.554 +0.423
-    1      0.101 -> 0.724 +0.623   0.087 -> 0.627 +0.540
-    2      0.123 -> 0.577 +0.454   0.123 -> 0.653 +0.530
-    median                 +0.454                  +0.530
+    0      0.106 -> 0.632 +0.525   0.098 -> 0.288 +0.190
+    1      0.129 -> 0.505 +0.377   0.113 -> 0.393 +0.280
+    2      0.132 -> 0.545 +0.413   0.090 -> 0.650 +0.560
+    median                 +0.413                  +0.280
 
-The margin asserted (median gain >= 0.15) is under the weakest single seed (+0.227). The gateway batches the
-calls that arrive together, so two runs of one seed can differ in their random numbers (rlvr.gateway.server's
-docstring); the median over seeds and the margin hold for that spread.
+(Before the gateway's batching and message splice settled, the same test gave medians +0.454 pinned and +0.530
+AVX2, weakest seed +0.227.) The margin asserted, median gain >= 0.15, is under the weakest single seed seen
+(+0.190). The gateway batches the calls that arrive together, so two runs of one seed can differ in their random
+numbers (rlvr.gateway.server's docstring); the median over seeds and the margin hold for that spread.
 """
 
 from __future__ import annotations
