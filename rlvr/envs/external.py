@@ -19,9 +19,10 @@ exits with a status other than 0, hangs past external.timeout_s (its process gro
 line that starts with "{" but is not a JSON object with a numeric "reward", or makes no call to the gateway.
 
 An agent that rewrites its history (a call whose prompt does not extend the previous call's prompt and
-completion) starts a new segment. One Rollout per episode is trained: its last segment, the one that ends with
-the answer the reward judges; the earlier segments' tokens are counted (gateway/split_episodes,
-gateway/dropped_tokens), not trained.
+completion) starts a new segment. The episode's Rollout is its last segment (the one that ends with the answer the
+reward judges; the group's statistics count the episode once); its earlier segments ride along
+(Rollout.earlier_segments) and are trained as rows of their own with the episode's advantage
+(rlvr.train.pg.rollout_source.training_rows; counted as gateway/split_episodes and gateway/earlier_segment_tokens).
 """
 
 from __future__ import annotations
@@ -242,13 +243,8 @@ class GatewayRunner:
         else:
             reward = _safe_reward(self.reward_fn, record.last_text, example)
         if segments:
-            seg = segments[-1]
-            ro = Rollout(prompt=self.tokenizer.decode(seg.prompt_ids), prompt_ids=list(seg.prompt_ids),
-                         response_ids=list(seg.response_ids), text=record.last_text,
-                         logprobs=list(seg.logprobs) if spec.logprobs else None,
-                         finish_reason="length" if seg.finish_reason == "length" else "stop", group=i,
-                         weight_version=min(seg.weight_versions), sample_index=j, stop_reason=None,
-                         loss_mask=list(seg.loss_mask))
+            rows = [self._segment_rollout(seg, i, j, spec) for seg in segments]
+            ro = replace(rows[-1], text=record.last_text, earlier_segments=rows[:-1] or None)
         else:  # nothing was sampled: one masked token keeps the row's shape (its advantage is 0: unscored)
             prompt = self.prompt_fn(example)
             ids = list(self.tokenizer.encode(prompt)) or [self.tokenizer.eos_token_id or 0]
@@ -257,6 +253,16 @@ class GatewayRunner:
                          weight_version=getattr(self._generator, "weight_version", 0), sample_index=j,
                          loss_mask=[False])
         return GatewayEpisode(example, ro, reward, outcome, record, len(segments))
+
+    def _segment_rollout(self, seg, i: int, j: int, spec: SamplingSpec) -> Rollout:
+        return Rollout(prompt=self.tokenizer.decode(seg.prompt_ids), prompt_ids=list(seg.prompt_ids),
+                       response_ids=list(seg.response_ids),
+                       text=self.tokenizer.decode([t for t, m in zip(seg.response_ids, seg.loss_mask, strict=True)
+                                                   if m], skip_special_tokens=True),
+                       logprobs=list(seg.logprobs) if spec.logprobs else None,
+                       finish_reason="length" if seg.finish_reason == "length" else "stop", group=i,
+                       weight_version=min(seg.weight_versions), sample_index=j, stop_reason=None,
+                       loss_mask=list(seg.loss_mask))
 
     # -- the EnvRunner protocol ------------------------------------------------------------------------------------
     def rollouts(self, generator, examples: Sequence[Any], spec):
@@ -316,11 +322,8 @@ def episode_metrics(episodes: Sequence[GatewayEpisode], prefix: str = "gateway/"
          f"{prefix}refused_requests": float(sum(len(e.record.errors) for e in episodes))}
     for kind, mark in kinds.items():
         m[f"{prefix}errors/{kind}"] = float(sum(mark in (e.reward.info or "") for e in errors))
-    dropped = 0
-    for e in episodes:
-        if e.segments > 1:
-            dropped += sum(sum(s.loss_mask) for s in e.record.segments()[:-1])
-    m[f"{prefix}dropped_tokens"] = float(dropped)
+    earlier = sum(sum(sum(seg.loss_mask) for seg in e.rollout.earlier_segments or ()) for e in episodes)
+    m[f"{prefix}earlier_segment_tokens"] = float(earlier)  # sampled tokens of earlier segments (trained too)
     return m
 
 

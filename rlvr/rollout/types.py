@@ -103,6 +103,9 @@ class Rollout:
     # sampling.max_tokens bounds (0 when the model ended inside its reasoning); None = no answer phase
     # of its own: every sampled token (loss_mask True) is the answer. The length terms count this.
     answer_tokens: int | None = None
+    # an agent episode whose history was rewritten (rlvr.envs.external): its earlier segments, each a row of its
+    # own trained with this rollout's advantage (rlvr.train.pg.rollout_source.training_rows); None = none
+    earlier_segments: list[Rollout] | None = None
 
 
 class EngineError(RuntimeError):

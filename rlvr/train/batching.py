@@ -133,6 +133,15 @@ def plan_batches(
     )
 
 
+def minibatch_rows(n: int, plan: BatchPlan) -> int:
+    """Rows per optimizer step of a step that trains n rows: plan.train_batch; when the step trains more rows than
+    its rollout batch (an agent episode's earlier segments, rlvr.train.pg.rollout_source.training_rows), as many
+    as keep the plan's number of optimizer steps per epoch (the schedule counts on it)."""
+    if n <= plan.rollout_batch:
+        return plan.train_batch
+    return -(-n // (plan.rollout_batch // plan.train_batch))
+
+
 def split_indices(n: int, size: int) -> list[range]:
     """Consecutive chunks of range(n) of length `size` (the last may be shorter)."""
     return [range(i, min(i + size, n)) for i in range(0, n, size)]

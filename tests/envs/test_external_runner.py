@@ -6,6 +6,7 @@ unscored error, while the others of the batch are scored."""
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 import time
@@ -131,3 +132,64 @@ def test_failed_episodes_are_unscored_errors_and_the_rest_is_scored():
     assert [m[f"gateway/errors/{k}"] for k in ("exited", "timeout", "bad_json", "no_call")] == [1.0] * 4
     nocall = ros[modes.index("nocall")]
     assert nocall.loss_mask == [False] and nocall.prompt == "2+2="  # a row of nothing to learn
+
+
+REWRITE_AGENT = f"{PY} {TESTS / 'fixtures' / 'agents' / 'rewrite_agent.py'}"
+
+
+def test_a_rewritten_history_is_trained_in_every_segment(tmp_path):
+    """An agent that replaces its history between calls: the episode's row is its last segment, the earlier one
+    rides along and is trained as a row of its own with the episode's advantage (tokens/trained counts every row's
+    tokens; the minibatches grow so the step keeps its optimizer steps: tests/train/test_batching_tokens.py)."""
+    from rlvr.config import load_config
+    from rlvr.data.task_data import TaskData
+    from rlvr.train.config import TrainConfig
+    from rlvr.train.pg.loop import train
+
+    model, tok = tiny_chat_policy(seed=3)
+    runner = _runner(tok, REWRITE_AGENT)
+    examples = [Example(id=f"p{i}", question=f"{i}+{i}=", reference=str(2 * i)) for i in range(4)]
+    try:
+        ros, _ = runner.rollouts(HFGenerator(model, tok), examples[:1],
+                                 SamplingSpec(n=2, temperature=1.0, max_tokens=5, seed=0))
+        m = runner.metrics()
+    finally:
+        runner.close()
+    assert m["gateway/split_episodes"] == 2.0
+    for ro in ros:
+        (early,) = ro.earlier_segments
+        assert tok.decode(early.prompt_ids).endswith("0+0=<|im_end|>\n<|im_start|>assistant\n")
+        assert "earlier: 0+0= ->" in ro.prompt and all(early.loss_mask) and all(ro.loss_mask)
+        assert early.group == ro.group and early.sample_index == ro.sample_index
+        assert m["gateway/earlier_segment_tokens"] >= len(early.response_ids)
+
+    # through the trainer: 2 problems x 2 episodes, each 2 segments -> 8 rows in one optimizer step
+    model_dir = tmp_path / "policy"
+    from rlvr.models import save_policy
+
+    save_policy(model, tok, model_dir)
+    trained_runner = _runner(tok, REWRITE_AGENT)
+    seen = []
+    rollouts = trained_runner.rollouts
+
+    def spy(*args, **kw):
+        ros, rewards = rollouts(*args, **kw)
+        seen.extend(ros)
+        return ros, rewards
+
+    trained_runner.rollouts = spy
+    task = TaskData("rewrite", examples, [], lambda ex: ex.question, lambda text, ex: None, lambda ex: "",
+                    env=trained_runner)
+    cfg = load_config(TrainConfig, None, [f"model.init_from={model_dir}", "sampling.n_prompts=2",
+                                          "sampling.group_size=2", "sampling.max_tokens=5", "run.steps=1",
+                                          "data.num_eval=0", f"run.out_dir={tmp_path / 'run'}", "run.progress=false",
+                                          "optim.lr=1e-3"])
+    train(cfg, data=task)
+    (row,) = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert row["gateway/split_episodes"] == 4.0 and len(seen) == 4
+    # every row trained: 4 episodes x (the last segment + the earlier one), their real tokens
+    from rlvr.rollout import rollouts_to_batch
+
+    rows = [r for ro in seen for r in (ro, *ro.earlier_segments)]
+    assert len(rows) == 8 and row["tokens/trained"] == int(rollouts_to_batch(rows, 0).attention_mask.sum())
+    assert row["tokens/trained"] > int(rollouts_to_batch(seen, 0).attention_mask.sum())

@@ -59,3 +59,16 @@ def test_properties(seq_lens, max_rows, max_tokens):
         if k + 1 < len(ranges):
             grown = range(r.start, r.stop + 1)
             assert (max_rows and len(grown) > max_rows) or (max_tokens and _padded(seq_lens, grown) > max_tokens)
+
+
+def test_a_step_with_more_rows_than_its_rollout_batch_keeps_its_optimizer_steps():
+    """An agent episode's earlier segments add rows beyond the rollout batch (rlvr.train.pg.rollout_source.
+    training_rows): the minibatches grow so the step still takes the plan's optimizer steps (the schedule counts on
+    them); up to the rollout batch nothing changes (a filtered step keeps minibatches of train_batch rows)."""
+    from rlvr.train.batching import minibatch_rows, plan_batches, split_indices
+
+    plan = plan_batches(4, 4, 8, 4, 1)  # 16 rollouts, 2 optimizer steps of 8
+    assert plan.optimizer_steps_per_rollout_batch == 2
+    assert [minibatch_rows(n, plan) for n in (16, 11, 3)] == [8, 8, 8]
+    assert [len(split_indices(n, minibatch_rows(n, plan))) for n in (17, 20, 33)] == [2, 2, 2]
+    assert [len(c) for c in split_indices(21, minibatch_rows(21, plan))] == [11, 10]

@@ -34,7 +34,7 @@ from rlvr.rollout import rollouts_to_batch
 from rlvr.rollout.types import sampled_length, sampled_mean_logprob, unsampled_length
 from rlvr.runtime import FlopCounter, memory_stats, peak_tflops, reset_peak_memory
 from rlvr.train import session
-from rlvr.train.batching import BatchPlan, ForwardSpec, split_indices
+from rlvr.train.batching import BatchPlan, ForwardSpec, minibatch_rows, split_indices
 from rlvr.train.config import TrainConfig
 from rlvr.train.optimizer import clip_and_step, optimizer_from_config
 from rlvr.train.pg import sharded
@@ -48,7 +48,7 @@ from rlvr.train.pg.objective import (
     forward_logprobs,
 )
 from rlvr.train.pg.reference import ReferencePolicy, load_teacher
-from rlvr.train.pg.rollout_source import Sampled, build_rollout_source
+from rlvr.train.pg.rollout_source import Sampled, build_rollout_source, training_rows
 from rlvr.train.session import (
     Timer,
     TrainResult,
@@ -201,12 +201,11 @@ def train(
             source.sleep()  # colocated vLLM hands its memory to the learner
             data_pos = sampled.data_pos
             with timer("train"):
-                kept = torch.nonzero(sampled.keep).squeeze(1)
-                rows = [sampled.rollouts[i] for i in kept.tolist()]
+                rows, adv, kept = training_rows(sampled)  # the kept rollouts (+ agent episodes' earlier segments)
                 batch, masked = _loss_batch(rows, s.mask_truncated, tokenizer.pad_token_id)
                 notes.correction(objective.correction_note(batch))
                 with flops.counting():  # the FLOPs the learner's forwards and backwards did (perf/flops)
-                    learned = learn(learner, batch, sampled.adv[kept], kept, step,
+                    learned = learn(learner, batch, adv, kept, step,
                                     steps=objective.step_marks(sampled.rollouts, sampled.rewards, kept, tokenizer),
                                     old_logp_fn=source.old_logprobs_fn(rows, step))
             session.check_finite(step, loss=session.mean(learned.losses), grad_norm=session.mean(learned.grad_norms))
@@ -293,7 +292,7 @@ def learn(learner: Learner, batch, adv: torch.Tensor, kept: torch.Tensor, step: 
         shuffle = plan.epochs > 1 or plan.train_batch < n
         g = torch.Generator().manual_seed(step_seed(learner.seed, step) + epoch)
         order = torch.randperm(n, generator=g) if shuffle else torch.arange(n)
-        for chunk in split_indices(n, plan.train_batch):
+        for chunk in split_indices(n, minibatch_rows(n, plan)):
             idx = order[chunk.start : chunk.stop]
             mb = Minibatch(batch.rows(idx), token_adv[idx], _rows(old_logp, idx), _rows(ref_logp, idx),
                            _rows(targets.old_values, idx), _rows(targets.returns, idx), row_ids=kept[idx].tolist())

@@ -284,6 +284,19 @@ def sample_groups(source: RolloutSource, task, cfg, objective, step: int, data_p
                    adv=adv, keep=keep, zero_var=zero_var, data_pos=data_pos, rounds=rounds)
 
 
+def training_rows(sampled: Sampled) -> tuple[list, torch.Tensor, torch.Tensor]:
+    """The rows the loss trains on: the kept rollouts, then the earlier segments of kept agent episodes
+    (Rollout.earlier_segments: an episode through the gateway whose history was rewritten), each with its
+    episode's advantage. (rows, advantages (R,), the step's rollout index of each row (R,))."""
+    kept = torch.nonzero(sampled.keep).squeeze(1)
+    rows = [sampled.rollouts[i] for i in kept.tolist()]
+    extra = [(i, seg) for i in kept.tolist() for seg in (sampled.rollouts[i].earlier_segments or ())]
+    if not extra:
+        return rows, sampled.adv[kept], kept
+    ids = torch.cat([kept, torch.tensor([i for i, _ in extra], dtype=kept.dtype)])
+    return rows + [seg for _, seg in extra], sampled.adv[ids], ids
+
+
 def _spread_groups(rewards: list[Reward], group_size: int) -> int:
     """Groups (consecutive runs of group_size rewards) whose scored task rewards are not all equal (an unscored
     reward, Status.ERROR, is no value: rlvr.train.pg.objective.Shaping)."""
