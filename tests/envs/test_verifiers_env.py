@@ -187,7 +187,7 @@ def test_failures_are_an_error_never_an_exception(echo_env, stand_in):
     assert len(stand_in.calls_of("fail-1")) == 1  # not retried: a retry would add calls to the episode's record
     t0 = time.monotonic()
     reward, err = run_verifiers_episode(echo_env, e, stand_in.base_url, "sleep-1", "m", 1.0)
-    assert (reward, err) == (None, "the episode timed out after 1 s") and time.monotonic() - t0 < 2.9
+    assert (reward, err) == (None, "the episode timed out after 1 s") and time.monotonic() - t0 < 10
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
