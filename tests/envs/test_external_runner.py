@@ -13,7 +13,7 @@ import time
 
 import pytest
 from helpers import REPO, TESTS
-from helpers.gateway import Scripted, Spy, chatml_tokenizer, tiny_chat_policy
+from helpers.gateway import Scripted, Spy, chatml_tokenizer, episodes_through, tiny_chat_policy
 
 from rlvr.data.example import Example
 from rlvr.envs.external import CommandEpisodes, GatewayRunner
@@ -50,11 +50,8 @@ def test_trained_ids_are_exactly_the_sampled_ones_and_tool_turns_are_out_of_the_
     spy = Spy(HFGenerator(model, tok, batch_size=16))
     runner = _runner(tok, DIGITS_AGENT)
     examples = [Example(id=f"p{i}", question=f"{i}+{i}=", reference=str(2 * i)) for i in range(3)]
-    try:
-        ros, rewards = runner.rollouts(spy, examples, SamplingSpec(n=2, temperature=1.0, max_tokens=6, seed=5))
-        m = runner.metrics()
-    finally:
-        runner.close()
+    ros, rewards, m = episodes_through(runner, spy, examples,
+                                       SamplingSpec(n=2, temperature=1.0, max_tokens=6, seed=5))
     assert len(ros) == 6 and [ro.group for ro in ros] == [0, 0, 1, 1, 2, 2]
     assert [ro.sample_index for ro in ros] == [0, 1] * 3
     assert m["gateway/calls_per_episode"] == 2.0 and m["gateway/split_episodes"] == 0.0
@@ -84,11 +81,8 @@ def test_a_tool_calling_agent_is_one_sequence_with_the_tool_output_masked():
     gen = Scripted(tok, [call, "12"])
     runner = _runner(tok, TOOL_AGENT, max_parallel=1, max_tokens_total=400)
     ex = Example(id="q", question="What is 3 times 4?", reference="12")
-    try:
-        ros, rewards = runner.rollouts(gen, [ex], SamplingSpec(n=1, temperature=1.0, max_tokens=100, seed=0))
-        m = runner.metrics()
-    finally:
-        runner.close()
+    ros, rewards, m = episodes_through(runner, gen, [ex], SamplingSpec(n=1, temperature=1.0, max_tokens=100,
+                                                                        seed=0))
     (ro,), (reward,) = ros, rewards
     assert reward.total == 1.0 and reward.status is Status.CORRECT and m["gateway/split_episodes"] == 0.0
     runs = _model_runs(ro)
@@ -111,11 +105,8 @@ def test_failed_episodes_are_unscored_errors_and_the_rest_is_scored():
     # a limit no working agent meets on a loaded machine; the hang has its own call below, with a short one
     runner = _runner(tok, MIXED_AGENT, reward_fn=checker, timeout_s=120.0, max_parallel=6)
     gen = HFGenerator(model, tok)
-    try:
-        ros, rewards = runner.rollouts(gen, examples, SamplingSpec(n=1, temperature=1.0, max_tokens=5, seed=0))
-        m = runner.metrics()
-    finally:
-        runner.close()
+    ros, rewards, m = episodes_through(runner, gen, examples,
+                                       SamplingSpec(n=1, temperature=1.0, max_tokens=5, seed=0))
     by = dict(zip(modes, rewards, strict=True))
     assert by["ok"].total == 0.5 and by["ok"].status is Status.CORRECT
     # refused requests (an unknown key, one over the context) are answered in OpenAI's shape; the episode goes on
@@ -133,12 +124,8 @@ def test_failed_episodes_are_unscored_errors_and_the_rest_is_scored():
 
     hang = _runner(tok, MIXED_AGENT, reward_fn=checker, timeout_s=2.0)
     t0 = time.perf_counter()
-    try:
-        _, (reward,) = hang.rollouts(gen, [Example(id="hang", question="2+2=", reference="4", meta={"mode": "hang"})],
-                                     SamplingSpec(n=1, temperature=1.0, max_tokens=5, seed=0))
-        m = hang.metrics()
-    finally:
-        hang.close()
+    hanging = Example(id="hang", question="2+2=", reference="4", meta={"mode": "hang"})
+    _, (reward,), m = episodes_through(hang, gen, [hanging], SamplingSpec(n=1, temperature=1.0, max_tokens=5, seed=0))
     assert time.perf_counter() - t0 < 30  # cut at its 2 s (the agent sleeps 600)
     assert reward.status is Status.ERROR and "ran past external.timeout_s=2 s" in reward.info
     assert m["gateway/errors/timeout"] == 1.0 and m["gateway/error_frac"] == 1.0
@@ -159,12 +146,8 @@ def test_a_rewritten_history_is_trained_in_every_segment(tmp_path):
     model, tok = tiny_chat_policy(seed=3)
     runner = _runner(tok, REWRITE_AGENT)
     examples = [Example(id=f"p{i}", question=f"{i}+{i}=", reference=str(2 * i)) for i in range(4)]
-    try:
-        ros, _ = runner.rollouts(HFGenerator(model, tok), examples[:1],
+    ros, _, m = episodes_through(runner, HFGenerator(model, tok), examples[:1],
                                  SamplingSpec(n=2, temperature=1.0, max_tokens=5, seed=0))
-        m = runner.metrics()
-    finally:
-        runner.close()
     assert m["gateway/split_episodes"] == 2.0
     for ro in ros:
         (early,) = ro.earlier_segments

@@ -89,3 +89,13 @@ def tiny_chat_policy(seed: int = 0):
         head.bias[:4] = -1e4
     model.lm_head = head
     return model, tok
+
+
+def episodes_through(runner, generator, examples, spec):
+    """(rollouts, rewards, the gateway/* metrics) of one GatewayRunner.rollouts call; the runner's gateway is
+    stopped afterwards, whatever happened."""
+    try:
+        ros, rewards = runner.rollouts(generator, examples, spec)
+        return ros, rewards, runner.metrics()
+    finally:
+        runner.close()

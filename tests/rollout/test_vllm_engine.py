@@ -234,6 +234,8 @@ def test_an_agent_through_the_gateway_trains_on_exactly_what_the_engine_sampled(
     import shlex
     import sys
 
+    from helpers.gateway import episodes_through
+
     from rlvr.data.example import Example
     from rlvr.envs.external import CommandEpisodes, GatewayRunner
 
@@ -243,11 +245,8 @@ def test_an_agent_through_the_gateway_trains_on_exactly_what_the_engine_sampled(
     runner = GatewayRunner("external.command", tok, CommandEpisodes(agent), max_parallel=4, timeout_s=120,
                            max_tokens_total=64, max_calls=4)
     examples = [Example(id=f"p{i}", question=f"{i}+{i}=", reference=str(2 * i)) for i in range(2)]
-    try:
-        ros, rewards = runner.rollouts(engine, examples, SamplingSpec(n=2, temperature=1.0, max_tokens=6, seed=4))
-        m = runner.metrics()
-    finally:
-        runner.close()
+    ros, rewards, m = episodes_through(runner, engine, examples,
+                                       SamplingSpec(n=2, temperature=1.0, max_tokens=6, seed=4))
     assert len(ros) == 4 and all(r.status.value != "error" for r in rewards), [r.info for r in rewards]
     assert m["gateway/calls_per_episode"] == 2.0 and all(ro.weight_version == 6 for ro in ros)
     for ro in ros:
