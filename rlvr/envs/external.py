@@ -195,8 +195,9 @@ class GatewayRunner:
     # -- episodes --------------------------------------------------------------------------------------------------
     def episodes(self, generator, examples: Sequence[Any], spec: SamplingSpec) -> list[GatewayEpisode]:
         """len(examples) * spec.n episodes, prompt-major. spec: the run's sampling (its temperature, top-p and
-        top-k are the gateway's; its max_tokens caps each call)."""
-        gw = self.gateway(generator, replace(spec, n=1, stop=(), include_stop_str_in_output=False))
+        top-k are the gateway's; its max_tokens caps each call; its stop strings, sampling.stop (the task's are not
+        set: the agent writes its own prompts), join each request's)."""
+        gw = self.gateway(generator, replace(spec, n=1))
         base = spec.seed if spec.seed is not None else int(torch.randint(0, 2**62, (), dtype=torch.int64))
         jobs = [(i, j, ex) for i, ex in enumerate(examples) for j in range(spec.n)]
         keys = [gw.open_episode(f"{getattr(ex, 'id', i)}#{j}", seed=sequence_seed(base, i, j),

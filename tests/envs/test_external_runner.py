@@ -51,7 +51,8 @@ def test_trained_ids_are_exactly_the_sampled_ones_and_tool_turns_are_out_of_the_
     runner = _runner(tok, DIGITS_AGENT)
     examples = [Example(id=f"p{i}", question=f"{i}+{i}=", reference=str(2 * i)) for i in range(3)]
     ros, rewards, m = episodes_through(runner, spy, examples,
-                                       SamplingSpec(n=2, temperature=1.0, max_tokens=6, seed=5))
+                                       SamplingSpec(n=2, temperature=1.0, max_tokens=6, seed=5, stop=("@@",)))
+    assert all("@@" in sp.stop for sp in spy.specs)  # sampling.stop reaches every call
     assert len(ros) == 6 and [ro.group for ro in ros] == [0, 0, 1, 1, 2, 2]
     assert [ro.sample_index for ro in ros] == [0, 1] * 3
     assert m["gateway/calls_per_episode"] == 2.0 and m["gateway/split_episodes"] == 0.0

@@ -362,20 +362,25 @@ def test_completions_splice_the_agents_own_continuation(scripted):
     assert tok.decode(seg.response_ids, skip_special_tokens=False) == " four<|im_end|>\nnext: five<|im_end|>"
 
 
+def _two_chat_turns(tok, turns: list[str], question: str, added: list[dict]):
+    """One episode of two chat calls on a scripted generator writing `turns`: the question, then the reply as the
+    client returned it and `added`. (its record, gateway/prefix_breaks)."""
+    with Gateway(Scripted(tok, turns), tok, SCRIPTED_SPEC) as gw:
+        key = gw.open_episode("two-turns", seed=0)
+        c = client(gw, key)
+        msgs = [{"role": "user", "content": question}]
+        r = c.chat.completions.create(model="policy", messages=msgs)
+        msgs += [r.choices[0].message.model_dump(exclude_none=True), *added]
+        c.chat.completions.create(model="policy", messages=msgs)
+        return gw.close_episode(key), gw.metrics()["gateway/prefix_breaks"]
+
+
 def test_an_end_token_the_template_does_not_write_back_stays_one_segment():
     """The tiny template ends a turn with a newline, not with the EOS the model sampled: the sampled EOS stays in
     the ids (the model saw it), the next prompt extends them, one segment (it was a prefix break)."""
     tok = build_char_tokenizer()  # TINY_CHAT_TEMPLATE: <|role|>content\n, EOS <eos> never rendered
-    gen = Scripted(tok, ["hi", "yo"])
-    with Gateway(gen, tok, SCRIPTED_SPEC) as gw:
-        key = gw.open_episode("eos", seed=0)
-        c = client(gw, key)
-        msgs = [{"role": "user", "content": "q"}]
-        r = c.chat.completions.create(model="policy", messages=msgs)
-        msgs += [{"role": "assistant", "content": r.choices[0].message.content}, {"role": "tool", "content": "42"}]
-        c.chat.completions.create(model="policy", messages=msgs)
-        rec = gw.close_episode(key)
-        assert gw.metrics()["gateway/prefix_breaks"] == 0.0
+    rec, breaks = _two_chat_turns(tok, ["hi", "yo"], "q", [{"role": "tool", "content": "42"}])
+    assert breaks == 0.0
     (seg,) = rec.segments()
     assert tok.decode(seg.response_ids, skip_special_tokens=False) == "hi<eos>\n<|tool|>42\n<|assistant|>yo<eos>"
     assert [tok.decode([i]) for i, m in zip(seg.response_ids, seg.loss_mask, strict=True) if m] == [
@@ -452,16 +457,9 @@ def test_a_template_that_rewrites_history_keeps_one_sequence():
 
     tok = chatml_tokenizer(build_char_tokenizer(special_tokens=("<|im_end|>",)))
     tok.chat_template = CHATML.replace("{{ m['content'] }}", "{{ m['content'].split('</think>')[-1] }}")
-    gen = Scripted(tok, ["<think>3 and 4</think>7", "done"])
-    with Gateway(gen, tok, SCRIPTED_SPEC) as gw:
-        key = gw.open_episode("think", seed=0)
-        c = client(gw, key)
-        msgs = [{"role": "user", "content": "3+4?"}]
-        r = c.chat.completions.create(model="policy", messages=msgs)
-        msgs += [r.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "sure?"}]
-        c.chat.completions.create(model="policy", messages=msgs)
-        rec = gw.close_episode(key)
-        assert gw.metrics()["gateway/prefix_breaks"] == 0.0
+    rec, breaks = _two_chat_turns(tok, ["<think>3 and 4</think>7", "done"], "3+4?",
+                                  [{"role": "user", "content": "sure?"}])
+    assert breaks == 0.0
     (seg,) = rec.segments()
     assert tok.decode(seg.response_ids, skip_special_tokens=False) == (
         "<think>3 and 4</think>7<|im_end|>\n<|im_start|>user\nsure?<|im_end|>\n<|im_start|>assistant\ndone<|im_end|>")
