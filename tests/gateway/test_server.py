@@ -9,7 +9,6 @@ import json
 import threading
 import time
 
-import httpx
 import pytest
 from helpers.gateway import Scripted, Spy, chatml_tokenizer, tiny_chat_policy
 
@@ -18,6 +17,7 @@ from rlvr.models.tiny import build_char_tokenizer
 from rlvr.rollout import HFGenerator, SamplingSpec
 
 openai = pytest.importorskip("openai")
+httpx = pytest.importorskip("httpx")  # comes with openai
 
 SPEC = SamplingSpec(temperature=1.0, max_tokens=12)
 SCRIPTED_SPEC = SamplingSpec(temperature=1.0, max_tokens=100)
