@@ -38,7 +38,8 @@
 # is set; any other argument goes to benchmarks/gpu.py (--quick, --skip trl, --variant NAME:key=value, ...). It
 # prints one table (the plain, LoRA, fsdp2 and fsdp2+LoRA rows, a warm second process, TRL, the bare
 # forward+backward), the targets next to the measurements and the correctness checks, and writes
-# benchmarks/results/gpu_bench.{md,json} (+ gpu_profile.txt). Exit status 0 only when every stage ran and every
+# benchmarks/results/gpu_bench.{md,json} (+ gpu_profile.txt), then times one sampling step before and now
+# (benchmarks/sampler.py: results/sampler_cuda.{md,json}). Exit status 0 only when every stage ran and every
 # check passed. Environment: PYTHON (default python3; .venv/bin/python with --dry-run), RLVR_WHEEL_SITE (where the
 # wheels are installed, default /tmp/rlvr-gpu-site).
 set -euo pipefail
@@ -82,6 +83,16 @@ if [ "${1:-}" = --bench ]; then
         echo "gpu_check: benchmarks/gpu.py was stopped at ${hard} s; the report it wrote so far is above" \
              "(and in benchmarks/results/gpu_bench.md on a GPU)" >&2
     fi
+    # one sampling step before and now (benchmarks/sampler.py, S4: ~10 s on a GPU; a tiny vocabulary on the dry run)
+    # (the dry run writes its table to a temporary folder, never over the measured one in benchmarks/results/)
+    if [ $dry = 1 ]; then
+        sargs=(--rows 2 --vocab 3000 --repeats 1 --out-dir "${OUT:-$(mktemp -d)}")
+    else
+        sargs=(--device cuda --rows 64,512 ${OUT:+--out-dir "$OUT"})
+    fi
+    src=0
+    timeout -k 5 60 "$PY" benchmarks/sampler.py "${sargs[@]}" || src=$?
+    if [ $rc = 0 ]; then rc=$src; fi
     exit $rc
 fi
 

@@ -18,6 +18,10 @@ def process_logits(logits: torch.Tensor, temperature: float, top_k: int, top_p: 
     whose mass reaches top_p (the most likely token is always kept), renormalized. Removed
     tokens get -inf. temperature must be > 0. The kept set is rlvr.algo.logprobs.kept_mask, the
     rule the trainer scores with (algo Truncation), so sampler and trainer truncate alike."""
+    if temperature == 1.0 and not 0 < top_k < logits.shape[-1] and top_p >= 1.0:  # kept_mask would keep all
+        # nothing to divide or remove: the float32 log-softmax straight from the logits' own dtype (the same bits
+        # as log_softmax(logits.float()), without writing the float32 copy)
+        return torch.log_softmax(logits, dim=-1, dtype=torch.float32)
     x = logits.float()
     if temperature != 1.0:  # x / 1.0 is x exactly: one pass over (B, V) saved at temperature 1
         x = x / temperature
@@ -27,20 +31,48 @@ def process_logits(logits: torch.Tensor, temperature: float, top_k: int, top_p: 
     return torch.log_softmax(x, dim=-1)
 
 
+SAMPLE_BLOCK = 1024  # sample_rows finds a row's block of this many tokens first, then the token inside it
+
+
 def sample_rows(logp: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """Inverse-CDF sampling: row b takes the first token whose cumulative probability exceeds
-    u[b] (u in [0, 1), one uniform per row from that row's own RNG stream, so a row's sample does
-    not depend on which other rows share the batch). logp (B, V), u (B,) -> ids (B,) int64."""
-    cdf = logp.double().exp().cumsum(-1)  # (B, V)
-    target = (u.double().to(cdf.device) * cdf[:, -1]).unsqueeze(-1)
-    # right=True: first index whose cdf is > target, so zero-probability tokens are never chosen.
-    ids = torch.searchsorted(cdf, target, right=True).squeeze(-1)
-    # u * total can round up to total (u just below 1): fall back to the last token that has
-    # probability, never to a removed one at the end of the vocabulary (the first True of the flipped row:
-    # argmax over its bytes, read in place, instead of a copy as int32).
-    positive = logp > float("-inf")  # (B, V)
-    last = logp.shape[-1] - 1 - positive.flip(-1).view(torch.uint8).argmax(-1)  # (B,)
-    return torch.minimum(ids, last)
+    u[b] * (the row's total) (u in [0, 1), one uniform per row from that row's own RNG stream, so a row's sample
+    does not depend on which other rows share the batch). logp (B, V), u (B,) -> ids (B,) int64.
+
+    In two levels, so no (B, V) cumulative sum and no float64 copy of the row is written (on a GPU the sampler's
+    step was ~5 GB of memory traffic at 512 x 151,936; this is ~1 GB, all of it in log_softmax, exp and one
+    summing read): the probabilities' sums per block of SAMPLE_BLOCK tokens (accumulated in float64) and their
+    running total find the block holding the target, then the running sum inside that one block finds the token.
+    Zero-probability tokens are never chosen (the first index whose running sum is *above* the target: sums are
+    flat across them), and where rounding puts the target at or past the end (u just below 1, or the block's own
+    running sum ending a rounding error below its block sum), the last token with probability is taken. The
+    choice equals the full float64 cumulative sum's except where the target falls within rounding (~1e-7 of
+    the row's mass) of a boundary between two tokens (tests/rollout/test_rollout_sampling_exact.py)."""
+    B, V = logp.shape
+    K = SAMPLE_BLOCK
+    p = logp.exp()  # (B, V) in logp's dtype; 0 where removed (-inf)
+    full = V // K * K
+    sums = []
+    if full:  # the whole blocks: a view of the rows (splitting the last dimension), whatever their layout
+        sums.append(p[:, :full].reshape(B, V // K, K).sum(-1, dtype=torch.float64))
+    if full < V:
+        sums.append(p[:, full:].sum(-1, keepdim=True, dtype=torch.float64))
+    block_sum = torch.cat(sums, -1) if len(sums) > 1 else sums[0]  # (B, blocks)
+    running = block_sum.cumsum(-1)
+    target = (u.double().to(p.device) * running[:, -1]).unsqueeze(-1)  # (B, 1)
+    # the first block whose running total is above the target, at most the last block with mass
+    j = torch.minimum(torch.searchsorted(running, target, right=True), _last_positive(block_sum))
+    before = torch.where(j > 0, running.gather(-1, (j - 1).clamp_min(0)), 0.0)  # mass of the blocks before j
+    cols = j * K + torch.arange(K, device=p.device)  # (B, K) the block's token ids, past V in a short last block
+    inside = p.gather(-1, cols.clamp_max(V - 1)).masked_fill(cols >= V, 0.0)
+    i = torch.searchsorted(before + inside.double().cumsum(-1), target, right=True)
+    return (j * K + torch.minimum(i, _last_positive(inside))).squeeze(-1)
+
+
+def _last_positive(x: torch.Tensor) -> torch.Tensor:
+    """(B, n) -> (B, 1): the index of each row's last entry > 0 (the first True of the flipped row: argmax over the
+    mask's bytes, read in place)."""
+    return x.shape[-1] - 1 - (x > 0).flip(-1).view(torch.uint8).argmax(-1, keepdim=True)
 
 
 def sample_step(logits: torch.Tensor, step: int, spec: SamplingSpec, eos: torch.Tensor,

@@ -175,6 +175,7 @@ def test_the_bench_command_runs_on_cpu(tmp_path):
     scale test below runs them all)."""
     env = _env() | {"PYTHON": sys.executable}
     env.pop("OUT", None)
+    measured = (ROOT / "benchmarks" / "results" / "sampler.md").read_text()
     res = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--bench", "--dry-run", "--skip",
                           "variants,warm,checks,trl,generate", "--work", str(tmp_path / "w")],
                          capture_output=True, text=True, env=env, timeout=300)
@@ -182,6 +183,9 @@ def test_the_bench_command_runs_on_cpu(tmp_path):
     assert "| forward+backward ceiling |" in res.stdout and "--budget-s 0" in res.stdout
     raw = json.loads((tmp_path / "w" / "gpu_bench.json").read_text())
     assert raw["results"]["forward+backward ceiling"]["learner_flops"] > 0 and raw["config"]["profile"] is True
+    # then one sampling step before and now (benchmarks/sampler.py), its table not over the measured one
+    assert "| 2 x 3000 |" in res.stdout and "| yes |" in res.stdout
+    assert (ROOT / "benchmarks" / "results" / "sampler.md").read_text() == measured
 
 
 @pytest.mark.scale

@@ -1,0 +1,111 @@
+"""One sampling step (rlvr.rollout.sampling.sample_step) at a real vocabulary, against the formulas it replaced
+(issue 38, S4): a float32 copy of the logits, log_softmax, and a float64 cumulative sum over the whole row.
+
+    RLVR_NUM_THREADS=1 .venv/bin/python benchmarks/sampler.py [--rows 8,64] [--vocab 151936] [--repeats 7]
+    python benchmarks/sampler.py --device cuda --rows 64,512          # on a GPU
+
+bf16 logits, temperature 1 (the benchmark's sampling: nothing truncated), uniforms from a fixed seed. Both sides
+pick the same tokens (checked here on every call) and give the same log-probabilities. Reported: the median of
+`repeats` interleaved rounds after a warm-up, ms per step, and the bytes each side writes and reads per step
+(counted from its passes over the (rows, vocab) tensors). Writes benchmarks/results/sampler.{md,json}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from rlvr.rollout import SamplingSpec
+from rlvr.rollout.sampling import sample_step
+from rlvr.runtime import set_num_threads
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def before(logits: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The step as it was (temperature 1, no truncation): (log-probabilities, tokens)."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    cdf = logp.double().exp().cumsum(-1)
+    target = (u.double() * cdf[:, -1]).unsqueeze(-1)
+    ids = torch.searchsorted(cdf, target, right=True).squeeze(-1)
+    last = logp.shape[-1] - 1 - (logp > float("-inf")).flip(-1).view(torch.uint8).argmax(-1)
+    return logp, torch.minimum(ids, last)
+
+
+def traffic_gb(rows: int, vocab: int) -> tuple[float, float]:
+    """Bytes over the (rows, vocab) tensors per step (GB), before and now, from the passes each makes (a pass
+    reads its input once and writes its output once; log_softmax reads its input twice)."""
+    n = rows * vocab
+    b16, f32, f64, u8 = 2 * n, 4 * n, 8 * n, n
+    old = (b16 + f32) + (2 * f32 + f32) + (f32 + f64) + (f64 + f64) + (f64 + f64) + (f32 + u8) + (u8 + u8) + u8
+    new = (2 * b16 + f32) + (f32 + f32) + f32  # log_softmax from bf16; exp; the block sums' one read
+    return old / 1e9, new / 1e9
+
+
+def _time(sync, fn, *args) -> float:
+    sync()
+    t = time.perf_counter()
+    fn(*args)
+    sync()
+    return time.perf_counter() - t
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", default="8,64")
+    ap.add_argument("--vocab", type=int, default=151936)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads on CPU (default RLVR_NUM_THREADS or 1)")
+    ap.add_argument("--out-dir", type=Path, default=RESULTS, help="where sampler.{md,json} go (default results/)")
+    a = ap.parse_args(argv)
+    threads = set_num_threads(a.threads) if a.device == "cpu" else None
+    dev = torch.device(a.device)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    spec = SamplingSpec(temperature=1.0, max_tokens=1)
+    eos = torch.tensor([], dtype=torch.long, device=dev)
+    table = []
+    for rows in [int(x) for x in a.rows.split(",")]:
+        g = torch.Generator().manual_seed(rows)
+        logits = (torch.randn(rows, a.vocab, generator=g) * 3).to(torch.bfloat16).to(dev)
+        u = torch.rand(rows, generator=g, dtype=torch.float64).to(dev)
+        lp_old, tok_old = before(logits, u)
+        lp_new, tok_new = sample_step(logits, 0, spec, eos, u)
+        same = bool(torch.equal(tok_old, tok_new) and torch.equal(lp_old, lp_new))
+        t_old, t_new = [], []
+        for _ in range(a.repeats):  # interleaved
+            t_old.append(_time(sync, before, logits, u))
+            t_new.append(_time(sync, sample_step, logits, 0, spec, eos, u))
+        old_gb, new_gb = traffic_gb(rows, a.vocab)
+        row = {"rows": rows, "vocab": a.vocab, "before_ms": 1e3 * statistics.median(t_old),
+               "now_ms": 1e3 * statistics.median(t_new), "before_gb": old_gb, "now_gb": new_gb,
+               "same_tokens_and_logprobs": same}
+        row["speedup"] = row["before_ms"] / row["now_ms"]
+        table.append(row)
+    where = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"CPU ({platform.machine()}, {threads} thread(s))"
+    lines = ["# One sampling step (benchmarks/sampler.py)", "",
+             f"bf16 logits, temperature 1, {where}, median of {a.repeats} interleaved rounds. "
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "",
+             "| rows x vocab | before (ms) | now (ms) | speed-up | traffic before / now (GB) | same tokens and logprobs |",
+             "|---|---:|---:|---:|---:|---|"]
+    for r in table:
+        lines.append(f"| {r['rows']} x {r['vocab']} | {r['before_ms']:.2f} | {r['now_ms']:.2f} | {r['speedup']:.2f}x "
+                     f"| {r['before_gb']:.2f} / {r['now_gb']:.2f} | {'yes' if r['same_tokens_and_logprobs'] else 'NO'} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    a.out_dir.mkdir(parents=True, exist_ok=True)
+    suffix = "" if dev.type == "cpu" else "_" + dev.type
+    (a.out_dir / f"sampler{suffix}.md").write_text(text)
+    (a.out_dir / f"sampler{suffix}.json").write_text(json.dumps({"device": where, "rows": table}, indent=1) + "\n")
+    if not all(r["same_tokens_and_logprobs"] for r in table):
+        raise SystemExit("sampler.py: the two steps chose different tokens or log-probabilities")
+
+
+if __name__ == "__main__":
+    main()
