@@ -1,13 +1,15 @@
 """One sampling step (rlvr.rollout.sampling.sample_step) at a real vocabulary, against the formulas it replaced
-(issue 38, S4): a float32 copy of the logits, log_softmax, and a float64 cumulative sum over the whole row.
+(issue 38, S4): a float32 copy of the logits, log_softmax, and a float64 cumulative sum over the whole row; with
+top-p, a sort of every whole row for the kept set (now a top-k of the 1,024 largest values first).
 
     RLVR_NUM_THREADS=1 .venv/bin/python benchmarks/sampler.py [--rows 8,64] [--vocab 151936] [--repeats 7]
     python benchmarks/sampler.py --device cuda --rows 64,512          # on a GPU
 
-bf16 logits, temperature 1 (the benchmark's sampling: nothing truncated), uniforms from a fixed seed. Both sides
+bf16 logits shaped like an LM's (a few hundred likely tokens, a long tail), temperature 1, nothing truncated (the
+GPU benchmark's sampling) and top-p 0.95; uniforms from a fixed seed. Both sides
 pick the same tokens (checked here on every call) and give the same log-probabilities. Reported: the median of
 `repeats` interleaved rounds after a warm-up, ms per step, and the bytes each side writes and reads per step
-(counted from its passes over the (rows, vocab) tensors). Writes benchmarks/results/sampler.{md,json}.
+(counted from its passes over the (rows, vocab) tensors, untruncated rows). Writes benchmarks/results/sampler.{md,json}.
 """
 
 from __future__ import annotations
@@ -28,9 +30,21 @@ from rlvr.runtime import set_num_threads
 RESULTS = Path(__file__).parent / "results"
 
 
-def before(logits: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The step as it was (temperature 1, no truncation): (log-probabilities, tokens)."""
-    logp = torch.log_softmax(logits.float(), dim=-1)
+def _kept_by_full_sort(x: torch.Tensor, top_p: float) -> torch.Tensor:
+    """rlvr.algo.logprobs.kept_mask's top-p as it was: every row sorted whole."""
+    vals = torch.sort(x, dim=-1, descending=True).values
+    p = (vals - torch.logsumexp(x, dim=-1, keepdim=True)).exp_()
+    before = p.cumsum(-1).sub_(p)
+    m = (before < top_p).sum(-1, keepdim=True).clamp_min_(1)
+    return x >= vals.gather(-1, m - 1)
+
+
+def before(logits: torch.Tensor, u: torch.Tensor, top_p: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The step as it was (temperature 1, top-p or nothing truncated): (log-probabilities, tokens)."""
+    x = logits.float()
+    if top_p < 1.0:
+        x = x.masked_fill(~_kept_by_full_sort(x, top_p), float("-inf"))
+    logp = torch.log_softmax(x, dim=-1)
     cdf = logp.double().exp().cumsum(-1)
     target = (u.double() * cdf[:, -1]).unsqueeze(-1)
     ids = torch.searchsorted(cdf, target, right=True).squeeze(-1)
@@ -68,35 +82,42 @@ def main(argv: list[str] | None = None) -> None:
     threads = set_num_threads(a.threads) if a.device == "cpu" else None
     dev = torch.device(a.device)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    spec = SamplingSpec(temperature=1.0, max_tokens=1)
     eos = torch.tensor([], dtype=torch.long, device=dev)
     table = []
-    for rows in [int(x) for x in a.rows.split(",")]:
-        g = torch.Generator().manual_seed(rows)
-        logits = (torch.randn(rows, a.vocab, generator=g) * 3).to(torch.bfloat16).to(dev)
-        u = torch.rand(rows, generator=g, dtype=torch.float64).to(dev)
-        lp_old, tok_old = before(logits, u)
-        lp_new, tok_new = sample_step(logits, 0, spec, eos, u)
-        same = bool(torch.equal(tok_old, tok_new) and torch.equal(lp_old, lp_new))
-        t_old, t_new = [], []
-        for _ in range(a.repeats):  # interleaved
-            t_old.append(_time(sync, before, logits, u))
-            t_new.append(_time(sync, sample_step, logits, 0, spec, eos, u))
-        old_gb, new_gb = traffic_gb(rows, a.vocab)
-        row = {"rows": rows, "vocab": a.vocab, "before_ms": 1e3 * statistics.median(t_old),
-               "now_ms": 1e3 * statistics.median(t_new), "before_gb": old_gb, "now_gb": new_gb,
-               "same_tokens_and_logprobs": same}
-        row["speedup"] = row["before_ms"] / row["now_ms"]
-        table.append(row)
+    for top_p in (1.0, 0.95):
+        spec = SamplingSpec(temperature=1.0, top_p=top_p, max_tokens=1)
+        for rows in [int(x) for x in a.rows.split(",")]:
+            g = torch.Generator().manual_seed(rows)
+            # an LM's shape of distribution: a few hundred likely tokens (~99% of the mass), a long tail
+            logits = torch.randn(rows, a.vocab, generator=g) * 2
+            logits[:, torch.randperm(a.vocab, generator=g)[:300]] += 14
+            logits = logits.to(torch.bfloat16).to(dev)
+            u = torch.rand(rows, generator=g, dtype=torch.float64).to(dev)
+            lp_old, tok_old = before(logits, u, top_p)
+            lp_new, tok_new = sample_step(logits, 0, spec, eos, u)
+            same = bool(torch.equal(tok_old, tok_new) and torch.equal(lp_old, lp_new))
+            t_old, t_new = [], []
+            for _ in range(a.repeats):  # interleaved
+                t_old.append(_time(sync, before, logits, u, top_p))
+                t_new.append(_time(sync, sample_step, logits, 0, spec, eos, u))
+            old_gb, new_gb = traffic_gb(rows, a.vocab) if top_p == 1.0 else (None, None)
+            row = {"top_p": top_p, "rows": rows, "vocab": a.vocab, "before_ms": 1e3 * statistics.median(t_old),
+                   "now_ms": 1e3 * statistics.median(t_new), "before_gb": old_gb, "now_gb": new_gb,
+                   "same_tokens_and_logprobs": same}
+            row["speedup"] = row["before_ms"] / row["now_ms"]
+            table.append(row)
     where = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"CPU ({platform.machine()}, {threads} thread(s))"
     lines = ["# One sampling step (benchmarks/sampler.py)", "",
              f"bf16 logits, temperature 1, {where}, median of {a.repeats} interleaved rounds. "
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "",
-             "| rows x vocab | before (ms) | now (ms) | speed-up | traffic before / now (GB) | same tokens and logprobs |",
-             "|---|---:|---:|---:|---:|---|"]
+             "| sampling | rows x vocab | before (ms) | now (ms) | speed-up | traffic before / now (GB) "
+             "| same tokens and logprobs |",
+             "|---|---|---:|---:|---:|---:|---|"]
     for r in table:
-        lines.append(f"| {r['rows']} x {r['vocab']} | {r['before_ms']:.2f} | {r['now_ms']:.2f} | {r['speedup']:.2f}x "
-                     f"| {r['before_gb']:.2f} / {r['now_gb']:.2f} | {'yes' if r['same_tokens_and_logprobs'] else 'NO'} |")
+        what = "nothing truncated" if r["top_p"] == 1.0 else f"top-p {r['top_p']}"
+        gb = "-" if r["before_gb"] is None else f"{r['before_gb']:.2f} / {r['now_gb']:.2f}"
+        lines.append(f"| {what} | {r['rows']} x {r['vocab']} | {r['before_ms']:.2f} | {r['now_ms']:.2f} "
+                     f"| {r['speedup']:.2f}x | {gb} | {'yes' if r['same_tokens_and_logprobs'] else 'NO'} |")
     text = "\n".join(lines) + "\n"
     print(text)
     a.out_dir.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,8 @@ from the logits in every chunk, in forward and again in backward, and is a const
     d logp_K(y) / d x_j = 1[j == y] - p_K,j        d H_K / d x_j = -p_K,j (x_j - E_pK[x])
 
 and 0 for removed j. A label outside K has no probability under pi_K: it gets TRUNCATED_LOGPROB and
-no gradient. Truncation costs one sort per chunk (or a top-k); ``truncation=None`` (or top_p = 1 and
+no gradient. Truncation costs a top-k per chunk (top-p: of the 1,024 largest values, a sort only of the rows
+whose kept set reaches past them); ``truncation=None`` (or top_p = 1 and
 top_k <= 0) is the untruncated path, untouched.
 
 Under truncation the same pass also returns the label's logprob under the untruncated softmax(x)
@@ -72,17 +73,45 @@ def kept_mask(x: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tens
         vals = torch.topk(x, k, dim=-1).values  # (n, k) descending
         keep = x >= vals[:, -1:]
     if top_p < 1.0:
-        if not k:
-            vals = torch.sort(x, dim=-1, descending=True).values  # (n, V)
         # mass over the top-k set (ties at the k-th value included), then the mass strictly before each
         # sorted value; the kept values are the first m, m >= 1 since the first has 0 before it
         lse = torch.logsumexp(x if keep is None else x.masked_fill(~keep, float("-inf")), dim=-1, keepdim=True)
-        p = (vals - lse).exp_()
-        before = p.cumsum(-1).sub_(p)
-        del p
-        m = (before < top_p).sum(-1, keepdim=True).clamp_min_(1)
-        keep = x >= vals.gather(-1, m - 1)  # implies the top-k condition: the threshold is >= the k-th value
+        if k:
+            threshold, _ = _top_p_threshold(vals, lse, top_p)
+        else:
+            threshold = _top_p_threshold_of_rows(x, lse, top_p)
+        keep = x >= threshold  # implies the top-k condition: the threshold is >= the k-th value
     return keep
+
+
+TOP_P_PREFIX = 1024  # top-p looks for its threshold among each row's largest values first (a top-k, not a sort)
+
+
+def _top_p_threshold(vals: torch.Tensor, lse: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """vals (n, j) the rows' largest values, descending (a prefix of the sorted row); lse (n, 1) the row's
+    logsumexp -> (the value of the last kept sorted position (n, 1), whether that position is inside the prefix
+    and not its last one (n,): the mass strictly before it reached top_p within the prefix, so the full sort would
+    give the same position)."""
+    p = (vals - lse).exp_()
+    before = p.cumsum(-1).sub_(p)  # the prefix of the full row's running mass (a running sum reads left to right)
+    del p
+    m = (before < top_p).sum(-1, keepdim=True).clamp_min_(1)
+    return vals.gather(-1, m - 1), m.squeeze(-1) < vals.shape[-1]
+
+
+def _top_p_threshold_of_rows(x: torch.Tensor, lse: torch.Tensor, top_p: float) -> torch.Tensor:
+    """The top-p threshold of every row of x (n, V) without sorting whole rows where it can: the TOP_P_PREFIX
+    largest values first (torch.topk), and a full sort only for the rows whose kept set may reach past them (a
+    flat distribution). The same threshold as sorting every row."""
+    V = x.shape[-1]
+    if V <= 2 * TOP_P_PREFIX:
+        return _top_p_threshold(torch.sort(x, dim=-1, descending=True).values, lse, top_p)[0]
+    threshold, inside = _top_p_threshold(torch.topk(x, TOP_P_PREFIX, dim=-1).values, lse, top_p)
+    rest = (~inside).nonzero().squeeze(-1)  # (on a GPU, one sync a call: the rows that need their full sort)
+    if rest.numel():
+        full = torch.sort(x.index_select(0, rest), dim=-1, descending=True).values
+        threshold = threshold.index_copy(0, rest, _top_p_threshold(full, lse.index_select(0, rest), top_p)[0])
+    return threshold
 
 
 @dataclass(frozen=True)

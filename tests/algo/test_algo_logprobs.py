@@ -257,6 +257,58 @@ def test_sampler_and_trainer_use_one_kept_set_rule():
         assert torch.allclose(lp, sampler.gather(1, ids), atol=1e-6)
 
 
+def _kept_by_full_sort(x, top_k, top_p):
+    """kept_mask as it was: the top-p threshold from every row's full sort."""
+    V = x.shape[-1]
+    k = top_k if 0 < top_k < V else 0
+    keep = None
+    if k:
+        vals = torch.topk(x, k, dim=-1).values
+        keep = x >= vals[:, -1:]
+    if top_p < 1.0:
+        if not k:
+            vals = torch.sort(x, dim=-1, descending=True).values
+        lse = torch.logsumexp(x if keep is None else x.masked_fill(~keep, float("-inf")), dim=-1, keepdim=True)
+        p = (vals - lse).exp()
+        m = ((p.cumsum(-1) - p) < top_p).sum(-1, keepdim=True).clamp_min(1)
+        keep = x >= vals.gather(-1, m - 1)
+    return keep
+
+
+@pytest.mark.parametrize("top_p", [0.5, 0.9, 0.95, 0.999])
+def test_top_p_from_the_largest_values_equals_the_full_sort(top_p, monkeypatch):
+    """kept_mask's top-p threshold from each row's TOP_P_PREFIX largest values (a top-k), with a full sort only for
+    rows whose kept set reaches past them: the same kept set as sorting every row, for peaked rows (an LM's: a few
+    hundred tokens hold the mass), flat rows (the fallback), rows tied at the threshold far down the vocabulary, a
+    row with removed tokens, and a mix in one call."""
+    from rlvr.algo.logprobs import TOP_P_PREFIX, kept_mask
+
+    g = torch.Generator().manual_seed(11)
+    V = 151936
+    x = torch.randn(12, V, generator=g)  # flat rows: the kept set is most of the vocabulary
+    x[:6, :300] += 16.0  # peaked rows: 1e-4 of the mass outside 300 tokens
+    x[6, :] = -20.0
+    x[6, [3, 77_000, 150_000]] = 5.0  # three tied tokens far apart hold nearly all the mass
+    x[7, :] = -20.0
+    x[7, :10] = 9.0  # ten tied tokens at the top, the rest tied, far below
+    x[8, 1000:] = float("-inf")  # removed tokens (an EOS-ban-like tail)
+    x[9, TOP_P_PREFIX - 2 : TOP_P_PREFIX + 2] = 30.0  # the threshold at the prefix's edge, ties across it
+    x = x.to(torch.bfloat16).float()  # bf16 values: many ties
+    want = _kept_by_full_sort(x, 0, top_p)
+    got = kept_mask(x, 0, top_p)
+    assert torch.equal(got, want)
+    counts = got.sum(-1)
+    assert int(counts[:6].max()) <= TOP_P_PREFIX < int(counts[10:].min())  # both ways exercised
+    assert int(counts[6]) == 3 and got[6, [3, 77_000, 150_000]].all() and int(counts[7]) == 10
+    for k in (5, 2000):  # top-k first: the top-p threshold among its k values, as before
+        assert torch.equal(kept_mask(x, k, top_p), _kept_by_full_sort(x, k, top_p))
+    sorted_rows = []  # only the rows past the prefix are sorted whole
+    real_sort = torch.sort
+    monkeypatch.setattr(torch, "sort", lambda t, *a, **kw: sorted_rows.append(t.shape[0]) or real_sort(t, *a, **kw))
+    assert torch.equal(kept_mask(x, 0, top_p), want) and sorted_rows == [int((counts > TOP_P_PREFIX - 1).sum())]
+    assert torch.equal(kept_mask(x[:6], 0, top_p), want[:6]) and sorted_rows[1:] == []
+
+
 # ---- the fused chunk functions (compiled on CUDA) equal the chunk loop ---------------------------------
 
 def _fused_vs_loop(monkeypatch, logits, labels, temperature, g_logp, g_ent, chunk_size):

@@ -184,7 +184,7 @@ def test_the_bench_command_runs_on_cpu(tmp_path):
     raw = json.loads((tmp_path / "w" / "gpu_bench.json").read_text())
     assert raw["results"]["forward+backward ceiling"]["learner_flops"] > 0 and raw["config"]["profile"] is True
     # then one sampling step before and now (benchmarks/sampler.py), its table not over the measured one
-    assert "| 2 x 3000 |" in res.stdout and "| yes |" in res.stdout
+    assert "| top-p 0.95 | 2 x 3000 |" in res.stdout and "| NO |" not in res.stdout
     assert (ROOT / "benchmarks" / "results" / "sampler.md").read_text() == measured
 
 
