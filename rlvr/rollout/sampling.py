@@ -66,7 +66,9 @@ def sample_rows(logp: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     cols = j * K + torch.arange(K, device=p.device)  # (B, K) the block's token ids, past V in a short last block
     inside = p.gather(-1, cols.clamp_max(V - 1)).masked_fill(cols >= V, 0.0)
     i = torch.searchsorted(before + inside.double().cumsum(-1), target, right=True)
-    return (j * K + torch.minimum(i, _last_positive(inside))).squeeze(-1)
+    # at most V - 1: a row without any probability (NaN logits of a diverged model) takes the last token, as the
+    # full cumulative sum did, and the run's own checks report the NaN
+    return (j * K + torch.minimum(i, _last_positive(inside))).squeeze(-1).clamp_max(V - 1)
 
 
 def _last_positive(x: torch.Tensor) -> torch.Tensor:

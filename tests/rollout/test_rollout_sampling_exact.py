@@ -96,3 +96,18 @@ def test_any_layout_of_the_log_probabilities():
     want = sample_before(logp, u)
     assert torch.equal(sample_rows(logp.t().contiguous().t(), u), want)
     assert torch.equal(sample_rows(torch.stack([logp, logp], 1)[:, 1], u), want)
+
+
+@pytest.mark.parametrize("V", [100, 3 * SAMPLE_BLOCK + 5])
+def test_rows_of_nan_take_a_token_of_the_vocabulary(V):
+    """A diverged model's NaN logits: a token id inside the vocabulary (the last one, as the full cumulative sum
+    gave), so the run reaches its own NaN check instead of failing on an index; the other rows are untouched."""
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(3, V, generator=g)
+    logits[1] = float("nan")
+    logits[2, 7] = float("nan")
+    logp = process_logits(logits, 1.0, 0, 1.0)
+    u = torch.tensor([0.3, 0.3, 0.3], dtype=torch.float64)
+    tok = sample_rows(logp, u)
+    assert tok.tolist()[1:] == [V - 1, V - 1] == sample_before(logp, u).tolist()[1:]
+    assert tok[0] == sample_before(logp, u)[0]
