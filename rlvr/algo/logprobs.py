@@ -89,14 +89,13 @@ TOP_P_PREFIX = 1024  # top-p looks for its threshold among each row's largest va
 
 def _top_p_threshold(vals: torch.Tensor, lse: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
     """vals (n, j) the rows' largest values, descending (a prefix of the sorted row); lse (n, 1) the row's
-    logsumexp -> (the value of the last kept sorted position (n, 1), whether that position is inside the prefix
-    and not its last one (n,): the mass strictly before it reached top_p within the prefix, so the full sort would
-    give the same position)."""
+    logsumexp -> (the value of the last kept sorted position (n, 1), how many positions are kept, m (n, 1)). When
+    m < j the mass strictly before position m reached top_p inside the prefix, so the full sort gives the same m."""
     p = (vals - lse).exp_()
     before = p.cumsum(-1).sub_(p)  # the prefix of the full row's running mass (a running sum reads left to right)
     del p
     m = (before < top_p).sum(-1, keepdim=True).clamp_min_(1)
-    return vals.gather(-1, m - 1), m.squeeze(-1) < vals.shape[-1]
+    return vals.gather(-1, m - 1), m
 
 
 def _top_p_threshold_of_rows(x: torch.Tensor, lse: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -106,8 +105,8 @@ def _top_p_threshold_of_rows(x: torch.Tensor, lse: torch.Tensor, top_p: float) -
     V = x.shape[-1]
     if V <= 2 * TOP_P_PREFIX:
         return _top_p_threshold(torch.sort(x, dim=-1, descending=True).values, lse, top_p)[0]
-    threshold, inside = _top_p_threshold(torch.topk(x, TOP_P_PREFIX, dim=-1).values, lse, top_p)
-    rest = (~inside).nonzero().squeeze(-1)  # (on a GPU, one sync a call: the rows that need their full sort)
+    threshold, m = _top_p_threshold(torch.topk(x, TOP_P_PREFIX, dim=-1).values, lse, top_p)
+    rest = (m.squeeze(-1) >= TOP_P_PREFIX).nonzero().squeeze(-1)  # (on a GPU, one sync a call: the rows to sort)
     if rest.numel():
         full = torch.sort(x.index_select(0, rest), dim=-1, descending=True).values
         threshold = threshold.index_copy(0, rest, _top_p_threshold(full, lse.index_select(0, rest), top_p)[0])

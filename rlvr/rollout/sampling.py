@@ -39,7 +39,8 @@ def sample_rows(logp: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     u[b] * (the row's total) (u in [0, 1), one uniform per row from that row's own RNG stream, so a row's sample
     does not depend on which other rows share the batch). logp (B, V), u (B,) -> ids (B,) int64.
 
-    In two levels, so no (B, V) cumulative sum and no float64 copy of the row is written (on a GPU the sampler's
+    Rows of up to 2 * SAMPLE_BLOCK tokens take the float64 cumulative sum over the whole row. Longer rows go in
+    two levels, so no (B, V) cumulative sum and no float64 copy of the row is written (on a GPU the sampler's
     step was ~5 GB of memory traffic at 512 x 151,936; this is ~1 GB, all of it in log_softmax, exp and one
     summing read): the probabilities' sums per block of SAMPLE_BLOCK tokens (accumulated in float64) and their
     running total find the block holding the target, then the running sum inside that one block finds the token.
@@ -49,6 +50,11 @@ def sample_rows(logp: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     choice equals the full float64 cumulative sum's except where the target falls within rounding (~1e-7 of
     the row's mass) of a boundary between two tokens (tests/rollout/test_rollout_sampling_exact.py)."""
     B, V = logp.shape
+    if V <= 2 * SAMPLE_BLOCK:  # a short row: one cumulative sum over it costs less than the blocks' bookkeeping
+        cdf = logp.double().exp().cumsum(-1)
+        target = (u.double().to(cdf.device) * cdf[:, -1]).unsqueeze(-1)
+        ids = torch.searchsorted(cdf, target, right=True).squeeze(-1)
+        return torch.minimum(ids, _last_positive(logp > float("-inf")).squeeze(-1))
     K = SAMPLE_BLOCK
     p = logp.exp()  # (B, V) in logp's dtype; 0 where removed (-inf)
     full = V // K * K
@@ -72,9 +78,10 @@ def sample_rows(logp: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
 
 def _last_positive(x: torch.Tensor) -> torch.Tensor:
-    """(B, n) -> (B, 1): the index of each row's last entry > 0 (the first True of the flipped row: argmax over the
-    mask's bytes, read in place)."""
-    return x.shape[-1] - 1 - (x > 0).flip(-1).view(torch.uint8).argmax(-1, keepdim=True)
+    """(B, n) -> (B, 1): the index of each row's last entry > 0, or last True of a bool x (the first True of the
+    flipped row: argmax over the mask's bytes, read in place)."""
+    mask = x if x.dtype == torch.bool else x > 0
+    return x.shape[-1] - 1 - mask.flip(-1).view(torch.uint8).argmax(-1, keepdim=True)
 
 
 def sample_step(logits: torch.Tensor, step: int, spec: SamplingSpec, eos: torch.Tensor,
