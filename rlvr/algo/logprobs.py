@@ -54,6 +54,11 @@ DEFAULT_CHUNK_SIZE = 512  # rows of B*T; 512 x 151,936 x 4 bytes ~ 311 MB of fp3
 TRUNCATED_LOGPROB = -40.0
 
 
+def truncates(vocab: int, top_k: int = 0, top_p: float = 1.0) -> bool:
+    """Whether kept_mask removes anything from rows of `vocab` values: a top-k below the vocabulary, or top-p < 1."""
+    return 0 < top_k < vocab or top_p < 1.0
+
+
 def kept_mask(x: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor | None:
     """The sampler's truncation rule: which tokens of each row survive top-k, then top-p.
 
@@ -65,9 +70,9 @@ def kept_mask(x: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tens
     bool, or None when nothing is removed (top_k <= 0 or >= V, and top_p >= 1).
     """
     V = x.shape[-1]
-    k = top_k if 0 < top_k < V else 0
-    if not k and top_p >= 1.0:
+    if not truncates(V, top_k, top_p):
         return None
+    k = top_k if 0 < top_k < V else 0
     keep = None
     if k:
         vals = torch.topk(x, k, dim=-1).values  # (n, k) descending

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import torch
 
-from rlvr.algo.logprobs import kept_mask
+from rlvr.algo.logprobs import kept_mask, truncates
 from rlvr.rollout.types import SamplingSpec
 
 
@@ -18,7 +18,7 @@ def process_logits(logits: torch.Tensor, temperature: float, top_k: int, top_p: 
     whose mass reaches top_p (the most likely token is always kept), renormalized. Removed
     tokens get -inf. temperature must be > 0. The kept set is rlvr.algo.logprobs.kept_mask, the
     rule the trainer scores with (algo Truncation), so sampler and trainer truncate alike."""
-    if temperature == 1.0 and not 0 < top_k < logits.shape[-1] and top_p >= 1.0:  # kept_mask would keep all
+    if temperature == 1.0 and not truncates(logits.shape[-1], top_k, top_p):
         # nothing to divide or remove: the float32 log-softmax straight from the logits' own dtype (the same bits
         # as log_softmax(logits.float()), without writing the float32 copy)
         return torch.log_softmax(logits, dim=-1, dtype=torch.float32)
