@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import sys
 
 import typer
 from rich.markup import escape
@@ -56,8 +57,16 @@ app.command()(plain_help(plot))
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point. A command that started the sharded learner's process group (rlvr train with
+    distributed.learner=fsdp2) ends through rlvr.train.pg.sharded.exit_process: its atexit handlers run, then
+    the process ends without the interpreter's teardown, where the process group's threads would abort it."""
+    try:
+        app()
+    except BaseException as exc:  # typer ends every command with SystemExit (0 on success)
+        sharded = sys.modules.get("rlvr.train.pg.sharded")  # (never imported: no group was started)
+        if sharded is not None and sharded.group_started():
+            sharded.exit_process(exc)
+        raise
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ import threading
 import time
 import warnings
 from pathlib import Path
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -112,8 +113,13 @@ class Shards:
         dist.barrier()
 
     def close(self) -> None:
+        global _OWN_ENV
         if self.owns_group and dist.is_initialized():
             dist.destroy_process_group()
+        if _OWN_ENV:  # a group of one: its rendezvous variables go with it (a later group, or a command this
+            for key in _GROUP_OF_ONE:  # process starts, must not read a rank and a port that are no longer its)
+                os.environ.pop(key, None)
+            _OWN_ENV = False
 
 
 def _free_port() -> int:
@@ -124,6 +130,52 @@ def _free_port() -> int:
 
 _WATCHER: threading.Thread | None = None  # this process's exit_with_parent thread (one at most)
 _OWN_ENV = False  # start() set RANK & co. itself (a group of one): no launcher to watch
+_GROUP_OF_ONE = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")  # what start() sets without a launcher
+_STARTED = False  # start() initialised a process group in this process (the command ends through exit_process)
+
+
+def group_started() -> bool:
+    """Whether start() initialised a process group in this process (rlvr.cli.main then ends it through
+    exit_process)."""
+    return _STARTED
+
+
+def exit_process(exc: BaseException) -> NoReturn:
+    """End a process whose command ran the sharded learner, with the exit status `exc` (the command's
+    SystemExit, or what it raised) would give, without the interpreter's teardown.
+
+    Why: destroy_process_group() (Shards.close, at the run's end) forgets the group, but the gloo backend
+    and its C++ threads live on, held through DeviceMesh by torch's DTensor caches (redistribute plans,
+    sharding propagation), until the interpreter tears its modules down at exit. Freeing the backend
+    there joins threads that may need the GIL when the interpreter no longer grants it, and the process
+    aborts: "terminate called without an active exception", SIGABRT, after a run that had finished (seen
+    on a rank of the two-node resume in CI; torch's own atexit fix for this was abandoned). So the
+    atexit handlers run as at any exit (trackers finish, worker pools stop), stdout and stderr are flushed,
+    and os._exit ends the process: the run directory and checkpoints were closed by the run loop before."""
+    import atexit
+    import traceback
+
+    if isinstance(exc, SystemExit):
+        code = exc.code
+        if code is None:
+            status = 0
+        elif isinstance(code, int):
+            status = code
+        else:  # sys.exit("message"): printed, status 1 (as the interpreter does)
+            print(code, file=sys.stderr)
+            status = 1
+    else:
+        traceback.print_exception(exc)
+        status = 130 if isinstance(exc, KeyboardInterrupt) else 1
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # a closed or broken pipe: nothing more can be said on it
+                pass
+        os._exit(status)
 
 
 def exit_with_parent(poll_s: float = 1.0) -> threading.Thread:
@@ -159,16 +211,16 @@ def start(cfg) -> Shards | None:
     cuda = str(cfg.model.device).startswith("cuda")
     owns = not dist.is_initialized()
     if owns:
-        global _WATCHER, _OWN_ENV
+        global _WATCHER, _OWN_ENV, _STARTED
         if "RANK" not in os.environ:  # one process, no launcher: a group of one
-            os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                              MASTER_PORT=str(_free_port()))
+            os.environ.update(dict(zip(_GROUP_OF_ONE, ("0", "1", "0", "127.0.0.1", str(_free_port())), strict=True)))
             _OWN_ENV = True
         elif not _OWN_ENV and _WATCHER is None:  # a launcher's worker (torchrun): it must not outlive it
             _WATCHER = exit_with_parent()
         if cuda:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group("nccl" if cuda else "gloo")
+        _STARTED = True
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     return Shards(dist.get_rank(), dist.get_world_size(), device, owns)
 

@@ -97,7 +97,10 @@ def _train_inprocess(out: Path, *extra: str):
 def test_group_of_one_trains_like_the_one_process_learner_and_its_checkpoint_resumes_unsharded(tmp_path):
     _train_inprocess(tmp_path / "local")
     _train_inprocess(tmp_path / "fsdp", "distributed.learner=fsdp2")
-    assert not torch.distributed.is_initialized()  # the group of one is closed with the run
+    assert not torch.distributed.is_initialized()  # the group of one is closed with the run ...
+    # ... and its rendezvous variables with it: a command this process starts next must not take rank 0 of a
+    # group that is gone, nor the port its store still holds (EADDRINUSE)
+    assert not {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"} & set(os.environ)
     w_local, w_fsdp = _weights(tmp_path / "local"), _weights(tmp_path / "fsdp")
     assert _gap(w_local, w_fsdp) < 1e-6
     assert _gap(w_local, _weights(tmp_path / "local", 2)) > 1e-4  # the steps did move the weights
@@ -115,6 +118,44 @@ def test_group_of_one_trains_like_the_one_process_learner_and_its_checkpoint_res
     cfg = load_config(TrainConfig, cut / "config.yaml", ["distributed.learner=local", f"run.out_dir={cut}"])
     train(cfg, resume=True)
     assert _gap(_weights(cut), w_fsdp) < 1e-6
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads thread names from /proc (Linux)")
+def test_a_sharded_command_never_tears_the_interpreter_down_with_the_process_group_alive(tmp_path):
+    """`rlvr train ... distributed.learner=fsdp2` through the console entry (rlvr.cli.main), as a group of one:
+    gloo's threads outlive destroy_process_group (torch's DTensor caches hold the group) and the interpreter's
+    teardown aborted a finished rank with them alive (CI, the two-node resume: "terminate called without an
+    active exception"). The probe (tests/helpers/teardown_probe.py) writes the threads alive when the teardown
+    begins: on the old exit it listed gloo_tcp_loop and pt_gloo_runloop; rlvr.train.pg.sharded.exit_process ends
+    the process before any teardown, having run the atexit handlers and flushed the output."""
+    probe = tmp_path / "threads.txt"
+    code = "import helpers.teardown_probe; from rlvr.cli import main; main()"
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}", "OMP_NUM_THREADS": "1",
+           "RLVR_TEARDOWN_PROBE": str(probe)}
+    r = subprocess.run([sys.executable, "-c", code, "train", *TINY, *GRPO, "run.steps=1", "distributed.learner=fsdp2",
+                        f"run.out_dir={tmp_path / 'run'}"], env=env, capture_output=True, text=True, timeout=600,
+                       cwd=ROOT)
+    _ok(r)
+    assert f"run directory: {tmp_path / 'run'}" in r.stdout  # the last line, flushed before the process ended
+    gloo = [t for t in (probe.read_text().split() if probe.exists() else []) if "gloo" in t]
+    assert not gloo, f"the interpreter's teardown began with the process group's threads alive: {gloo}"
+    assert (tmp_path / "run" / "checkpoints" / "step_000001" / "meta.json").is_file()
+
+
+@pytest.mark.parametrize("exc, status, says", [
+    ("SystemExit(0)", 0, ""), ("SystemExit(None)", 0, ""), ("SystemExit(3)", 3, ""),
+    ("SystemExit('bad key')", 1, "bad key"), ("RuntimeError('boom')", 1, "RuntimeError: boom"),
+    ("KeyboardInterrupt()", 130, "KeyboardInterrupt"),
+])
+def test_exit_process_keeps_the_status_and_runs_the_atexit_handlers(exc, status, says):
+    code = ("import atexit, sys; from rlvr.train.pg import sharded; "
+            "atexit.register(lambda: print('atexit ran', flush=True)); "
+            f"print('before', end=''); sharded.exit_process({exc})")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == status, r.stderr[-2000:]
+    assert r.stdout == "beforeatexit ran\n"  # the unflushed print and the handler's
+    assert says in r.stderr
 
 
 @pytest.mark.parametrize("extra, key", [
