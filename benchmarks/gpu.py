@@ -31,7 +31,8 @@ error and the rest still run. The table and benchmarks/results/gpu_bench.{md,jso
               the model's parameters); the sampler's CUDA-graph decode vs its plain loop, greedy, with a stop string;
   <variants>  the other variants (default `lora`: model.lora_rank=16, `fsdp2`: distributed.learner=fsdp2 as a group
               of one under torchrun, `fsdp2_lora`, `compile`: model.compile_layers=true, the learner's decoder
-              layers compiled), --variant-steps steps each, each in its own process; an fsdp2
+              layers compiled, `compile_decode`: rollout.compile_decode=true, the sampler's CUDA-graph decode step
+              compiled; left out on the CPU), --variant-steps steps each, each in its own process; an fsdp2
               variant is checked against the variant with the same keys but the one-process learner: step-1
               gradient norms within 2e-2 (1e-4 on CPU, float32);
   ceiling     a bare forward+backward (cross-entropy on every token, no optimizer) over rows of the same count and
@@ -95,8 +96,12 @@ PROFILES: dict[str, dict[str, Any]] = {
 LORA = "model.lora_rank=16,model.lora_alpha=32"
 FSDP2 = "distributed.learner=fsdp2"
 COMPILE = "model.compile_layers=true"
-# compile last: the regional compile of the learner's layers (issue 38, item 3), measured against plain
-DEFAULT_VARIANTS = ("plain:", f"lora:{LORA}", f"fsdp2:{FSDP2}", f"fsdp2_lora:{FSDP2},{LORA}", f"compile:{COMPILE}")
+COMPILE_DECODE = "rollout.compile_decode=true"
+# compile: the regional compile of the learner's layers (issue 38, item 3), measured against plain; compile_decode
+# last (the first dropped when the budget runs short): the sampler's CUDA-graph decode step compiled (issue 38, S3)
+DEFAULT_VARIANTS = ("plain:", f"lora:{LORA}", f"fsdp2:{FSDP2}", f"fsdp2_lora:{FSDP2},{LORA}", f"compile:{COMPILE}",
+                    f"compile_decode:{COMPILE_DECODE}")
+CUDA_ONLY = (COMPILE_DECODE,)  # variants with these keys are refused on a CPU policy: left out of a CPU run
 STAGES = ("variants", "warm", "checks", "trl", "ceiling", "generate", "profile")
 # (minimum seconds left to start, cap) per stage kind; "first": the first variant (cold compile + profile step)
 STAGE_TIME: dict[str, dict[str, tuple[float, float]]] = {
@@ -183,6 +188,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         a.variants = [parse_variant(v) for v in (a.variant or DEFAULT_VARIANTS)]
     except ValueError as e:
         ap.error(str(e))
+    if a.device == "cpu":
+        for name, extra in [v for v in a.variants if set(v[1]) & set(CUDA_ONLY)]:
+            log(f"variant {name} ({','.join(extra)}) needs a GPU: left out on the CPU")
+            a.variants.remove((name, extra))
     names = [n for n, _ in a.variants]
     if len(set(names)) != len(names):
         ap.error(f"--variant: a name is used twice: {names}")

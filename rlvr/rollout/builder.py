@@ -39,7 +39,8 @@ GeneratorBuilder = Callable[..., Generator]
 def _hf(rcfg, model, tokenizer, *, model_source, seed, default_batch_size) -> Generator:
     return HFGenerator(model, tokenizer, batch_size=rcfg.batch_size or max(64, default_batch_size),
                        shared_prefix=rcfg.shared_prefix,
-                       cuda_graphs={"true": True, "false": False}.get(str(rcfg.cuda_graphs), "auto"))
+                       cuda_graphs={"true": True, "false": False}.get(str(rcfg.cuda_graphs), "auto"),
+                       compile_decode=rcfg.compile_decode)
 
 
 def _vllm(rcfg, model, tokenizer, *, model_source, seed, default_batch_size) -> Generator:

@@ -60,6 +60,9 @@ class HFGenerator:
     warning otherwise), False = off. static_cache: run that decode path also off CUDA, without graph capture
     (tests and checks; None = only with CUDA graphs). Any failure of the path warns once and falls back to the
     plain loop. sync_every: that path copies the sampled tokens to the host every this many steps.
+    compile_decode: that path's decode step compiled (torch.compile, dynamic shapes, once per process) before
+    each graph's capture, for sdpa models (rollout.compile_decode; a failure warns once and the step runs
+    uncompiled).
     """
 
     def __init__(
@@ -75,6 +78,7 @@ class HFGenerator:
         cuda_graphs: bool | str = "auto",
         static_cache: bool | None = None,
         sync_every: int = 16,
+        compile_decode: bool = False,
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -110,6 +114,7 @@ class HFGenerator:
         if sync_every < 1:
             raise ValueError(f"sync_every must be >= 1, got {sync_every}")
         self.sync_every = sync_every
+        self.compile_decode = compile_decode
         self._decoder = None  # rlvr.rollout.static_decode.StaticDecoder of the last shape
         self._static = self._choose_static(cuda_graphs, static_cache)
 

@@ -17,6 +17,10 @@ path removes the host from the step:
   heads / kv heads, d): grouped-query attention without copying the keys/values per head, `gqa_attention`);
 - on CUDA the step is captured once per (rows, attended slots) with `torch.cuda.CUDAGraph` (warm-up on a side
   stream, capture, replay) and replayed; on CPU it runs eagerly (the same numbers: what the tests check);
+- rollout.compile_decode (sdpa models): the step's forward compiled by torch.compile with dynamic shapes before
+  the capture (compiled_step: one compile per process). Its inputs are views that never span a whole buffer (the
+  input buffers and the cache have a spare row and PAD_MULTIPLE spare slots) and the attended width comes from the
+  mask's shape (gqa_attention slices the cache), so every (rows, slots) meets the same layout: one compile;
 - sampling (process_logits / sample_rows, the rows' own uniforms moved to the device once) stays outside the
   graph but on the device: the tokens and logprobs go into (max_tokens, B) device tensors and come to the host
   every `sync_every` steps, one block behind the GPU, where EOS, stop strings (rlvr.rollout.sampling.StopStrings:
@@ -36,9 +40,12 @@ plain path with one warning (rlvr.rollout.hf_generator).
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from rlvr.models.cascade import attention as attention_named
+from rlvr.models.packed import is_out_of_memory
 from rlvr.rollout.sampling import StopStrings, sample_step
 
 # model_type -> decoder-only models whose forward takes a 4-D mask, position ids and a cache object as-is
@@ -96,7 +103,8 @@ def gqa_attention(module, query, key, value, attention_mask, scaling=None, dropo
     of each KV head are one (b, hkv, h / hkv, d) query block over that head's keys (as transformers' repeat_kv
     reads them), so no key or value is copied per head. Returns ((b, 1, h, d), None)."""
     b, h, L, d = query.shape
-    hkv = key.shape[1]
+    hkv, S = key.shape[1], attention_mask.shape[-1]
+    key, value = key[:, :, :S], value[:, :, :S]  # the attended slots (SlotCache hands the whole cache to this path)
     if L == 1:
         q = query.reshape(b, hkv, h // hkv, d)  # query head kv * n + r -> KV head kv
     else:  # not used by the decode step; correct anyway
@@ -117,25 +125,29 @@ def _register() -> None:
 class SlotCache:
     """The decode's KV cache (the part of transformers' Cache API these models' forwards call: `update`).
 
-    keys/values: per layer (B, kv heads, max_len, head size), allocated at the first prefill from the model's own
-    key states (so heads, head size and dtype are the model's). A prefill (prefill=True) writes slots 0..L0-1 of
-    every row, from the prompt row `expand[r]` (each distinct prompt forwarded once), and attends to the prompt's
-    own keys; a decode step writes its token's key/value at slot `slot` (a (1,) device tensor: the same for
-    every row) of the first `rows` rows and attends to their first `kv_len` slots."""
+    keys/values: per layer (B + 1, kv heads, max_len + PAD_MULTIPLE, head size: a spare row and spare slots, never
+    used, module docstring), allocated at the first prefill from the model's own key states (so heads, head size and
+    dtype are the model's). A prefill (prefill=True) writes slots 0..L0-1 of rows 0..B-1, from the prompt row
+    `expand[r]` (each distinct prompt forwarded once), and attends to the prompt's own keys; a decode step writes
+    its token's key/value at slot `slot` (a (1,) device tensor: the same for every row) of the first b rows (b: the
+    step's batch) and attends to their first `kv_len` slots (None: hands over every slot, and gqa_attention reads
+    the attended ones from the mask's width)."""
 
     def __init__(self, B: int, max_len: int, device):
         self.B, self.max_len = B, max_len
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
         self.slot = torch.zeros((1,), dtype=torch.long, device=device)
-        self.rows, self.kv_len = B, max_len
+        self.kv_len: int | None = max_len
         self.prefill, self.expand = False, None
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
         if self.prefill:
             if layer_idx == len(self.keys):  # first use: allocated from the model's own shapes
                 B, hkv, _, d = key_states.shape
-                shape = (self.B, hkv, self.max_len, d)
+                # a spare row and PAD_MULTIPLE spare slots, never written or read (as the step's input buffers'):
+                # a step's rows and attended slots never span the whole cache, so the compiled step compiles once
+                shape = (self.B + 1, hkv, self.max_len + PAD_MULTIPLE, d)
                 self.keys.append(torch.zeros(shape, dtype=key_states.dtype, device=key_states.device))
                 self.values.append(torch.zeros(shape[:3] + value_states.shape[3:], dtype=value_states.dtype,
                                                device=value_states.device))
@@ -143,16 +155,35 @@ class SlotCache:
             k, v = key_states, value_states
             if self.expand is not None:  # prompt rows -> the rows that share them
                 k, v = k.index_select(0, self.expand), v.index_select(0, self.expand)
-            self.keys[layer_idx][:, :, :L] = k
-            self.values[layer_idx][:, :, :L] = v
+            self.keys[layer_idx][: self.B, :, :L] = k
+            self.values[layer_idx][: self.B, :, :L] = v
             return key_states, value_states
-        k, v = self.keys[layer_idx][: self.rows], self.values[layer_idx][: self.rows]
+        rows = key_states.shape[0]  # (a shape, not an attribute: one compiled step serves every row count)
+        k, v = self.keys[layer_idx][:rows], self.values[layer_idx][:rows]
         k.index_copy_(2, self.slot, key_states)
         v.index_copy_(2, self.slot, value_states)
+        if self.kv_len is None:  # gqa_attention reads the attended slots from the mask's width
+            return k, v
         return k[:, :, : self.kv_len], v[:, :, : self.kv_len]
 
     def get_seq_length(self, layer_idx: int = 0) -> int:  # only asked when no position ids are given
         return self.max_len
+
+
+def _decode_forward(model, ids, mask, pos, kwargs: dict) -> torch.Tensor:
+    """The decode step's forward (what compiled_step compiles): logits (b, V) of the rows' new tokens."""
+    return model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **kwargs).logits[:, -1, :]
+
+
+_COMPILED: list = []
+
+
+def compiled_step():
+    """_decode_forward compiled once per process (torch.compile, dynamic shapes): every decoder, row count and
+    attended width shares it (the shapes are symbolic; the cache's tensors are inputs, not constants)."""
+    if not _COMPILED:
+        _COMPILED.append(torch.compile(_decode_forward, dynamic=True))
+    return _COMPILED[0]
 
 
 class StaticDecoder:
@@ -164,14 +195,24 @@ class StaticDecoder:
         self.gen, self.B, self.max_len, self.dtype = gen, B, max_len, dtype
         dev = gen.device
         self.cache = SlotCache(B, max_len, dev)
-        self.tok = torch.zeros((B, 1), dtype=torch.long, device=dev)
-        self.pos = torch.zeros((B, 1), dtype=torch.long, device=dev)
-        self.mask = torch.zeros((B, 1, 1, max_len), dtype=dtype, device=dev)
+        # a spare row and PAD_MULTIPLE spare columns, never read: a step's views (b rows, S slots) never span a
+        # whole buffer, so the compiled step (rollout.compile_decode) meets one layout and compiles once
+        self.tok = torch.zeros((B + 1, 1), dtype=torch.long, device=dev)
+        self.pos = torch.zeros((B + 1, 1), dtype=torch.long, device=dev)
+        self.mask = torch.zeros((B + 1, 1, 1, max_len + PAD_MULTIPLE), dtype=dtype, device=dev)
         self.graphs: dict[tuple[int, int], _Graph] = {}
         self.use_graph = dev.type == "cuda"
         # sdpa models: the query heads of a KV head attend together (gqa_attention); eager keeps its own
         self.attention = GQA_NAME if getattr(gen.model.config, "_attn_implementation", None) == "sdpa" else None
         self.shapes: list[tuple[int, int]] = []  # (rows, attended slots) of each decode step of the last chunk
+        self.compiled = None  # rollout.compile_decode: the step compiled (compiled_step), sdpa models
+        if gen.compile_decode:
+            if self.attention is None:
+                gen.compile_decode = False  # (said once)
+                warnings.warn("rollout.compile_decode: the model's attention is eager, not sdpa; its decode step "
+                              "runs uncompiled", stacklevel=4)
+            else:
+                self.compiled = compiled_step()
 
     @property
     def graph(self) -> _Graph | None:
@@ -204,16 +245,30 @@ class StaticDecoder:
         if expand is not None:
             logits, ok = logits.index_select(0, expand), ok.index_select(0, expand)
         self.mask.fill_(neg)
-        self.mask[:, 0, 0, :L0].masked_fill_(ok, 0.0)
+        self.mask[: self.B, 0, 0, :L0].masked_fill_(ok, 0.0)
         return logits
 
     def _decode(self, b: int, S: int) -> torch.Tensor:
         """The decode step of the first b rows over slots 0..S-1 (what a graph captures)."""
-        self.cache.rows, self.cache.kv_len = b, S
         mask = self.mask[:b, :, :, :S]
         if self.attention is None:
+            self.cache.kv_len = S
             return self._forward(self.tok[:b], mask, self.pos[:b])
+        self.cache.kv_len = None  # gqa_attention: the slots the mask is wide
         with attention_named(self.gen.model, self.attention):
+            if self.compiled is None:
+                return self._forward(self.tok[:b], mask, self.pos[:b])
+            g = self.gen
+            try:
+                with torch.compiler.set_stance("default"):  # (generate() forces eager for the learner's layers)
+                    return self.compiled(g.model, self.tok[:b], mask, self.pos[:b],
+                                         {g._cache_kw: self.cache, **g._keep_kw})
+            except Exception as e:  # noqa: BLE001 - the uncompiled step gives the same tokens
+                if is_out_of_memory(e):
+                    raise
+                self.compiled, g.compile_decode = None, False
+                warnings.warn(f"rollout.compile_decode: compiling the decode step failed ({type(e).__name__}: "
+                              f"{str(e).splitlines()[0] if str(e) else ''}); it runs uncompiled", stacklevel=4)
             return self._forward(self.tok[:b], mask, self.pos[:b])
 
     def step(self, tok: torch.Tensor, slot: int, pos: torch.Tensor, S: int | None = None) -> torch.Tensor:

@@ -50,6 +50,8 @@ def test_variants_parse_and_bad_ones_are_refused():
     assert a.variants[3][1] == ["distributed.learner=fsdp2", "model.lora_rank=16", "model.lora_alpha=32"]
     assert a.device == "cpu" and a.shape == "tiny" and a.budget_s == 600
     full = gb.parse_args([])
+    # the compiled decode step (refused on a CPU policy) is the GPU run's last variant, left out of the dry run
+    assert full.variants[-1] == ("compile_decode", ["rollout.compile_decode=true"]) and len(full.variants) == 6
     assert (full.n_prompts, full.group_size, full.max_tokens, full.micro_batch_tokens, full.dtype, full.budget_s) == (
         64, 8, 256, 16384, "bfloat16", 420)
     assert gb.parse_args(["--skip", "fsdp2_lora,trl"]).skip == {"fsdp2_lora", "trl"}  # a variant or a stage

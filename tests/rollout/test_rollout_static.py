@@ -212,3 +212,83 @@ def test_a_graph_that_cannot_be_captured_falls_back(model_tok, monkeypatch):
         got = gen.generate(PROMPTS, spec)
     assert not gen._static and gen._decoder is None
     assert_same(plain, got)
+
+
+# ----------------------------------------------------------------- rollout.compile_decode (the step compiled)
+
+
+def test_compiled_decode_step_equals_plain_and_compiles_once(model_tok):
+    """The decode step compiled (torch.compile, dynamic shapes) gives the plain loop's tokens and logprobs, and one
+    compile serves every step shape of the call: the rows compacted as they end (EOS made likely) and the attended
+    slots growing. The step's views never span a whole buffer (a spare row and spare slots), else the layouts
+    differ between steps (a view's stride equal to its width, duck-sized equal dims) and it compiled 2-3 times.
+    Eager-attention models decode uncompiled, with one warning."""
+    from torch._dynamo.utils import counters
+
+    model, tok = model_tok
+    eos = tok.eos_token_id
+    # (registered before the compile: dynamo does not guard on hooks added after it)
+    h = model.lm_head.register_forward_hook(lambda _m, _i, out: out + 2.5 * (torch.arange(out.shape[-1]) == eos))
+    torch._dynamo.reset()
+    counters.clear()
+    try:
+        spec = SamplingSpec(n=4, max_tokens=40, seed=11, stop=("0",))
+        plain = HFGenerator(model, tok, batch_size=16).generate(PROMPTS, spec)
+        gen = HFGenerator(model, tok, batch_size=16, static_cache=True, sync_every=4, compile_decode=True)
+        eager_attention = model.config._attn_implementation == "eager"
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fast = gen.generate(PROMPTS, spec)
+        said = [str(w.message) for w in caught if "compile_decode" in str(w.message)]
+        assert gen._static
+        assert_same(plain, fast)
+        if eager_attention:
+            assert len(said) == 1 and "eager" in said[0] and not gen.compile_decode
+            assert counters["stats"]["unique_graphs"] == 0
+            return
+        assert not said and gen._decoder.compiled is not None
+        shapes = set(gen._decoder.shapes)
+        assert len({b for b, _ in shapes}) > 1 and len({S for _, S in shapes}) > 1, shapes  # compacted, widened
+        assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+    finally:
+        h.remove()
+        torch._dynamo.reset()
+
+
+def test_a_decode_step_that_fails_to_compile_runs_uncompiled(model_tok, monkeypatch):
+    from rlvr.rollout import static_decode
+
+    model, tok = model_tok
+    if model.config._attn_implementation == "eager":
+        pytest.skip("eager attention is never compiled")
+
+    def broken(*a, **k):
+        raise RuntimeError("inductor: no compiler here")
+
+    monkeypatch.setattr(static_decode, "compiled_step", lambda: broken)
+    spec = SamplingSpec(n=2, max_tokens=8, seed=6)
+    plain = HFGenerator(model, tok).generate(PROMPTS, spec)
+    gen = HFGenerator(model, tok, static_cache=True, compile_decode=True)
+    with pytest.warns(UserWarning, match="compile_decode: compiling the decode step failed .*no compiler here"):
+        got = gen.generate(PROMPTS, spec)
+    assert gen._static and not gen.compile_decode  # the static path stays, uncompiled
+    assert_same(plain, got)
+
+
+def test_compile_decode_key_reaches_the_generator_and_is_refused_where_it_does_nothing(model_tok):
+    from rlvr.config import ConfigError, load_config
+    from rlvr.rollout.builder import build_generator
+    from rlvr.train.config import ModelConfig, RolloutConfig, TrainConfig
+
+    assert load_config(TrainConfig, None, []).rollout.compile_decode is False
+    with pytest.raises(ConfigError, match=r"rollout\.compile_decode=true: the policy is on the CPU"):
+        load_config(TrainConfig, None, ["rollout.compile_decode=true"])
+    gpu = ModelConfig(device="cuda")
+    RolloutConfig(backend="hf", compile_decode=True).check_placement(gpu)  # where it runs: accepted
+    with pytest.raises(ConfigError, match=r"rollout\.compile_decode=true: rollout\.cuda_graphs=false"):
+        RolloutConfig(backend="hf", compile_decode=True, cuda_graphs="false").check_placement(gpu)
+    with pytest.raises(ConfigError, match=r"rollout\.compile_decode=true: it compiles the hf sampler"):
+        RolloutConfig(backend="vllm", compile_decode=True).check_placement(gpu)
+    model, tok = model_tok
+    assert build_generator(RolloutConfig(backend="hf", batch_size=4, compile_decode=True), model, tok).compile_decode
+    assert not build_generator(RolloutConfig(backend="hf", batch_size=4), model, tok).compile_decode

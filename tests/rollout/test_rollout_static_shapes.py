@@ -114,14 +114,23 @@ def test_a_rows_tokens_do_not_depend_on_the_batch(eos_likely, spec):
 
 def test_attention_over_the_written_slots_grouped_by_kv_head(model_tok, monkeypatch):
     model, tok = model_tok
-    seen = []
-    gqa = static_decode.gqa_attention
+    seen, inside = [], [False]
+    gqa, sdpa = static_decode.gqa_attention, torch.nn.functional.scaled_dot_product_attention
 
-    def spy(module, query, key, value, attention_mask, **kw):
-        seen.append((tuple(query.shape), tuple(key.shape), tuple(attention_mask.shape)))
-        return gqa(module, query, key, value, attention_mask, **kw)
+    def spy(*a, **kw):  # the decode step's attention function (the cache hands it every slot: it reads the mask's width)
+        inside[0] = True
+        try:
+            return gqa(*a, **kw)
+        finally:
+            inside[0] = False
+
+    def sdpa_spy(q, k, v, attn_mask=None, **kw):  # what it really attends with
+        if inside[0]:
+            seen.append((tuple(q.shape), tuple(k.shape), tuple(attn_mask.shape)))
+        return sdpa(q, k, v, attn_mask=attn_mask, **kw)
 
     monkeypatch.setattr(static_decode, "gqa_attention", spy)
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", sdpa_spy)
     spec = SamplingSpec(n=2, max_tokens=40, seed=3, min_tokens=40)  # every row decodes all 40 steps
     gen = static_gen(model, tok, batch_size=8)
     fast = generate(gen, spec)
@@ -135,7 +144,8 @@ def test_attention_over_the_written_slots_grouped_by_kv_head(model_tok, monkeypa
         layers = model.config.num_hidden_layers
         assert len(seen) == layers * len(widths)
         for (q, k, m), w in zip(seen, [w for w in widths for _ in range(layers)], strict=True):
-            assert q[1:3] == (heads, 1) and k[1:3] == (kv, w) and m[-1] == w  # K/V not repeated per head
+            # the query heads of a KV head together, over the written slots only: K/V not repeated per head
+            assert q[1:3] == (kv, heads // kv) and k[1:3] == (kv, w) and m[-1] == w
     else:
         assert not seen  # eager attention keeps transformers' own function (over the written slots too)
     plain = HFGenerator(model, tok, batch_size=8).generate(PROMPTS, spec)

@@ -109,6 +109,8 @@ class RolloutConfig:
     """hf: prefill each distinct prompt once; its samples decode on its keys/values in place (cascade attention; a copy of the KV cache where the model does not allow it); false = prefill every row."""
     cuda_graphs: Literal["auto", "true", "false"] = "auto"
     """hf on a GPU: decode on a static KV cache with each step replayed as a CUDA graph, the sampled tokens brought to the host every 16 steps (rlvr.rollout.static_decode; same tokens and logprobs; distinct prompts prefilled once, finished rows compacted out at the host checks, attention over the written slots only); auto = on for a CUDA model of a supported type (Qwen2, Qwen3, Llama; sdpa or eager attention), true = the same but warn when not possible, false = off. A failure warns once and falls back to the plain loop (out of memory is raised)."""
+    compile_decode: bool = False
+    """hf with CUDA graphs: compile that decode step (torch.compile, dynamic shapes: one compile per process for every batch shape) before each graph is captured, fusing the step's small kernels (norms, rotary, activations); the first step pays the compile. sdpa models (eager attention decodes uncompiled, with a warning); a compile failure warns once and the step runs uncompiled. Refused where that decode cannot run (rollout.backend=vllm, model.device=cpu, rollout.cuda_graphs=false)."""
     device: str = ""
     """vllm: '' = colocated on the policy's GPU (model.device); cuda:N = a separate GPU (the CS336 setup)."""
     gpu_memory_utilization: float = 0.3
@@ -153,6 +155,13 @@ class RolloutConfig:
         if self.backend == "hf" and self.cuda_graphs == "true" and model.device == "cpu":
             raise ConfigError("rollout.cuda_graphs=true: the policy is on the CPU (model.device=cpu), where there "
                               "are no CUDA graphs; set rollout.cuda_graphs=auto or false, or model.device=cuda")
+        if self.compile_decode and (self.backend != "hf" or model.device == "cpu" or self.cuda_graphs == "false"):
+            why = ("it compiles the hf sampler's decode step" if self.backend != "hf" else
+                   "the policy is on the CPU (model.device=cpu), where there are no CUDA graphs to compile for"
+                   if model.device == "cpu" else "rollout.cuda_graphs=false turns that decode off")
+            raise ConfigError(f"rollout.compile_decode=true: {why}, so it would do nothing here "
+                              f"(rollout.backend={self.backend}); set rollout.compile_decode=false, or use the hf "
+                              "backend with the policy on a GPU (model.device=cuda)")
         if self.backend == "vllm" and self.sleep_mode and model.device == "cpu" and self.device in ("", "cpu"):
             raise ConfigError("rollout.sleep_mode=true: the vLLM engine runs on the CPU here (model.device=cpu), "
                               "where it cannot sleep (vLLM ignores sleep on CPU); set rollout.sleep_mode=false "
