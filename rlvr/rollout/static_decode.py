@@ -40,6 +40,7 @@ plain path with one warning (rlvr.rollout.hf_generator).
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import torch
@@ -175,15 +176,11 @@ def _decode_forward(model, ids, mask, pos, kwargs: dict) -> torch.Tensor:
     return model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **kwargs).logits[:, -1, :]
 
 
-_COMPILED: list = []
-
-
+@functools.cache
 def compiled_step():
     """_decode_forward compiled once per process (torch.compile, dynamic shapes): every decoder, row count and
     attended width shares it (the shapes are symbolic; the cache's tensors are inputs, not constants)."""
-    if not _COMPILED:
-        _COMPILED.append(torch.compile(_decode_forward, dynamic=True))
-    return _COMPILED[0]
+    return torch.compile(_decode_forward, dynamic=True)
 
 
 class StaticDecoder:
