@@ -30,26 +30,29 @@ test: $(STAMP)
 	$(BIN)/ruff check rlvr tests benchmarks scripts
 	$(BIN)/python -m pytest -q $(XDIST)
 
-# The default suite as a user's fresh clone runs it (issue 37), with ../shared (the development data next to
+# README's `make test` as a user's fresh clone runs it (issue 37), with ../shared (the development data next to
 # this checkout) out of reach: the files a clone of this tree holds (git's tracked and untracked-but-not-ignored
 # files, uncommitted edits included; no .venv, runs/ or caches) are copied into a new temporary folder that has
-# no shared/ beside it, and the default suite runs there with this venv's python (PYTHONPATH=the copy: its rlvr
-# is imported, not this tree's editable install). Tests that need ../shared skip; none may fail. As long as
-# the suite of `make test` (about 7 min on 2 cores); .ci/run runs it after `make test`. The copy is world-readable, as a checkout is (the code
-# sandbox's unprivileged-grader test imports it as uid 65534).
+# no shared/ beside it, and `make test` (ruff and the default suite) runs there with this venv
+# (PYTHONPATH=the copy: its rlvr is imported, not this tree's editable install; `-o` the install stamp: the copy
+# never reinstalls the venv, which would point the editable install at the copy). Tests that need ../shared skip;
+# none may fail. .ci/run runs it, then `make test-shared` for the skipped ones (the default suite is run once, not
+# twice: 8 minutes of CI). The copy is world-readable, as a checkout is (the code sandbox's unprivileged-grader test
+# imports it as uid 65534).
 test-noshared: $(STAMP)
 	@set -e; d=$$(mktemp -d "$${TMPDIR:-/tmp}/rlvr-noshared.XXXXXX"); trap 'rm -rf "$$d"' EXIT; chmod 755 "$$d"; \
 	mkdir "$$d/main"; \
 	git ls-files -z --cached --others --exclude-standard | tar --null -T - --ignore-failed-read -cf - 2>/dev/null \
 		| tar -xf - -C "$$d/main"; \
 	test -f "$$d/main/pyproject.toml" && test ! -e "$$d/shared"; \
-	echo "default suite in $$d/main (no ../shared)"; \
-	cd "$$d/main" && env -u RLVR_SHARED_DIR PYTHONPATH="$$d/main" $(abspath $(BIN))/python -m pytest -q $(XDIST)
+	echo "make test in $$d/main (no ../shared)"; \
+	cd "$$d/main" && env -u RLVR_SHARED_DIR PYTHONPATH="$$d/main" $(MAKE) --no-print-directory test \
+		VENV="$(abspath $(VENV))" -o "$(abspath $(STAMP))" TEST_WORKERS="$(TEST_WORKERS)"
 
 # The default-suite tests that read ../shared (the test files using tests/helpers/shared_data.py's helpers),
-# run here where it exists (about 1 min): a quick check of the data tests after a change to them.
+# run here where it exists (about 1 min; .ci/run runs it after test-noshared, where they skipped).
 test-shared: $(STAMP)
-	$(BIN)/python -m pytest -q $$(grep -rl -E "needs_shared|require_shared|shared_path" --include="test_*.py" tests)
+	$(BIN)/python -m pytest -q $(XDIST) $$(grep -rl -E "needs_shared|require_shared|shared_path" --include="test_*.py" tests)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
@@ -57,7 +60,7 @@ test-slow: $(STAMP)
 # Scale and memory (issue 28) and the slower learning tests (about 9 min on 2 cores): the sharded learner under torchrun with 2 gloo
 # processes against one process (tests/train/pg/test_sharded.py), two nodes of one process each through c10d rendezvous on
 # 127.0.0.1 (tests/train/pg/test_sharded_multinode.py), LoRA's learning test, `rlvr distill` (tests/train/test_distill.py),
-# an agent program's learning through data.env=external (tests/learning/test_external_learning.py, about 4.5 min).
+# an agent program's learning through data.env=external (tests/learning/test_external_learning.py, its three seeds side by side, about 3.7 min).
 test-scale: $(STAMP)
 	$(BIN)/python -m pytest -q -m scale
 

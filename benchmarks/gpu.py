@@ -102,6 +102,10 @@ COMPILE_DECODE = "rollout.compile_decode=true"
 DEFAULT_VARIANTS = ("plain:", f"lora:{LORA}", f"fsdp2:{FSDP2}", f"fsdp2_lora:{FSDP2},{LORA}", f"compile:{COMPILE}",
                     f"compile_decode:{COMPILE_DECODE}")
 CUDA_ONLY = (COMPILE_DECODE,)  # variants with these keys are refused on a CPU policy: left out of a CPU run
+# On a CPU the compiled layers run packed, the layout algo.packing=auto picks on CUDA (the one a GPU run measures):
+# the CPU's default shared-prefix cascade calls a layer four ways (a cache filled or not, its bias built or not),
+# four compiles (~95 s of the dry run, vs one compile packed)
+CPU_PACKED = (COMPILE,)
 STAGES = ("variants", "warm", "checks", "trl", "ceiling", "generate", "profile")
 # (minimum seconds left to start, cap) per stage kind; "first": the first variant (cold compile + profile step)
 STAGE_TIME: dict[str, dict[str, tuple[float, float]]] = {
@@ -192,6 +196,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         for name, extra in [v for v in a.variants if set(v[1]) & set(CUDA_ONLY)]:
             log(f"variant {name} ({','.join(extra)}) needs a GPU: left out on the CPU")
             a.variants.remove((name, extra))
+        for i, (name, extra) in enumerate(a.variants):
+            if set(extra) & set(CPU_PACKED) and not any(x.startswith("algo.packing=") for x in extra):
+                log(f"variant {name} ({','.join(extra)}) runs packed on the CPU, as on CUDA: algo.packing=true added")
+                a.variants[i] = (name, [*extra, "algo.packing=true"])
     names = [n for n, _ in a.variants]
     if len(set(names)) != len(names):
         ap.error(f"--variant: a name is used twice: {names}")

@@ -1,6 +1,6 @@
 """benchmarks/gpu.py (the one GPU check, issue 38 item 5) without a GPU: its arithmetic, its argument checks, its
 budget (stages skipped with a line and a row, the report still written), `bash scripts/gpu_check.sh --bench` on CPU,
-and (scale tier: ~45-80 s on 2 busy cores, five child processes, two under torchrun) the whole `--dry-run`: every
+and (scale tier: ~100 s on 2 cores, a child process per stage, two under torchrun) the whole `--dry-run`: every
 stage at the tiny shape, every correctness check passing."""
 
 from __future__ import annotations
@@ -48,10 +48,13 @@ def test_variants_parse_and_bad_ones_are_refused():
     assert [n for n, _ in a.variants] == ["plain", "lora", "fsdp2", "fsdp2_lora", "compile"]
     assert [gb.sharded(x) for _, x in a.variants] == [False, False, True, True, False]
     assert a.variants[3][1] == ["distributed.learner=fsdp2", "model.lora_rank=16", "model.lora_alpha=32"]
+    # on the CPU the compiled layers run packed, as auto does on CUDA (the cascade would compile them four times)
+    assert a.variants[4][1] == ["model.compile_layers=true", "algo.packing=true"]
     assert a.device == "cpu" and a.shape == "tiny" and a.budget_s == 600
     full = gb.parse_args([])
     # the compiled decode step (refused on a CPU policy) is the GPU run's last variant, left out of the dry run
     assert full.variants[-1] == ("compile_decode", ["rollout.compile_decode=true"]) and len(full.variants) == 6
+    assert full.variants[4] == ("compile", ["model.compile_layers=true"])  # on CUDA algo.packing=auto decides
     assert (full.n_prompts, full.group_size, full.max_tokens, full.micro_batch_tokens, full.dtype, full.budget_s) == (
         64, 8, 256, 16384, "bfloat16", 420)
     assert gb.parse_args(["--skip", "fsdp2_lora,trl"]).skip == {"fsdp2_lora", "trl"}  # a variant or a stage
