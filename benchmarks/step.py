@@ -131,19 +131,23 @@ class PhaseClock:
         setattr(owner, name, wrapped)
         PhaseClock._undo.append((owner, name, fn))
 
+    # (module, name, phase): each name where the loop looks it up when it calls it. batch_logprobs in the
+    # objective (every no-grad logprob forward: the old policy's, the reference's, the behaviour policy's, via
+    # forward_logprobs); accumulate_gradients and clip_and_step in the loop, which picks them when it builds a run's
+    # learner (tests/benchmarks/test_step_bench.py: each wrapped name is what a run calls)
+    WRAPS = (("rlvr.train.pg.objective", "batch_logprobs", "old/ref logprobs"),
+             ("rlvr.train.pg.objective", "micro_batch_loss", "forward"),
+             ("rlvr.train.pg.loop", "accumulate_gradients", "_accumulate"),  # forward + backward
+             ("rlvr.train.pg.loop", "clip_and_step", "optimizer"))
+
     @staticmethod
     def install() -> None:
-        import rlvr.train.pg.loop as pg
-        import rlvr.train.pg.objective as obj
-        import rlvr.train.pg.reference as ref
+        import importlib
 
         if PhaseClock._undo:
             return
-        PhaseClock.wrap(pg, "batch_logprobs", "old/ref logprobs")
-        PhaseClock.wrap(ref.ReferencePolicy, "logprobs", "old/ref logprobs")
-        PhaseClock.wrap(obj, "micro_batch_loss", "forward")
-        PhaseClock.wrap(pg, "accumulate_gradients", "_accumulate")  # forward + backward
-        PhaseClock.wrap(pg, "clip_and_step", "optimizer")
+        for module, name, phase in PhaseClock.WRAPS:
+            PhaseClock.wrap(importlib.import_module(module), name, phase)
 
     @staticmethod
     def uninstall() -> None:
@@ -266,11 +270,12 @@ def count_phases(cfg, task) -> dict[str, dict]:
     out["generate"] = count_flops(lambda: sample_groups(source, task, cfg, obj, 1, 0, Timer()))
     sampled = out["generate"].result
     batch = rollouts_to_batch(sampled.rollouts, tok.pad_token_id)
+    logp = {}
     if obj.needs_old_logprobs or obj.needs_reference:
-        def old_ref():
-            for _ in range(int(obj.needs_old_logprobs) + int(obj.needs_reference)):
-                objective_mod.batch_logprobs(model, batch, plan.micro_batch, cfg.sampling.temperature,
-                                             shared_prefix=cfg.algo.shared_prefix)
+        def old_ref():  # the reference is the policy's copy: the same FLOPs and, here, the same numbers
+            for kind in ("old", "ref")[int(not obj.needs_old_logprobs):1 + int(obj.needs_reference)]:
+                logp[kind] = objective_mod.batch_logprobs(model, batch, plan.micro_batch, cfg.sampling.temperature,
+                                                          shared_prefix=cfg.algo.shared_prefix)
         out["old/ref logprobs"] = count_flops(old_ref)
     from rlvr.algo import loss_normalizers
 
@@ -278,7 +283,8 @@ def count_phases(cfg, task) -> dict[str, dict]:
     norm = loss_normalizers(batch.response_mask, constant=float(norm_len) if norm_len else None)
     fwd = ForwardSpec.of(cfg.algo, plan.micro_batch, temperature=cfg.sampling.temperature)
     out["forward"] = count_flops(lambda: objective_mod.micro_batch_loss(
-        model, objective_mod.Minibatch(batch, sampled.adv), norm, LossParts.from_algo(cfg.algo), fwd))
+        model, objective_mod.Minibatch(batch, sampled.adv, old_logp=logp.get("old"), ref_logp=logp.get("ref")), norm,
+        LossParts.from_algo(cfg.algo), fwd))
     loss, _ = out["forward"].result
     out["backward"] = count_flops(loss.backward)
     for c in out.values():
