@@ -16,6 +16,7 @@ from rlvr.models import build_tiny_model, score_tokens
 from rlvr.models.loading import compile_layers, decoder_layers
 from rlvr.rollout import HFGenerator, SamplingSpec
 from rlvr.train.config import ModelConfig, TrainConfig
+from rlvr.train.pg.loop import compile_layout_warning
 from rlvr.train.policy import policy_from_config
 
 SHAPE = dict(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
@@ -41,6 +42,17 @@ def test_the_config_key_compiles_each_layer_of_the_policy_and_fsdp2_refuses_it()
     assert not any("forward" in vars(layer) for layer in decoder_layers(plain))
     with pytest.raises(ConfigError, match="compile_layers"):
         load_config(TrainConfig, None, ["model.compile_layers=true", "distributed.learner=fsdp2"])
+
+
+def test_compiled_layers_on_the_cascade_layout_are_warned_of():
+    """model.compile_layers is made for the packed layout; on the shared-prefix cascade (the CPU default) dynamo
+    compiles a 2-layer model's layers 4 times per grad mode (rlvr.train.pg.loop.compile_layout_warning): the run says so."""
+    base = ["model.compile_layers=true", *(f"model.{k}={v}" for k, v in SHAPE.items())]
+    cfg = load_config(TrainConfig, None, base)
+    model, _ = policy_from_config(cfg.model)
+    assert "set algo.packing=true" in compile_layout_warning(cfg, model)
+    for extra in ("algo.packing=true", "algo.shared_prefix=false", "model.compile_layers=false"):
+        assert compile_layout_warning(load_config(TrainConfig, None, [*base, extra]), model) is None, extra
 
 
 @pytest.mark.scale

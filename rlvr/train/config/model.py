@@ -52,9 +52,11 @@ class ModelConfig:
     """Recompute activations in the backward pass (less memory, about a third more compute)."""
     compile_layers: bool = False
     """Regional torch.compile of the decoder layers for the learner's forwards (one layer's compile serves all;
-    dynamic shapes; cached in ~/.cache/rlvr/torch_compile); the samplers run them eager. Meant for CUDA; off
-    by default until measured on a GPU (benchmarks/gpu.py's compile row); not with distributed.learner=fsdp2. Read by
-    the stages that train (train, sft, ei, distill); eval and filter only sample, and keep it off."""
+    dynamic shapes; cached in ~/.cache/rlvr/torch_compile); the samplers run them eager. Meant for CUDA and the
+    packed layout (algo.packing, auto there): on the shared-prefix cascade (the CPU default) the layers compile
+    several times, which a warning says (set algo.packing=true); off by default until measured on a GPU
+    (benchmarks/gpu.py's compile row); not with distributed.learner=fsdp2. Read by the stages that train (train, sft,
+    ei, distill); eval and filter only sample, and keep it off."""
     attn_implementation: AttnImplementation = "auto"
     """Attention kernel for real models: auto (sdpa where available), sdpa, eager, flash_attention_2."""
     disable_dropout: bool = True

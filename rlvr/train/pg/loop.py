@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,7 @@ import torch
 
 from rlvr.algo import Truncation
 from rlvr.distributed import build_placement
+from rlvr.models.packed import use_packing
 from rlvr.rewards.judge import judge_metrics
 from rlvr.rewards.types import Status
 from rlvr.rollout import rollouts_to_batch
@@ -118,12 +120,31 @@ class Learner:
         return FlopCounter(self.model, None if ref is None or ref is self.model else ref)
 
 
+def compile_layout_warning(cfg: TrainConfig, model) -> str | None:
+    """What model.compile_layers costs on the layout the learner will run, when it is not the packed one it is made
+    for. The shared-prefix cascade (algo.shared_prefix with packing off: the CPU default, or a model the packed
+    forward does not support) calls each layer with the prompt's KV cache being filled and then with the cascade's
+    per-shape masks, and dynamo guards on both: a 2-layer model's layers compiled 4 times per grad mode (8 when old
+    or reference logprobs are scored too: dynamo's default recompile limit, past which a layer runs eager), 74 s
+    before the first step of `rlvr train` on CPU, against one compile packed (30 s)."""
+    a = cfg.algo
+    if not cfg.model.compile_layers or not a.shared_prefix or use_packing(model, a.packing):
+        return None
+    return ("model.compile_layers=true with algo.shared_prefix's cascade (algo.packing is off here): dynamo compiles "
+            "the layers several times (the prompt's KV cache and the cascade's masks are guarded: 4 graphs per grad "
+            "mode for a 2-layer model, 8 is its recompile limit), a minute or more before the first step on a CPU; "
+            "set algo.packing=true "
+            "(the layout compile_layers is made for, auto on CUDA) or algo.shared_prefix=false")
+
+
 def build_learner(cfg: TrainConfig, model, objective: Objective, plan: BatchPlan, placement, shards=None,
                   tokenizer=None) -> Learner:
     """Reference policy, critic, optimizer and schedule (over run.steps x optimizer steps per rollout batch),
     the forward spec and the gradient function (distributed.num_learners > 1: data-parallel workers;
     shards, distributed.learner=fsdp2: the policy and reference sharded in place, rlvr.train.pg.sharded)."""
     a, s = cfg.algo, cfg.sampling
+    if why := compile_layout_warning(cfg, model):
+        warnings.warn(why, stacklevel=2)
     teacher = load_teacher(cfg.teacher, cfg.model, tokenizer) if objective.needs_reference else None
     reference = ReferencePolicy(model, enabled=objective.needs_reference, refresh_every=a.ref_refresh_every,
                                 teacher=teacher,  # teacher.model: on-policy distillation
