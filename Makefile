@@ -57,7 +57,7 @@ test-shared: $(STAMP)
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
-# Scale and memory (issue 28) and the slower learning tests (about 9 min on 2 cores): the sharded learner under torchrun with 2 gloo
+# Scale and memory (issue 28) and the slower learning tests (about 11 min on 2 cores): the sharded learner under torchrun with 2 gloo
 # processes against one process (tests/train/pg/test_sharded.py), two nodes of one process each through c10d rendezvous on
 # 127.0.0.1 (tests/train/pg/test_sharded_multinode.py), LoRA's learning test, `rlvr distill` (tests/train/test_distill.py),
 # an agent program's learning through data.env=external (tests/learning/test_external_learning.py, its three seeds side by side, about 3.7 min).
