@@ -50,13 +50,14 @@ def _hf_generate(model, tok, prompts, new_tokens, batch_size):
         assert out.shape[1] == L + new_tokens
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sequences", type=int, default=256)
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default RLVR_NUM_THREADS)")
-    args = ap.parse_args()
+    ap.add_argument("--results-dir", type=Path, default=RESULTS, help="where generation.{json,md} go")
+    args = ap.parse_args(argv)
     threads = set_num_threads(args.threads)
 
     model, tok = build_tiny_model(seed=0)  # hidden 64, 2 layers, 4 heads, char vocab
@@ -152,8 +153,8 @@ def main() -> None:
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "generation.json").write_text(
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    (args.results_dir / "generation.json").write_text(
         json.dumps({"meta": meta, "rows": rows, "variable_lengths": {**var_info, "rows": var_rows}}, indent=2)
         + "\n"
     )
@@ -179,8 +180,8 @@ def main() -> None:
         *[f"| {r['method']} | {r['seconds']:.3f} | {r['tokens_per_s']:.0f} |" for r in var_rows],
         "",
     ]
-    (RESULTS / "generation.md").write_text("\n".join(lines))
-    print(f"wrote {RESULTS / 'generation.md'} and generation.json")
+    (args.results_dir / "generation.md").write_text("\n".join(lines))
+    print(f"wrote {args.results_dir / 'generation.md'} and generation.json")
 
 
 if __name__ == "__main__":

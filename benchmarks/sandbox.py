@@ -52,18 +52,20 @@ def run(n: int, workers: list[int]) -> list[dict]:
     return rows
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=40, help="candidates per configuration")
     ap.add_argument("--workers", default="1,2,4", help="comma-separated thread counts")
-    args = ap.parse_args()
+    ap.add_argument("--results-dir", type=Path, default=Path(__file__).parent / "results",
+                    help="where sandbox.{json,md} go")
+    args = ap.parse_args(argv)
     workers = [int(w) for w in args.workers.split(",")]
     iso = isolation()
     rows = run(args.n, workers)
     meta = {"cpus": os.cpu_count(), "python": platform.python_version(), "root": iso.root,
             "landlock_abi": iso.landlock_abi, "isolation": iso.notes,
             "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
-    out = Path(__file__).parent / "results"
+    out = args.results_dir
     out.mkdir(parents=True, exist_ok=True)
     (out / "sandbox.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     lines = ["# Sandbox throughput", "",
