@@ -30,14 +30,15 @@ RESULTS = ROOT / "benchmarks" / "results"
 DATA = ROOT.parent / "shared" / "data" / "math500" / "test.jsonl"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--num", type=int, default=128)
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--batches", type=int, nargs="*", default=[256, 64, 32, 16, 8, 4])
     ap.add_argument("--budgets", type=int, nargs="*", default=[8192, 16384, 32768])
-    args = ap.parse_args()
+    ap.add_argument("--results-dir", type=Path, default=RESULTS, help="where eval_cpu_batch.{json,md} go")
+    args = ap.parse_args(argv)
 
     import torch
 
@@ -83,8 +84,8 @@ def main() -> None:
             "mean": sum(lengths) / len(lengths)}, "max_tokens": args.max_tokens, "threads": torch.get_num_threads(),
             "python": platform.python_version(), "torch": torch.__version__, "cpus": os.cpu_count(),
             "load_1min": os.getloadavg()[0]}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "eval_cpu_batch.json").write_text(json.dumps({"info": info, "rows": rows}, indent=1))
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    (args.results_dir / "eval_cpu_batch.json").write_text(json.dumps({"info": info, "rows": rows}, indent=1))
     fastest = min(r["seconds"] for r in rows)
     md = ["# CPU evaluation: prompts per generate call fixed vs sized by tokens", "",
           f"`benchmarks/eval_cpu_batch.py`: tiny model, MATH-500 under r1_zero, first {info['problems']} problems "
@@ -93,7 +94,7 @@ def main() -> None:
           f"torch {info['torch']}, {info['cpus']} CPUs shared (1-min load {info['load_1min']:.1f} at the end).", "",
           "| policy | generate calls | seconds | x fastest |", "|---|---:|---:|---:|"]
     md += [f"| {r['policy']} | {r['calls']} | {r['seconds']:.1f} | {r['seconds'] / fastest:.1f} |" for r in rows]
-    (RESULTS / "eval_cpu_batch.md").write_text("\n".join(md) + "\n")
+    (args.results_dir / "eval_cpu_batch.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
 
 

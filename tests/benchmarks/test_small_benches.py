@@ -1,4 +1,4 @@
-"""benchmarks/generation.py and benchmarks/sandbox.py at their smallest (a few seconds): each still runs against the
+"""benchmarks/generation.py, sandbox.py and eval_cpu_batch.py at their smallest (a few seconds): each still runs against the
 current package and writes its table where asked (--results-dir), never into benchmarks/results/. Benchmarks that
 no test runs rot unnoticed (benchmarks/step.py stopped working at the rlvr/train split; tests/benchmarks/
 test_step_bench.py)."""
@@ -31,3 +31,15 @@ def test_the_sandbox_benchmark_runs_and_writes_where_asked(tmp_path):
     rows = json.loads((tmp_path / "sandbox.json").read_text())["rows"]
     assert len(rows) == 3 and all(r["workers"] == 1 for r in rows), rows
     assert (tmp_path / "sandbox.md").exists()
+
+
+def test_the_cpu_eval_batching_benchmark_runs_and_writes_where_asked(tmp_path):
+    data = tmp_path / "math.jsonl"  # its default is MATH-500 in ../shared; three problems of that shape
+    data.write_text("".join(json.dumps(r) + "\n" for r in [{"problem": "What is $1+1$?", "answer": "2"},
+                                                         {"problem": "Compute $3 \\cdot 4$.", "answer": "12"},
+                                                         {"problem": "Find $x$ if $x+2=5$.", "answer": "3"}]))
+    _load("eval_cpu_batch").main(["--num", "3", "--max-tokens", "4", "--data", str(data), "--batches", "2",
+                                  "--budgets", "4096", "--results-dir", str(tmp_path)])
+    out = json.loads((tmp_path / "eval_cpu_batch.json").read_text())
+    assert out["info"]["problems"] == 3
+    assert [r["policy"] for r in out["rows"]][:2] == ["batch 2", "tokens 4096"] and out["rows"][0]["calls"] == 2
