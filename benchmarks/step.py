@@ -273,7 +273,9 @@ def count_phases(cfg, task) -> dict[str, dict]:
     logp = {}
     if obj.needs_old_logprobs or obj.needs_reference:
         def old_ref():  # the reference is the policy's copy: the same FLOPs and, here, the same numbers
-            for kind in ("old", "ref")[int(not obj.needs_old_logprobs):1 + int(obj.needs_reference)]:
+            for kind, on in (("old", obj.needs_old_logprobs), ("ref", obj.needs_reference)):
+                if not on:
+                    continue
                 logp[kind] = objective_mod.batch_logprobs(model, batch, plan.micro_batch, cfg.sampling.temperature,
                                                           shared_prefix=cfg.algo.shared_prefix)
         out["old/ref logprobs"] = count_flops(old_ref)
