@@ -1007,8 +1007,10 @@ def check_optimizer(a, built: dict, prompts: list[str]) -> list[dict]:
 
 
 def check_sampler(a, built: dict, prompts: list[str]) -> list[dict]:
-    """The sampler's static-cache + CUDA-graph decode vs its plain loop, greedy, fp32, with a stop string taken from
-    the plain loop's own output (so some rows stop on it): same tokens, logprobs, finish reasons and texts."""
+    """The sampler's static-cache + CUDA-graph decode vs its plain loop, fp32, twice: greedy with a stop string taken
+    from the plain loop's own output (so some rows stop on it), and sampled at temperature 1 with min_tokens (the
+    step samples inside its graph, the rows' uniforms and the EOS ban in the graph's buffers): same tokens, logprobs,
+    finish reasons and texts."""
     import warnings
 
     from rlvr.models import load_policy
@@ -1023,43 +1025,56 @@ def check_sampler(a, built: dict, prompts: list[str]) -> list[dict]:
     free = plain.generate(few, SamplingSpec(n=4, temperature=0.0, max_tokens=32))
     text = next((r.text for r in free if len(r.text.strip()) >= 8), "")
     stop = text[len(text) // 3: len(text) // 3 + 3] if text else ""
-    spec = SamplingSpec(n=4, temperature=0.0, max_tokens=32, stop=(stop,) if stop.strip() else ())
-    res: dict[str, Any] = {}
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        fast = HFGenerator(model, tok, batch_size=len(few) * 4, cuda_graphs="auto" if on_cpu else True,
-                           static_cache=True if on_cpu else None)
-        chosen = bool(getattr(fast, "_static", False))
-        runs = {}
-        for name, gen in (("plain", plain), ("graphs", fast)):
-            gen.generate(few, spec)  # warm-up: kernels, and the graph captured for this shape
-            _sync(a.device)
-            t0 = time.perf_counter()
-            runs[name] = gen.generate(few, spec)
-            _sync(a.device)
-            res[f"{name}_s"] = time.perf_counter() - t0
-    msgs = [str(w.message).splitlines()[0] for w in caught if "cuda_graphs" in str(w.message)]
-    dec = getattr(fast, "_decoder", None)
-    captured = bool(dec is not None and getattr(dec, "graph", None) is not None)
-    same, gaps, stops = 0, [], 0
-    for p, g in zip(runs["plain"], runs["graphs"], strict=True):
-        k = next((i for i, (x, y) in enumerate(zip(p.response_ids, g.response_ids, strict=False)) if x != y),
-                 min(len(p.response_ids), len(g.response_ids)))
-        gaps += [abs(x - y) for x, y in zip(p.logprobs[:k], g.logprobs[:k], strict=True)]
-        if p.response_ids == g.response_ids and p.finish_reason == g.finish_reason and p.text == g.text:
-            same += 1
-        stops += p.stop_reason == stop
-    rows = len(runs["plain"])
-    gap = max(gaps) if gaps else 0.0
-    ok = (same >= 0.9 * rows and gap <= 1e-3 and (stops > 0 or not stop) and (on_cpu or captured) and chosen
-          and not msgs)
+    specs = {
+        f"greedy, stop string {stop!r}": SamplingSpec(n=4, temperature=0.0, max_tokens=32,
+                                                      stop=(stop,) if stop.strip() else ()),
+        "sampled inside the graph (t=1, min_tokens=4)": SamplingSpec(n=4, temperature=1.0, max_tokens=32, seed=7,
+                                                                     min_tokens=4),
+    }
+    fast = None
+    out = []
+    for label, spec in specs.items():
+        res: dict[str, Any] = {}
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if fast is None:
+                fast = HFGenerator(model, tok, batch_size=len(few) * 4, cuda_graphs="auto" if on_cpu else True,
+                                   static_cache=True if on_cpu else None)
+            chosen = bool(getattr(fast, "_static", False))
+            runs = {}
+            for name, gen in (("plain", plain), ("graphs", fast)):
+                gen.generate(few, spec)  # warm-up: kernels, and the graph captured for this shape
+                _sync(a.device)
+                t0 = time.perf_counter()
+                runs[name] = gen.generate(few, spec)
+                _sync(a.device)
+                res[f"{name}_s"] = time.perf_counter() - t0
+        msgs = [str(w.message).splitlines()[0] for w in caught if "cuda_graphs" in str(w.message)]
+        dec = getattr(fast, "_decoder", None)
+        captured = bool(dec is not None and getattr(dec, "graph", None) is not None)
+        in_graph = bool(dec is not None and any(k[2] is not None for k in getattr(dec, "graphs", {})))
+        same, gaps, stops = 0, [], 0
+        for p, g in zip(runs["plain"], runs["graphs"], strict=True):
+            k = next((i for i, (x, y) in enumerate(zip(p.response_ids, g.response_ids, strict=False)) if x != y),
+                     min(len(p.response_ids), len(g.response_ids)))
+            gaps += [abs(x - y) for x, y in zip(p.logprobs[:k], g.logprobs[:k], strict=True)]
+            if p.response_ids == g.response_ids and p.finish_reason == g.finish_reason and p.text == g.text:
+                same += 1
+            stops += bool(spec.stop) and p.stop_reason == stop
+        rows = len(runs["plain"])
+        gap = max(gaps) if gaps else 0.0
+        short = min(len(r.response_ids) for r in runs["graphs"])
+        ok = (same >= 0.9 * rows and gap <= 1e-3 and (stops > 0 or not spec.stop) and (on_cpu or captured)
+              and chosen and not msgs and short >= spec.min_tokens and (on_cpu or in_graph))
+        out.append(_check(f"sampler: CUDA-graph decode vs the plain loop, fp32, {label}", ok,
+                          f"{same}/{rows} rows identical (tokens, finish reason, text), {stops} stopped on the string, "
+                          f"shortest {short} tokens, max |logprob gap| {gap:.1e} before the first differing token; "
+                          f"static path {chosen}, graph captured {captured}, sampling in the graph {in_graph}; plain "
+                          f"{res['plain_s']:.2f} s, graphs {res['graphs_s']:.2f} s"
+                          + (f"; warnings: {'; '.join(msgs)}" if msgs else ""),
+                          ">= 90% rows identical, 1e-3, graph captured with its sampling on CUDA"))
     del model
-    return [_check(f"sampler: CUDA-graph decode vs the plain loop, greedy, fp32, stop string {stop!r}", ok,
-                   f"{same}/{rows} rows identical (tokens, finish reason, text), {stops} stopped on the string, max "
-                   f"|logprob gap| {gap:.1e} before the first differing token; static path {chosen}, graph captured "
-                   f"{captured}; plain {res['plain_s']:.2f} s, graphs {res['graphs_s']:.2f} s"
-                   + (f"; warnings: {'; '.join(msgs)}" if msgs else ""),
-                   ">= 90% rows identical, 1e-3, graph captured on CUDA")]
+    return out
 
 
 def agreement_checks(a, results: dict[str, dict]) -> list[dict]:

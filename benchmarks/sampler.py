@@ -1,9 +1,12 @@
 """One sampling step (rlvr.rollout.sampling.sample_step) at a real vocabulary, against the formulas it replaced
 (issue 38, S4): a float32 copy of the logits, log_softmax, and a float64 cumulative sum over the whole row; with
-top-p, a sort of every whole row for the kept set (now a top-k of the 1,024 largest values first).
+top-p, a sort of every whole row for the kept set (now a top-k of the 1,024 largest values first). With --fused, a
+third side where nothing is truncated: the step as the CUDA-graph decode samples with rollout.compile_decode
+(rlvr.rollout.static_decode.sample_in_graph under torch.compile, dynamic shapes: the log-softmax, the block sums
+and the gathers fused), its tokens checked equal to now's and its log-probabilities within 1e-4.
 
     RLVR_NUM_THREADS=1 .venv/bin/python benchmarks/sampler.py [--rows 8,64] [--vocab 151936] [--repeats 7]
-    python benchmarks/sampler.py --device cuda --rows 64,512          # on a GPU
+    python benchmarks/sampler.py --device cuda --rows 64,512 --fused  # on a GPU
 
 bf16 logits shaped like an LM's (a few hundred likely tokens, a long tail), temperature 1, nothing truncated (the
 GPU benchmark's sampling) and top-p 0.95; uniforms from a fixed seed. Both sides
@@ -70,6 +73,30 @@ def _time(sync, fn, *args) -> float:
     return time.perf_counter() - t
 
 
+def write(table: list[dict], a, dev, threads) -> str:
+    """The table so far into sampler{,_cuda}.{md,json} (rewritten after each row: a run cut short keeps its rows)."""
+    where = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"CPU ({platform.machine()}, {threads} thread(s))"
+    lines = ["# One sampling step (benchmarks/sampler.py)", "",
+             f"bf16 logits, temperature 1, {where}, median of {a.repeats} interleaved rounds. "
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "",
+             "| sampling | rows x vocab | before (ms) | now (ms) | speed-up | traffic before / now (GB) "
+             "| same tokens and logprobs | fused in-graph (ms) | fused: same tokens, logprobs within 1e-4 |",
+             "|---|---|---:|---:|---:|---:|---|---:|---|"]
+    for r in table:
+        what = "nothing truncated" if r["top_p"] == 1.0 else f"top-p {r['top_p']}"
+        gb = "-" if r["before_gb"] is None else f"{r['before_gb']:.2f} / {r['now_gb']:.2f}"
+        fz = ("- | -" if "fused_ms" not in r else
+              f"{r['fused_ms']:.2f} | {'yes' if r['fused_same'] else 'NO'}")
+        lines.append(f"| {what} | {r['rows']} x {r['vocab']} | {r['before_ms']:.2f} | {r['now_ms']:.2f} "
+                     f"| {r['speedup']:.2f}x | {gb} | {'yes' if r['same_tokens_and_logprobs'] else 'NO'} | {fz} |")
+    text = "\n".join(lines) + "\n"
+    a.out_dir.mkdir(parents=True, exist_ok=True)
+    suffix = "" if dev.type == "cpu" else "_" + dev.type
+    (a.out_dir / f"sampler{suffix}.md").write_text(text)
+    (a.out_dir / f"sampler{suffix}.json").write_text(json.dumps({"device": where, "rows": table}, indent=1) + "\n")
+    return text
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", default="8,64")
@@ -78,11 +105,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=None, help="torch threads on CPU (default RLVR_NUM_THREADS or 1)")
     ap.add_argument("--out-dir", type=Path, default=RESULTS, help="where sampler.{md,json} go (default results/)")
+    ap.add_argument("--fused", action="store_true", help="also time the compiled in-graph sampler (sample_in_graph)")
     a = ap.parse_args(argv)
     threads = set_num_threads(a.threads) if a.device == "cpu" else None
     dev = torch.device(a.device)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     eos = torch.tensor([], dtype=torch.long, device=dev)
+    fused = None
+    if a.fused:
+        from rlvr.rollout.static_decode import sample_in_graph
+
+        fused = torch.compile(sample_in_graph, dynamic=True)
     table = []
     for top_p in (1.0, 0.95):
         spec = SamplingSpec(temperature=1.0, top_p=top_p, max_tokens=1)
@@ -96,36 +129,26 @@ def main(argv: list[str] | None = None) -> None:
             lp_old, tok_old = before(logits, u, top_p)
             lp_new, tok_new = sample_step(logits, 0, spec, eos, u)
             same = bool(torch.equal(tok_old, tok_new) and torch.equal(lp_old, lp_new))
-            t_old, t_new = [], []
+            sides = [("before", before, (logits, u, top_p)), ("now", sample_step, (logits, 0, spec, eos, u))]
+            row = {"top_p": top_p, "rows": rows, "vocab": a.vocab, "same_tokens_and_logprobs": same}
+            if fused is not None and top_p == 1.0:
+                tok_f, lp_f = fused(logits, u, None, 1.0, 0)  # (the compile, before the timed rounds)
+                lp_now = lp_new.gather(-1, tok_new.unsqueeze(-1)).squeeze(-1)
+                row["fused_same"] = bool(torch.equal(tok_f, tok_new) and torch.allclose(lp_f, lp_now, atol=1e-4))
+                sides.append(("fused", fused, (logits, u, None, 1.0, 0)))
+            times = {name: [] for name, _, _ in sides}
             for _ in range(a.repeats):  # interleaved
-                t_old.append(_time(sync, before, logits, u, top_p))
-                t_new.append(_time(sync, sample_step, logits, 0, spec, eos, u))
-            old_gb, new_gb = traffic_gb(rows, a.vocab) if top_p == 1.0 else (None, None)
-            row = {"top_p": top_p, "rows": rows, "vocab": a.vocab, "before_ms": 1e3 * statistics.median(t_old),
-                   "now_ms": 1e3 * statistics.median(t_new), "before_gb": old_gb, "now_gb": new_gb,
-                   "same_tokens_and_logprobs": same}
+                for name, fn, args in sides:
+                    times[name].append(_time(sync, fn, *args))
+            for name in times:
+                row[f"{name}_ms"] = 1e3 * statistics.median(times[name])
+            row["before_gb"], row["now_gb"] = traffic_gb(rows, a.vocab) if top_p == 1.0 else (None, None)
             row["speedup"] = row["before_ms"] / row["now_ms"]
             table.append(row)
-    where = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"CPU ({platform.machine()}, {threads} thread(s))"
-    lines = ["# One sampling step (benchmarks/sampler.py)", "",
-             f"bf16 logits, temperature 1, {where}, median of {a.repeats} interleaved rounds. "
-             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "",
-             "| sampling | rows x vocab | before (ms) | now (ms) | speed-up | traffic before / now (GB) "
-             "| same tokens and logprobs |",
-             "|---|---|---:|---:|---:|---:|---|"]
-    for r in table:
-        what = "nothing truncated" if r["top_p"] == 1.0 else f"top-p {r['top_p']}"
-        gb = "-" if r["before_gb"] is None else f"{r['before_gb']:.2f} / {r['now_gb']:.2f}"
-        lines.append(f"| {what} | {r['rows']} x {r['vocab']} | {r['before_ms']:.2f} | {r['now_ms']:.2f} "
-                     f"| {r['speedup']:.2f}x | {gb} | {'yes' if r['same_tokens_and_logprobs'] else 'NO'} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    a.out_dir.mkdir(parents=True, exist_ok=True)
-    suffix = "" if dev.type == "cpu" else "_" + dev.type
-    (a.out_dir / f"sampler{suffix}.md").write_text(text)
-    (a.out_dir / f"sampler{suffix}.json").write_text(json.dumps({"device": where, "rows": table}, indent=1) + "\n")
-    if not all(r["same_tokens_and_logprobs"] for r in table):
-        raise SystemExit("sampler.py: the two steps chose different tokens or log-probabilities")
+            write(table, a, dev, threads)
+    print(write(table, a, dev, threads))
+    if not all(r["same_tokens_and_logprobs"] and r.get("fused_same", True) for r in table):
+        raise SystemExit("sampler.py: the steps chose different tokens or log-probabilities")
 
 
 if __name__ == "__main__":

@@ -83,15 +83,16 @@ if [ "${1:-}" = --bench ]; then
         echo "gpu_check: benchmarks/gpu.py was stopped at ${hard} s; the report it wrote so far is above" \
              "(and in benchmarks/results/gpu_bench.md on a GPU)" >&2
     fi
-    # one sampling step before and now (benchmarks/sampler.py, S4: ~10 s on a GPU; a tiny vocabulary on the dry run)
+    # one sampling step before and now, and fused in the graph (benchmarks/sampler.py --fused, S4: ~10 s on a GPU and
+    # the fused side's compile; a tiny vocabulary on the dry run; its table rewritten after each row)
     # (the dry run writes its table to a temporary folder, never over the measured one in benchmarks/results/)
     if [ $dry = 1 ]; then
-        sargs=(--rows 2 --vocab 3000 --repeats 1 --out-dir "${OUT:-$(mktemp -d)}")
+        sargs=(--rows 2 --vocab 3000 --repeats 1 --fused --out-dir "${OUT:-$(mktemp -d)}")
     else
-        sargs=(--device cuda --rows 64,512 ${OUT:+--out-dir "$OUT"})
+        sargs=(--device cuda --rows 64,512 --fused ${OUT:+--out-dir "$OUT"})
     fi
     src=0
-    timeout -k 5 60 "$PY" benchmarks/sampler.py "${sargs[@]}" || src=$?
+    timeout -k 5 90 "$PY" benchmarks/sampler.py "${sargs[@]}" || src=$?
     if [ $rc = 0 ]; then rc=$src; fi
     exit $rc
 fi

@@ -21,8 +21,15 @@ path removes the host from the step:
   the capture (compiled_step: one compile per process). Its inputs are views that never span a whole buffer (the
   input buffers and the cache have a spare row and PAD_MULTIPLE spare slots) and the attended width comes from the
   mask's shape (gqa_attention slices the cache), so every (rows, slots) meets the same layout: one compile;
-- sampling (process_logits / sample_rows, the rows' own uniforms moved to the device once) stays outside the
-  graph but on the device: the tokens and logprobs go into (max_tokens, B) device tensors and come to the host
+- sampling runs inside the step (`sample_in_graph`: sample_step's numbers, the sampled token and its logprob the
+  step's outputs), so a replay is forward and sampling at once, and with rollout.compile_decode both are one
+  compiled function (the log-softmax, the block sums of sample_rows and the gathers fused: one (B, V) float32
+  buffer written where the eager sampler writes two). The step's inputs for it are static buffers set before
+  each replay: the rows' uniforms of this step (StaticDecoder.u, gathered from the rows' own streams, moved to
+  the device once) and an additive EOS ban ((V,) float32: -inf at the EOS ids while step < min_tokens, then 0). Top-p keeps
+  sampling outside the graph (its threshold search sorts only the rows that need it: a host sync), as does any
+  step whose graph with sampling fails to capture (one warning: the step is then captured without it);
+- the tokens and logprobs go into (max_tokens, B) device tensors and come to the host
   every `sync_every` steps, one block behind the GPU, where EOS, stop strings (rlvr.rollout.sampling.StopStrings:
   only candidate tokens decoded) and min_tokens are checked exactly as the plain path does (a row is cut where
   it finished; the steps it decoded after that are ignored);
@@ -47,7 +54,7 @@ import torch
 
 from rlvr.models.cascade import attention as attention_named
 from rlvr.models.packed import is_out_of_memory
-from rlvr.rollout.sampling import StopStrings, sample_step
+from rlvr.rollout.sampling import StopStrings, process_logits, sample_rows, sample_step
 
 # model_type -> decoder-only models whose forward takes a 4-D mask, position ids and a cache object as-is
 SUPPORTED_MODEL_TYPES = ("qwen2", "qwen3", "llama")
@@ -176,11 +183,47 @@ def _decode_forward(model, ids, mask, pos, kwargs: dict) -> torch.Tensor:
     return model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **kwargs).logits[:, -1, :]
 
 
+def samples_in_graph(spec) -> bool:
+    """Whether a call's decode steps can sample inside the captured step (sample_in_graph): everything but top-p
+    (greedy ignores it), whose threshold search sorts only the rows that need a full sort (a host sync)."""
+    return spec.temperature == 0 or spec.top_p >= 1.0
+
+
+def sample_in_graph(logits: torch.Tensor, u: torch.Tensor, ban: torch.Tensor | None, temperature: float,
+                    top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """sample_step's choice for a decode step inside a captured graph (no host sync, no input that changes between
+    replays but the buffers): logits (b, V), u (b,) the rows' uniforms of this step, ban (V,) float32 added to the
+    logits (-inf at the EOS ids before min_tokens, else 0; None: no ban). Returns (token ids (b,), their
+    log-probabilities (b,) float32): sample_step's, bit for bit where run eagerly (adding a ban of 0 in float32
+    changes no value the sampler reads: it reads the logits in float32)."""
+    if ban is not None:
+        logits = logits.float() + ban
+    if temperature == 0:
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        tok = logp.argmax(-1)
+    else:
+        logp = process_logits(logits, temperature, top_k, 1.0)
+        tok = sample_rows(logp, u)
+    return tok, logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1).float()
+
+
+def _decode_sample(model, ids, mask, pos, kwargs: dict, u, ban, temperature: float, top_k: int):
+    """The decode step's forward and sampling (what compiled_sample_step compiles): (token ids (b,), logprobs)."""
+    return sample_in_graph(_decode_forward(model, ids, mask, pos, kwargs), u, ban, temperature, top_k)
+
+
 @functools.cache
 def compiled_step():
     """_decode_forward compiled once per process (torch.compile, dynamic shapes): every decoder, row count and
     attended width shares it (the shapes are symbolic; the cache's tensors are inputs, not constants)."""
     return torch.compile(_decode_forward, dynamic=True)
+
+
+@functools.cache
+def compiled_sample_step():
+    """_decode_sample compiled likewise (once per process and sampling setting: temperature and top-k are
+    constants of the graph)."""
+    return torch.compile(_decode_sample, dynamic=True)
 
 
 class StaticDecoder:
@@ -203,13 +246,20 @@ class StaticDecoder:
         self.attention = GQA_NAME if getattr(gen.model.config, "_attn_implementation", None) == "sdpa" else None
         self.shapes: list[tuple[int, int]] = []  # (rows, attended slots) of each decode step of the last chunk
         self.compiled = None  # rollout.compile_decode: the step compiled (compiled_step), sdpa models
+        self.compiled_sample = None  # ... and with its sampling (compiled_sample_step)
         if gen.compile_decode:
             if self.attention is None:
                 gen.compile_decode = False  # (said once)
                 warnings.warn("rollout.compile_decode: the model's attention is eager, not sdpa; its decode step "
                               "runs uncompiled", stacklevel=4)
             else:
-                self.compiled = compiled_step()
+                self.compiled, self.compiled_sample = compiled_step(), compiled_sample_step()
+        # sampling inside the step (sample_in_graph): the call's setting (temperature, top-k, whether EOS is banned
+        # before min_tokens) or None (top-p: outside), and the buffers the step reads it from
+        self.sampling: tuple[float, int, bool] | None = None
+        self.u = torch.zeros((B + 1,), dtype=torch.float64, device=dev)  # the rows' uniforms of the step
+        self.ban: torch.Tensor | None = None  # (V,) float32, allocated by set_sampling where a call bans EOS
+        self.graph_sampling = True  # False after a graph with sampling failed to capture (said once)
 
     @property
     def graph(self) -> _Graph | None:
@@ -245,32 +295,66 @@ class StaticDecoder:
         self.mask[: self.B, 0, 0, :L0].masked_fill_(ok, 0.0)
         return logits
 
-    def _decode(self, b: int, S: int) -> torch.Tensor:
-        """The decode step of the first b rows over slots 0..S-1 (what a graph captures)."""
+    def _decode(self, b: int, S: int, sampling: tuple | None = None):
+        """The decode step of the first b rows over slots 0..S-1 (what a graph captures): logits (b, V), or with
+        `sampling` (set_sampling's setting) the sampled tokens and their logprobs (sample_in_graph)."""
         mask = self.mask[:b, :, :, :S]
+        extra = () if sampling is None else (self.u[:b], self.ban if sampling[2] else None, *sampling[:2])
         if self.attention is None:
             self.cache.kv_len = S
-            return self._forward(self.tok[:b], mask, self.pos[:b])
+            return self._eager(b, mask, extra)
         self.cache.kv_len = None  # gqa_attention: the slots the mask is wide
         with attention_named(self.gen.model, self.attention):
-            if self.compiled is None:
-                return self._forward(self.tok[:b], mask, self.pos[:b])
+            fn = self.compiled if sampling is None else self.compiled_sample
+            if fn is None:
+                return self._eager(b, mask, extra)
             g = self.gen
             try:
                 with torch.compiler.set_stance("default"):  # (generate() forces eager for the learner's layers)
-                    return self.compiled(g.model, self.tok[:b], mask, self.pos[:b],
-                                         {g._cache_kw: self.cache, **g._keep_kw})
+                    return fn(g.model, self.tok[:b], mask, self.pos[:b], {g._cache_kw: self.cache, **g._keep_kw},
+                              *extra)
             except Exception as e:  # noqa: BLE001 - the uncompiled step gives the same tokens
                 if is_out_of_memory(e):
                     raise
-                self.compiled, g.compile_decode = None, False
+                self.compiled = self.compiled_sample = None
+                g.compile_decode = False
                 warnings.warn(f"rollout.compile_decode: compiling the decode step failed ({type(e).__name__}: "
                               f"{str(e).splitlines()[0] if str(e) else ''}); it runs uncompiled", stacklevel=4)
-            return self._forward(self.tok[:b], mask, self.pos[:b])
+            return self._eager(b, mask, extra)
 
-    def step(self, tok: torch.Tensor, slot: int, pos: torch.Tensor, S: int | None = None) -> torch.Tensor:
-        """Feed tok (b,) (the first b rows) at cache slot `slot` and positions pos (b,), attending to slots
-        0..S-1 (None = all); logits (b, V)."""
+    def _eager(self, b: int, mask: torch.Tensor, extra: tuple):
+        logits = self._forward(self.tok[:b], mask, self.pos[:b])
+        return logits if not extra else sample_in_graph(logits, *extra)
+
+    def set_sampling(self, spec, eos: torch.Tensor, V: int) -> None:
+        """A call's sampling setting for the steps that sample inside the graph (None where they cannot: top-p), and
+        the EOS ban buffer where min_tokens bans EOS past the first step (sampled outside, by sample_step)."""
+        if not samples_in_graph(spec):
+            self.sampling = None
+            return
+        banned = spec.min_tokens > 1 and len(eos) > 0
+        if banned:
+            if self.ban is None or self.ban.shape[0] != V:
+                self.ban = torch.zeros((V,), dtype=torch.float32, device=self.u.device)
+            self.ban.zero_()
+            self.ban[eos] = float("-inf")
+        self.sampling = (float(spec.temperature), int(spec.top_k), banned)
+
+    def lift_ban(self) -> None:
+        """From step min_tokens on, EOS may be sampled (the ban buffer read by the captured steps becomes 0)."""
+        if self.ban is not None:
+            self.ban.zero_()
+
+    def _run(self, b: int, S: int, sampling: tuple | None):
+        if not self.use_graph:
+            return self._decode(b, S, sampling)
+        key = (b, S, sampling)
+        g = self.graphs.get(key)
+        if g is None:  # warm-ups and capture write the same key/value at the same slot: nothing to undo
+            g = self.graphs[key] = _Graph(lambda: self._decode(b, S, sampling))
+        return g()
+
+    def _feed(self, tok: torch.Tensor, slot: int, pos: torch.Tensor, S: int | None) -> tuple[int, int]:
         b, S = tok.shape[0], self.max_len if S is None else S
         if not slot < S <= self.max_len:
             raise ValueError(f"slot {slot} outside the {S} attended slots (of {self.max_len})")
@@ -280,12 +364,38 @@ class StaticDecoder:
         self.mask[:b, 0, 0, slot] = 0.0  # the new token sees itself (its key is written before attention)
         self.cache.slot.fill_(slot)
         self.shapes.append((b, S))
-        if not self.use_graph:
-            return self._decode(b, S)
-        g = self.graphs.get((b, S))
-        if g is None:  # warm-ups and capture write the same key/value at the same slot: nothing to undo
-            g = self.graphs[(b, S)] = _Graph(lambda: self._decode(b, S))
-        return g()
+        return b, S
+
+    def step(self, tok: torch.Tensor, slot: int, pos: torch.Tensor, S: int | None = None) -> torch.Tensor:
+        """Feed tok (b,) (the first b rows) at cache slot `slot` and positions pos (b,), attending to slots
+        0..S-1 (None = all); logits (b, V)."""
+        return self._run(*self._feed(tok, slot, pos, S), None)
+
+    def step_sample(self, tok: torch.Tensor, slot: int, pos: torch.Tensor, S: int | None,
+                    u: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """step(), then sampling with set_sampling's setting and the rows' uniforms u (b,) (None at temperature 0):
+        (token ids (b,), logprobs (b,) float32), sampled inside the step's graph (its outputs: read them before the
+        next step) or, where that graph failed to capture, after it."""
+        b, S = self._feed(tok, slot, pos, S)
+        if u is not None:
+            self.u[:b].copy_(u)
+        extra = (self.u[:b], self.ban if self.sampling[2] else None, *self.sampling[:2])
+        if not self.graph_sampling:
+            return sample_in_graph(self._run(b, S, None), *extra)
+        try:
+            return self._run(b, S, self.sampling)
+        except Exception as e:  # noqa: BLE001 - the step captured without sampling gives the same tokens
+            if is_out_of_memory(e) or not self.use_graph:
+                raise
+            self.graphs.pop((b, S, self.sampling), None)
+            # the step without its sampling: where that fails too, the capture itself is what failed (the caller
+            # falls back to the plain loop); where it works, sampling stays outside the graph from now on
+            logits = self._run(b, S, None)
+            self.graph_sampling = False
+            warnings.warn(f"rollout.cuda_graphs: capturing the decode step with its sampling failed "
+                          f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); the steps sample "
+                          "after the graph", stacklevel=3)
+        return sample_in_graph(logits, *extra)
 
     def compact(self, keep: torch.Tensor, written: int) -> None:
         """Rows `keep` (nb,) of the current layout become rows 0..nb-1: their written slots (0..written-1) and
@@ -378,13 +488,22 @@ def generate_chunk_static(gen, prompts, prompt_ids, chunk, spec, base_seed):
     pending: list[tuple[int, torch.Tensor, object]] = []  # blocks copied to the host, not yet checked
     s0 = 0
     tok = None  # the token sampled at the previous step
+    dec.set_sampling(spec, eos, logits.shape[-1])
     for step in range(T):
-        if step:
-            width = min(dec.max_len, L0 + -(-step // block) * block)  # slots 0..L0+step-1 written
-            logits = dec.step(tok, L0 + step - 1, n_real + (step - 1), width)
-        logp, tok = sample_step(logits, step, spec, eos, None if u_dev is None else u_dev[at, step])
+        u = None if u_dev is None else u_dev[at, step]
+        # the step feeds the previous token at slot L0 + step - 1 and attends to the slots written so far
+        feed = (tok, L0 + step - 1, n_real + (step - 1), min(dec.max_len, L0 + -(-step // block) * block))
+        if step and dec.sampling is not None:  # sampled inside the step (its graph's outputs, read right away)
+            if step == spec.min_tokens:
+                dec.lift_ban()
+            tok, lp = dec.step_sample(*feed, u)
+        else:
+            if step:
+                logits = dec.step(*feed)
+            logp, tok = sample_step(logits, step, spec, eos, u)
+            lp = logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1).float()
         toks[step].index_copy_(0, at, tok)
-        tlps[step].index_copy_(0, at, logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1).float())
+        tlps[step].index_copy_(0, at, lp)
         if (step + 1) % gen.sync_every and step + 1 < T:
             continue
         # the block to the host without waiting for it; the previous block is checked meanwhile

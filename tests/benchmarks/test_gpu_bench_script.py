@@ -231,8 +231,9 @@ def test_dry_run_runs_every_stage_to_the_table(tmp_path):
                  "sampler: CUDA-graph decode", "fsdp2 (torchrun, group of one) vs plain",
                  "fsdp2_lora (torchrun, group of one) vs lora"):
         assert part in names, part
-    stop = next(c for c in checks.values() if c["check"].startswith("sampler:"))
-    assert "0 stopped" not in stop["measured"]  # the stop string did end rows
+    stop, sampled = [c for c in checks.values() if c["check"].startswith("sampler:")]
+    assert "stop string" in stop["check"] and "0 stopped" not in stop["measured"]  # the stop string did end rows
+    assert "sampled inside the graph" in sampled["check"] and "identical" in sampled["measured"]
     targets = {t: met for t, _, met in raw["targets"]}
     assert targets["fsdp2 rows agree with the one-process learner (step 1)"] == "yes"
     assert (out / "gpu_profile.txt").read_text().count("host synchronisations") == 1

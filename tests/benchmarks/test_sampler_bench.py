@@ -18,11 +18,16 @@ def _load():
 
 def test_the_benchmark_runs_and_both_sides_agree(tmp_path):
     bench = _load()
-    bench.main(["--rows", "3,5", "--vocab", "2500", "--repeats", "1", "--threads", "1", "--out-dir", str(tmp_path)])
+    bench.main(["--rows", "3,5", "--vocab", "2500", "--repeats", "1", "--threads", "1", "--out-dir", str(tmp_path),
+                "--fused"])
     rows = json.loads((tmp_path / "sampler.json").read_text())["rows"]
     assert [(r["top_p"], r["rows"]) for r in rows] == [(1.0, 3), (1.0, 5), (0.95, 3), (0.95, 5)]
     assert all(r["same_tokens_and_logprobs"] for r in rows)
-    assert "| top-p 0.95 | 5 x 2500 |" in (tmp_path / "sampler.md").read_text()
+    # the compiled in-graph sampler where nothing is truncated (top-p samples outside the graph)
+    assert [r.get("fused_same") for r in rows] == [True, True, None, None]
+    assert all(r["fused_ms"] > 0 for r in rows[:2])
+    md = (tmp_path / "sampler.md").read_text()
+    assert "| top-p 0.95 | 5 x 2500 |" in md and "| - | - |" in md
 
 
 def test_traffic_counts_bytes_per_pass():

@@ -266,6 +266,7 @@ def test_a_decode_step_that_fails_to_compile_runs_uncompiled(model_tok, monkeypa
         raise RuntimeError("inductor: no compiler here")
 
     monkeypatch.setattr(static_decode, "compiled_step", lambda: broken)
+    monkeypatch.setattr(static_decode, "compiled_sample_step", lambda: broken)  # (the step with its sampling)
     spec = SamplingSpec(n=2, max_tokens=8, seed=6)
     plain = HFGenerator(model, tok).generate(PROMPTS, spec)
     gen = HFGenerator(model, tok, static_cache=True, compile_decode=True)
