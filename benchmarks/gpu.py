@@ -28,11 +28,14 @@ error and the rest still run. The table and benchmarks/results/gpu_bench.{md,jso
   checks      correctness on the device, fp32 (TF32 off): packed vs padded learner logprobs and gradients (each
               prompt once, and every row whole), the padded shared-prefix path too; the same through a LoRA (peft)
               policy; MasterWeightAdamW's foreach step vs its per-parameter loop (within 1 ulp, and both timed on
-              the model's parameters); the sampler's CUDA-graph decode vs its plain loop, greedy, with a stop string;
+              the model's parameters); the sampler's CUDA-graph decode vs its plain loop, greedy with a stop string
+              and sampled inside the graph; algo.packing=varlen's attention vs flex_attention's at the step's
+              layout (one layer, bf16: outputs, gradients, forward+backward time);
   <variants>  the other variants (default `lora`: model.lora_rank=16, `fsdp2`: distributed.learner=fsdp2 as a group
               of one under torchrun, `fsdp2_lora`, `compile`: model.compile_layers=true, the learner's decoder
               layers compiled, `compile_decode`: rollout.compile_decode=true, the sampler's CUDA-graph decode step
-              compiled; left out on the CPU), --variant-steps steps each, each in its own process; an fsdp2
+              compiled, left out on the CPU; `varlen`: algo.packing=varlen, FlashAttention's variable-length
+              kernel for the packed attention), --variant-steps steps each, each in its own process; an fsdp2
               variant is checked against the variant with the same keys but the one-process learner: step-1
               gradient norms within 2e-2 (1e-4 on CPU, float32);
   ceiling     a bare forward+backward (cross-entropy on every token, no optimizer) over rows of the same count and
@@ -97,10 +100,12 @@ LORA = "model.lora_rank=16,model.lora_alpha=32"
 FSDP2 = "distributed.learner=fsdp2"
 COMPILE = "model.compile_layers=true"
 COMPILE_DECODE = "rollout.compile_decode=true"
-# compile: the regional compile of the learner's layers (issue 38, item 3), measured against plain; compile_decode
-# last (the first dropped when the budget runs short): the sampler's CUDA-graph decode step compiled (issue 38, S3)
+VARLEN = "algo.packing=varlen"
+# compile: the regional compile of the learner's layers (issue 38, item 3), measured against plain; compile_decode:
+# the sampler's CUDA-graph decode step compiled with its sampling (issue 38, S3, S4); varlen last (the first dropped
+# when the budget runs short; the checks stage times its attention alone): FlashAttention's variable-length kernel
 DEFAULT_VARIANTS = ("plain:", f"lora:{LORA}", f"fsdp2:{FSDP2}", f"fsdp2_lora:{FSDP2},{LORA}", f"compile:{COMPILE}",
-                    f"compile_decode:{COMPILE_DECODE}")
+                    f"compile_decode:{COMPILE_DECODE}", f"varlen:{VARLEN}")
 CUDA_ONLY = (COMPILE_DECODE,)  # variants with these keys are refused on a CPU policy: left out of a CPU run
 # On a CPU the compiled layers run packed, the layout algo.packing=auto picks on CUDA (the one a GPU run measures):
 # the CPU's default shared-prefix cascade calls a layer four ways (a cache filled or not, its bias built or not),
@@ -848,7 +853,7 @@ def _exact_fp32():
 def stage_checks(a, built: dict, prompts: list[str]) -> dict:
     """The correctness checks on the device (see the module docstring); each sub-check's failure is its own row."""
     out: list[dict] = []
-    for fn in (check_packed, check_packed_lora, check_optimizer, check_sampler):
+    for fn in (check_packed, check_packed_lora, check_optimizer, check_sampler, check_varlen):
         try:
             with _exact_fp32():
                 out += fn(a, built, prompts)
@@ -1004,6 +1009,70 @@ def check_optimizer(a, built: dict, prompts: list[str]) -> list[dict]:
                    "masters)", worst <= 1,
                    f"max {worst} ulp over {len(init)} tensors ({n / 1e6:.0f}M elements); step {1e3 * times[True]:.1f} "
                    f"ms foreach vs {1e3 * times[False]:.1f} ms loop", "1 ulp")]
+
+
+def check_varlen(a, built: dict, prompts: list[str]) -> list[dict]:
+    """algo.packing=varlen's attention (FlashAttention's variable-length kernel, each response's key sequence its
+    prompt's keys copied then its own) vs flex_attention's (the packed default) at the step's layout: one
+    micro-batch of micro_batch_tokens packed tokens in groups of group_size rows, each a prompt of the data's mean
+    length and max_tokens-token responses, the model's heads, the compute dtype (bf16 on CUDA). Outputs and q/k/v
+    gradients compared, forward+backward timed (median of 5 after a warm-up), one layer."""
+    import warnings
+
+    import torch
+
+    from rlvr.models import packed
+
+    cfg = json.loads((Path(built["model_dir"]) / "config.json").read_text())
+    heads, kv_heads = cfg["num_attention_heads"], cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
+    d = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    dtype = torch.float32 if a.device == "cpu" else torch.bfloat16
+    P = max(2, round(built.get("prompt_tokens_mean", 16)))
+    groups = max(1, a.micro_batch_tokens // (P + a.group_size * a.max_tokens))
+    prompts_of = [P + g for g in range(groups) for _ in range(a.group_size)]  # a prompt length per group: its key
+    lens = [p + a.max_tokens for p in prompts_of]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ready = packed.varlen_ready(a.device, dtype, d, heads, kv_heads)
+        packed.flex_ready(a.device, dtype, d, heads, kv_heads)
+    said = [str(w.message).splitlines()[0] for w in caught if "varlen" in str(w.message) or "flex" in str(w.message)]
+    plans = {k: packed._probe_plan(lens, a.device, share=True, varlen=k == "varlen", prompts=prompts_of)
+             for k in ("flex", "varlen")}
+    N = plans["flex"].tokens
+    g = torch.Generator().manual_seed(a.seed + 5)
+    qkv = [torch.randn((1, n, N, d), generator=g).to(device=a.device, dtype=dtype) for n in (heads, kv_heads, kv_heads)]
+    w = torch.randn((N, heads, d), generator=g).to(device=a.device, dtype=dtype)
+    results, times = {}, {}
+    if not ready:
+        return [_check("packing: varlen attention vs flex at the step's layout", False,
+                       f"the varlen kernel was refused: {'; '.join(said) or 'no reason given'}", "5e-2 (bf16)")]
+    for name, plan in plans.items():
+        def run(plan=plan):
+            x = [t.detach().requires_grad_() for t in qkv]
+            out, _ = packed.packed_attention(None, *x, None, d ** -0.5, rlvr_pack=plan)
+            out = out[0]  # (N, h, d)
+            grads = torch.autograd.grad((out.float() * w.float()).sum(), x)
+            return [out.detach().float(), *(t.float() for t in grads)]
+
+        results[name] = run()
+        ts = []
+        for _ in range(5):
+            _sync(a.device)
+            t0 = time.perf_counter()
+            run()
+            _sync(a.device)
+            ts.append(time.perf_counter() - t0)
+        times[name] = statistics.median(ts)
+    gap = max(float((x - y).abs().max()) / max(float(y.abs().max()), 1e-30)
+              for x, y in zip(results["varlen"], results["flex"], strict=True))
+    keys = int(plans["varlen"].varlen.cu_k[-1])
+    tol = 1e-4 if dtype == torch.float32 else 5e-2
+    return [_check("packing: varlen attention (algo.packing=varlen) vs flex at the step's layout, forward+backward",
+                   gap <= tol,
+                   f"{groups} groups x {a.group_size} rows, {N} packed tokens, {keys} keys after the prompts' copies; "
+                   f"max rel gap {gap:.1e} (output and q/k/v gradients, {str(dtype).split('.')[-1]}); one layer "
+                   f"forward+backward {1e3 * times['flex']:.2f} ms flex vs {1e3 * times['varlen']:.2f} ms varlen "
+                   f"({times['flex'] / max(times['varlen'], 1e-12):.2f}x)", f"{tol:g} relative")]
 
 
 def check_sampler(a, built: dict, prompts: list[str]) -> list[dict]:

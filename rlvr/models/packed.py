@@ -35,6 +35,12 @@ forward with grad uses the same mask written out densely through SDPA there: cor
 it against the padded path), but N x N memory and slower than the cascade path, which is why
 `algo.packing=auto` packs on CUDA only.
 
+algo.packing=varlen attends instead with a variable-length kernel (FlashAttention's, torch's varlen_attn, on
+CUDA; SDPA one sequence at a time elsewhere): `Varlen` describes the same layout as one query sequence per segment,
+a response's keys its group's prompt's (copied) then its own, causal with the diagonal at the bottom right;
+`varlen_ready` checks the kernel against the dense mask once per process and falls back to flex_attention with a
+warning when it fails.
+
 Only the response labels need logits: the LM head is applied to those positions alone (transformers'
 `logits_to_keep` with an index tensor), and their logprobs / entropy are scattered back to the (b, T)
 layout the loss reads (0 elsewhere, including the prompt's positions, which the loss never reads).
@@ -64,6 +70,46 @@ _FLEX_STATE: dict = {}  # device type -> the flex_attention callable, or None wh
 
 
 @dataclass
+class Varlen:
+    """The packed sequence as a variable-length batch for a FlashAttention-style kernel (algo.packing=varlen): one
+    query sequence per segment, in layout order, so the queries are the packed tokens as they are (cu_q); a prompt
+    (or a whole row) attends to its own keys, a response suffix to its group's prompt's keys then its own, which
+    `kv_gather` copies out of the packed keys/values into one key sequence per segment (cu_k; None: every segment
+    is its own key sequence, as plain packing is). Causal with the diagonal at the bottom right (a query at
+    suffix position i sees the whole prompt and suffix keys 0..i), which is FlashAttention's rule when a sequence
+    has more keys than queries. Host-built int32 offsets, moved to the device once."""
+
+    cu_q: torch.Tensor  # (S + 1,) int32
+    cu_k: torch.Tensor  # (S + 1,) int32
+    max_q: int
+    max_k: int
+    kv_gather: torch.Tensor | None  # (K,) int64 packed positions of each key sequence's keys, or None
+
+    @classmethod
+    def build(cls, segs: list[tuple[int, int, bool]], device) -> Varlen:
+        segs = [x for x in segs if x[0] > 0]
+        q_len, k_len, gather, prompt_at = [], [], [], {}
+        at, shared = 0, False
+        for length, group, is_prompt in segs:
+            own = torch.arange(at, at + length)
+            if is_prompt:
+                prompt_at[group] = own
+                keys = own
+            else:
+                keys, shared = torch.cat([prompt_at[group], own]), True
+            q_len.append(length)
+            k_len.append(int(keys.numel()))
+            gather.append(keys)
+            at += length
+
+        def offsets(lens: list[int]) -> torch.Tensor:
+            return torch.tensor([0, *lens], dtype=torch.long).cumsum(0).to(torch.int32).to(device)
+
+        return cls(cu_q=offsets(q_len), cu_k=offsets(k_len), max_q=max(q_len, default=0), max_k=max(k_len, default=0),
+                   kv_gather=torch.cat(gather).to(device) if shared else None)
+
+
+@dataclass
 class PackPlan:
     """How one right-padded micro-batch (b, T) is packed; every tensor on the model's device.
 
@@ -83,13 +129,15 @@ class PackPlan:
     grp: torch.Tensor
     own: torch.Tensor
     block_mask: object
+    varlen: Varlen | None = None
 
     @classmethod
     def build(cls, attention_mask: torch.Tensor, response_mask: torch.Tensor, device, block: int = BLOCK,
-              input_ids: torch.Tensor | None = None, share: bool = False) -> PackPlan:
+              input_ids: torch.Tensor | None = None, share: bool = False, varlen: bool = False) -> PackPlan:
         """From a right-padded micro-batch's CPU tensors (b, T): attention_mask 1 on real inputs,
         response_mask True on loss labels. share (needs input_ids): each group's prompt once (the module
-        docstring); else every row whole, one after the other."""
+        docstring); else every row whole, one after the other. varlen: also the layout as a variable-length
+        batch (Varlen: attention by the varlen kernel, algo.packing=varlen)."""
         am = attention_mask.detach().to("cpu")
         rm = response_mask.detach().to("cpu").bool()
         b, T = am.shape
@@ -120,7 +168,8 @@ class PackPlan:
         bm = BlockMask.from_kv_blocks(mv(kv_num), mv(kv_idx), mv(full_num), mv(full_idx), BLOCK_SIZE=block,
                                       mask_mod=packed_causal(grp_dev, own_dev), seq_lengths=(n, n))
         return cls(rows=b, width=T, tokens=n, gather=mv(gather), position_ids=mv(pos).unsqueeze(0), keep=mv(keep),
-                   out_index=mv(out), grp=grp_dev, own=own_dev, block_mask=bm)
+                   out_index=mv(out), grp=grp_dev, own=own_dev, block_mask=bm,
+                   varlen=Varlen.build(segs, device) if varlen else None)
 
     def dense_mask(self) -> torch.Tensor:
         """(N, N) bool: the mask written out (the CPU backward's SDPA; N x N memory)."""
@@ -240,6 +289,8 @@ def packed_attention(module, query, key, value, attention_mask, scaling=None, dr
         raise RuntimeError("the packed forward has no attention dropout; set the model's attention_dropout to 0")
     if key.dtype != query.dtype or value.dtype != query.dtype:  # flex_attention wants one dtype
         key, value = key.to(query.dtype), value.to(query.dtype)
+    if pack.varlen is not None:
+        return varlen_attention(query, key, value, pack.varlen, scaling).unsqueeze(0), None
     gqa = query.shape[1] != key.shape[1]
     flex = _FLEX_STATE.get(query.device.type)
     if flex is None and torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
@@ -249,6 +300,109 @@ def packed_attention(module, query, key, value, attention_mask, scaling=None, dr
     else:  # compiled on CUDA (flex_ready), eager elsewhere
         out = (flex or _eager_flex())(query, key, value, block_mask=pack.block_mask, scale=scaling, enable_gqa=gqa)
     return out.transpose(1, 2).contiguous(), None
+
+
+def varlen_attention(query, key, value, vl: Varlen, scaling=None, kernel=None) -> torch.Tensor:
+    """Attention of the packed sequence by a variable-length kernel: query (1, h, N, d), key/value (1, hkv, N, d)
+    -> (N, h, d). The keys/values are copied into their key sequences (vl.kv_gather: a suffix's group prompt, then
+    its own; its backward adds the copies' gradients back), the kernel `kernel` (default: the one varlen_ready
+    chose for the device) runs causal, the diagonal at the bottom right."""
+    kernel = kernel or _VARLEN_STATE.get(query.device.type)
+    if kernel is None:
+        raise RuntimeError("algo.packing=varlen: no variable-length attention kernel is ready on "
+                           f"{query.device.type} (rlvr.models.packed.varlen_ready chooses one)")
+    q, k, v = (x[0].transpose(0, 1) for x in (query, key, value))  # (tokens, heads, d): the projections' layout
+    if vl.kv_gather is not None:
+        k, v = k.index_select(0, vl.kv_gather), v.index_select(0, vl.kv_gather)
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    return kernel(q.contiguous(), k.contiguous(), v.contiguous(), vl.cu_q, vl.cu_k, vl.max_q, vl.max_k, scale)
+
+
+def varlen_reference(q, k, v, cu_q, cu_k, max_q: int, max_k: int, scale: float) -> torch.Tensor:
+    """The variable-length kernel's contract written with SDPA, one sequence at a time: q (Nq, h, d), k/v (Nk, hkv,
+    d), sequence i = queries cu_q[i]:cu_q[i+1] over keys cu_k[i]:cu_k[i+1], query j seeing keys 0..j + (keys -
+    queries) (causal, bottom right). The CPU's kernel for algo.packing=varlen, and what the tests hold the packed
+    layout to."""
+    out, gqa = [], q.shape[1] != k.shape[1]
+    cq, ck = cu_q.tolist(), cu_k.tolist()
+    for q0, q1, k0, k1 in zip(cq[:-1], cq[1:], ck[:-1], ck[1:], strict=True):
+        nq, nk = q1 - q0, k1 - k0
+        mask = torch.ones((nq, nk), dtype=torch.bool, device=q.device).tril_(nk - nq)
+        o = torch.nn.functional.scaled_dot_product_attention(
+            q[q0:q1].transpose(0, 1), k[k0:k1].transpose(0, 1), v[k0:k1].transpose(0, 1), attn_mask=mask,
+            scale=scale, enable_gqa=gqa)
+        out.append(o.transpose(0, 1))
+    return torch.cat(out) if out else q.new_zeros(q.shape)
+
+
+def _torch_varlen():
+    """torch.nn.attention.varlen.varlen_attn (FlashAttention's variable-length kernel; CUDA) in this module's
+    kernel signature, causal whatever the torch: `window_size=(-1, 0)` from torch 2.11, `is_causal` in 2.10."""
+    import inspect
+
+    from torch.nn.attention.varlen import varlen_attn
+
+    params = inspect.signature(varlen_attn).parameters
+    causal = {"window_size": (-1, 0)} if "window_size" in params else {"is_causal": True}
+
+    def kernel(q, k, v, cu_q, cu_k, max_q, max_k, scale):
+        kw = dict(causal)
+        if "scale" in params:
+            kw["scale"] = scale
+        elif abs(scale - q.shape[-1] ** -0.5) > 1e-12:
+            raise ValueError(f"this torch's varlen_attn takes no scale and the model's is {scale}")
+        if "enable_gqa" in params and q.shape[1] != k.shape[1]:
+            kw["enable_gqa"] = True
+        return varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, **kw)
+
+    return kernel
+
+
+VARLEN_TOL = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 5e-2}  # the probe's max |difference|
+_VARLEN_STATE: dict = {}  # device type -> the variable-length kernel, or None when its probe failed
+
+
+def varlen_ready(device, dtype, head_dim: int, heads: int, kv_heads: int, kernel=None) -> bool:
+    """Whether algo.packing=varlen's kernel runs right on `device`, probed once per process before the first packed
+    forward: a shared-prompt layout (two groups, suffixes of several lengths) and a plain one through
+    varlen_attention and through SDPA with the layout's dense mask in float32, forward and backward, in `dtype`
+    with the model's heads; outputs and q/k/v gradients within VARLEN_TOL[dtype]. So a kernel that is missing,
+    refuses the dtype (FlashAttention has no float32) or the head layout, or reads the causal diagonal another
+    way (top left) is never used: one warning, and the packed forward uses flex_attention (flex_ready). Out of
+    memory is raised. CUDA: torch's varlen_attn; elsewhere: varlen_reference (kernel: another, for tests)."""
+    device = torch.device(device)
+    if device.type in _VARLEN_STATE:
+        return _VARLEN_STATE[device.type] is not None
+    try:
+        kern = kernel or (_torch_varlen() if device.type == "cuda" else varlen_reference)
+        tol = VARLEN_TOL.get(dtype, 5e-2)
+        g = torch.Generator().manual_seed(0)
+        for share in (True, False):
+            plan = _probe_plan([40, 23, 31, 17, 26, 9], device, share=share, varlen=True, prompts=[12, 12, 12, 7, 7, 7])
+            x = [torch.randn((1, n, plan.tokens, head_dim), generator=g).to(device=device, dtype=dtype).requires_grad_()
+                 for n in (heads, kv_heads, kv_heads)]
+            out = varlen_attention(*x, plan.varlen, head_dim ** -0.5, kernel=kern)
+            w = torch.randn(out.shape, generator=g).to(device)
+            got = [out.float(), *torch.autograd.grad((out.float() * w).sum(), x)]
+            ref_in = [t.detach().float().requires_grad_() for t in x]
+            ref = torch.nn.functional.scaled_dot_product_attention(
+                *ref_in, attn_mask=plan.dense_mask(), scale=head_dim ** -0.5, enable_gqa=heads != kv_heads)[0]
+            ref = ref.transpose(0, 1)
+            want = [ref, *torch.autograd.grad((ref * w).sum(), ref_in)]
+            worst = max(float((a.detach().float() - b.detach()).abs().max()) for a, b in zip(got, want, strict=True))
+            if not worst <= tol:
+                raise ValueError(f"its {'shared-prompt' if share else 'plain'} layout differs from the mask by "
+                                 f"{worst:.3g} (tolerance {tol:g} in {dtype})")
+        _VARLEN_STATE[device.type] = kern
+    except Exception as exc:  # noqa: BLE001 - any failure means: flex_attention packs instead
+        if is_out_of_memory(exc):
+            raise
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        warnings.warn(f"algo.packing=varlen: the variable-length attention kernel failed its check on {device} "
+                      f"({type(exc).__name__}: {first}); the packed forward uses flex_attention", RuntimeWarning,
+                      stacklevel=2)
+        _VARLEN_STATE[device.type] = None
+    return _VARLEN_STATE[device.type] is not None
 
 
 def _eager_flex():
@@ -321,10 +475,21 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return False
 
 
-def _probe_plan(lens: list[int], device) -> PackPlan:
+def _probe_plan(lens: list[int], device, share: bool = False, varlen: bool = False,
+                prompts: list[int] | None = None) -> PackPlan:
+    """A plan over rows of `lens` tokens; with share, rows whose `prompts` lengths agree share their prompt (the
+    same tokens), their responses after it."""
     T = max(lens)
     am = (torch.arange(T).unsqueeze(0) < torch.tensor(lens).unsqueeze(1)).long()
-    return PackPlan.build(am, am.bool(), device)
+    rm = am.bool()
+    ids = None
+    if share:
+        ids = torch.arange(T).repeat(len(lens), 1) + 1000 * torch.arange(len(lens)).unsqueeze(1)  # rows differ
+        rm = rm.clone()
+        for r, p in enumerate(prompts):
+            ids[r, :p] = p  # one prompt per length: rows with equal prompt lengths share it
+            rm[r, :p - 1] = False  # the first loss label is the prompt's next token
+    return PackPlan.build(am, rm, device, input_ids=ids, share=share, varlen=varlen)
 
 
 def register() -> None:
@@ -366,18 +531,30 @@ def supported(model) -> str | None:
 
 def use_packing(model, packing) -> bool:
     """Resolve algo.packing for `model`: "auto" packs on CUDA when the model is supported and flex_attention
-    compiles there; True packs (a clear error when the model cannot be packed); False never packs."""
+    compiles there; True packs (a clear error when the model cannot be packed); "varlen" packs as True does, its
+    attention by the variable-length kernel where that passes its check (use_varlen), else by flex_attention;
+    False never packs."""
     if packing is False or packing in ("false", "off"):
         return False
     param = next(model.parameters())
     why = supported(model)
-    if packing is True or packing == "true":
+    if packing is True or packing in ("true", "varlen"):
         if why is not None:
-            raise ValueError(f"algo.packing=true cannot pack this model: {why}; set algo.packing=auto or false")
-        return flex_ready(param.device, compute_dtype(model), *_head_shape(inner_model(model)))
+            raise ValueError(f"algo.packing={str(packing).lower()} cannot pack this model: {why}; set "
+                             "algo.packing=auto or false")
+        return use_varlen(model, packing) or flex_ready(param.device, compute_dtype(model),
+                                                        *_head_shape(inner_model(model)))
     if param.device.type != "cuda" or why is not None:
         return False
     return flex_ready(param.device, compute_dtype(model), *_head_shape(inner_model(model)))
+
+
+def use_varlen(model, packing) -> bool:
+    """Whether the packed forwards of `model` attend by the variable-length kernel: algo.packing=varlen and the
+    kernel passed varlen_ready's check for the model's device, compute dtype and heads."""
+    if packing != "varlen":
+        return False
+    return varlen_ready(next(model.parameters()).device, compute_dtype(model), *_head_shape(inner_model(model)))
 
 
 def compute_dtype(model) -> torch.dtype:

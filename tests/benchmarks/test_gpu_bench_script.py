@@ -45,15 +45,16 @@ def test_variants_parse_and_bad_ones_are_refused():
         with pytest.raises(ValueError, match="--variant"):
             gb.parse_variant(bad)
     a = gb.parse_args(["--dry-run"])
-    assert [n for n, _ in a.variants] == ["plain", "lora", "fsdp2", "fsdp2_lora", "compile"]
-    assert [gb.sharded(x) for _, x in a.variants] == [False, False, True, True, False]
+    assert [n for n, _ in a.variants] == ["plain", "lora", "fsdp2", "fsdp2_lora", "compile", "varlen"]
+    assert [gb.sharded(x) for _, x in a.variants] == [False, False, True, True, False, False]
     assert a.variants[3][1] == ["distributed.learner=fsdp2", "model.lora_rank=16", "model.lora_alpha=32"]
     # on the CPU the compiled layers run packed, as auto does on CUDA (the cascade would compile them four times)
     assert a.variants[4][1] == ["model.compile_layers=true", "algo.packing=true"]
     assert a.device == "cpu" and a.shape == "tiny" and a.budget_s == 600
     full = gb.parse_args([])
-    # the compiled decode step (refused on a CPU policy) is the GPU run's last variant, left out of the dry run
-    assert full.variants[-1] == ("compile_decode", ["rollout.compile_decode=true"]) and len(full.variants) == 6
+    # the compiled decode step (refused on a CPU policy) is left out of the dry run; varlen is the GPU run's last
+    assert full.variants[-2] == ("compile_decode", ["rollout.compile_decode=true"]) and len(full.variants) == 7
+    assert full.variants[-1] == ("varlen", ["algo.packing=varlen"])
     assert full.variants[4] == ("compile", ["model.compile_layers=true"])  # on CUDA algo.packing=auto decides
     assert (full.n_prompts, full.group_size, full.max_tokens, full.micro_batch_tokens, full.dtype, full.budget_s) == (
         64, 8, 256, 16384, "bfloat16", 420)
@@ -168,7 +169,7 @@ def test_an_exhausted_budget_skips_every_stage_and_still_reports(tmp_path):
                           "--out-dir", str(out)], capture_output=True, text=True, env=_env(), timeout=300)
     assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
     raw = json.loads((out / "gpu_bench.json").read_text())
-    stages = {"plain", "warm", "checks", "lora", "fsdp2", "fsdp2_lora", "compile", "ceiling", "generate"}
+    stages = {"plain", "warm", "checks", "lora", "fsdp2", "fsdp2_lora", "compile", "varlen", "ceiling", "generate"}
     assert set(raw["skipped"]) - {"trl"} == stages  # trl: skipped for the budget, or not installed here
     assert all(v.startswith("budget") for v in raw["skipped"].values()) and raw["errors"] == {}
     assert "SKIPPED plain: budget" in res.stdout and "| fsdp2 | SKIPPED: budget" in (out / "gpu_bench.md").read_text()

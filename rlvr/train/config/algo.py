@@ -144,13 +144,16 @@ class AlgoConfig:
     shared_prefix: bool = True
     """Training forwards run each group's prompt once and reuse its keys/values for the group's responses
     (rlvr.models.prefix: same numbers up to float rounding, less work); false = every row whole."""
-    packing: Literal["auto", True, False] = "auto"
+    packing: Literal["auto", True, False, "varlen"] = "auto"
     """Padding-free learner forwards (rlvr.models.packed): a micro-batch's rows concatenated into one sequence,
     attention by a flex_attention document mask, the LM head on response tokens only, micro_batch_tokens
     counting real tokens; with shared_prefix each group's prompt is in the sequence once, its responses
     attending to it through the mask; same numbers up to float rounding. auto = on when the policy is on
     CUDA (compiled flex_attention) and off on CPU, where the padded (cascade) path is faster; true also packs
-    on CPU (a dense mask there: for checks). LoRA (peft) policies pack too."""
+    on CPU (a dense mask there: for checks). varlen = packs as true does, attention by FlashAttention's
+    variable-length kernel (torch's varlen_attn; each response's keys: its prompt's, copied, then its own),
+    checked once per process against the mask (bf16/fp16 on CUDA; a failed check warns and flex_attention
+    packs); on CPU a per-sequence SDPA. Off by default until measured on a GPU. LoRA (peft) policies pack too."""
     rollout_correction: Literal["auto", "none", RolloutCorrectionName] = "auto"
     """Correct the sampler/trainer mismatch with importance weights pi_old/pi_sampler (rlvr.algo.correction):
     token_tis (min(ratio, cap) per token), token_mask (tokens with ratio outside [low, cap] leave the loss),

@@ -52,7 +52,7 @@ from rlvr.algo import (
 from rlvr.algo.names import LENGTH_REWARD_NAMES
 from rlvr.algo.registry import check_names
 from rlvr.models import TrainingBatch, score_tokens
-from rlvr.models.packed import PackPlan, row_prompts, score_packed, use_packing
+from rlvr.models.packed import PackPlan, row_prompts, score_packed, use_packing, use_varlen
 from rlvr.models.prefix import score_rows
 from rlvr.rewards.types import Reward, Status
 from rlvr.train.batching import BatchPlan, ForwardSpec, micro_batches
@@ -428,8 +428,10 @@ def accumulate_gradients(
     plans: list[PackPlan | None] = [None] * len(chunks)
     if packed:  # everything on the device before the loop: no host round trip inside it
         device = next(model.parameters()).device
+        varlen = use_varlen(model, fwd.packing)
         plans = [PackPlan.build(batch.attention_mask[c.start:c.stop, :w], batch.response_mask[c.start:c.stop, :w],
-                                device, input_ids=batch.input_ids[c.start:c.stop, :w], share=fwd.shared_prefix)
+                                device, input_ids=batch.input_ids[c.start:c.stop, :w], share=fwd.shared_prefix,
+                                varlen=varlen)
                  for c, w in zip(chunks, widths, strict=True)]
         mb = mb.to(device)
 
@@ -510,8 +512,10 @@ def _batch_scores(model, batch: TrainingBatch, micro_batch_size: int, temperatur
     widths = [max(seq_lens[c.start:c.stop]) for c in chunks]
     if packed:  # plans and tokens on the device before the loop, the result read back once after it
         device = next(model.parameters()).device
+        varlen = use_varlen(model, packing)
         plans = [PackPlan.build(batch.attention_mask[c.start:c.stop, :w], batch.response_mask[c.start:c.stop, :w],
-                                device, input_ids=batch.input_ids[c.start:c.stop, :w], share=shared_prefix)
+                                device, input_ids=batch.input_ids[c.start:c.stop, :w], share=shared_prefix,
+                                varlen=varlen)
                  for c, w in zip(chunks, widths, strict=True)]
         ids, labels = batch.input_ids.to(device), batch.labels.to(device)
         out = torch.zeros(batch.labels.shape, dtype=torch.float32, device=device)
