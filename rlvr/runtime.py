@@ -16,6 +16,37 @@ from pathlib import Path
 _GIB = float(1 << 30)
 
 
+_AST_PARSE: list = []  # the original ast.parse, once serialize_ast_parse has wrapped it
+
+
+def serialize_ast_parse() -> None:
+    """Make ast.parse one thread at a time in this process (idempotent): called before reward and tool threads
+    start (rlvr.rewards.batch.score_batch, rlvr.envs.rollout).
+
+    Why: CPython (3.11 here) turns a parsed tree into Python objects with one recursion counter per interpreter,
+    reset by each call to its own thread's depth. When two threads parse at once and one is switched out in the
+    middle (a garbage collection running a finalizer that releases the GIL is enough), the other resets the
+    counter, and the first raises `SystemError: AST constructor recursion depth mismatch` (python/cpython#106905
+    and the reports that cite it). In rlvr that is a correct response scored as an error: the code reward's
+    empty-program check and sympy's parse_expr(evaluate=False) under math-verify both call ast.parse from reward
+    threads (seen in the test suite: a correct reference program scored 0). The lock costs microseconds per
+    parse; compile() of source to bytecode does not build these objects and is left alone."""
+    import ast
+    import threading
+
+    if _AST_PARSE:
+        return
+    original, lock = ast.parse, threading.Lock()
+
+    def parse(*args, **kwargs):
+        with lock:
+            return original(*args, **kwargs)
+
+    parse.__doc__, parse.__wrapped__ = original.__doc__, original
+    _AST_PARSE.append(original)
+    ast.parse = parse
+
+
 def default_num_threads() -> int:
     """Threads for torch when nothing is configured: RLVR_NUM_THREADS, else torch's default (0)."""
     value = os.environ.get("RLVR_NUM_THREADS", "").strip()

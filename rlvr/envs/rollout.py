@@ -26,6 +26,7 @@ from rlvr.envs.base import Environment, EpisodeLog
 from rlvr.envs.format import TurnFormat
 from rlvr.rewards.types import Reward, Status
 from rlvr.rollout.types import Rollout, SamplingSpec
+from rlvr.runtime import serialize_ast_parse
 
 
 @dataclass
@@ -103,6 +104,8 @@ def run_episodes(generator, make_env: Callable[[], Environment], examples: Seque
                 prompt = fmt.prompt(env.system, obs)
                 states[-1].prompt, states[-1].prompt_ids = prompt, list(tokenizer.encode(prompt))
         turn = 0
+        if workers > 1:
+            serialize_ast_parse()  # tools and rewards in threads (a CPython race in ast.parse: rlvr.runtime)
         pool = ThreadPoolExecutor(workers) if workers > 1 else None
         try:
             while True:

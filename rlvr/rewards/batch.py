@@ -42,6 +42,7 @@ from rlvr.rewards import pool as _pool
 from rlvr.rewards.grader import DEFAULT_TIMEOUT_S, verifier_timeout
 from rlvr.rewards.registry import get_reward_fn
 from rlvr.rewards.types import ExampleLike, Reward, RewardFn, SimpleExample, Status
+from rlvr.runtime import serialize_ast_parse
 
 
 @dataclass
@@ -393,6 +394,7 @@ def score_batch(
     if workers == 1 or m <= 1:
         run_chunk(todo)
     else:
+        serialize_ast_parse()  # (a CPython race between threads in ast.parse: rlvr.runtime)
         # interleaved chunks keep slow items (symbolic checks) spread over the threads
         chunks = [todo[k::workers] for k in range(min(workers, m))]
         with ThreadPoolExecutor(max_workers=len(chunks), thread_name_prefix="rlvr-score") as ex:

@@ -55,6 +55,7 @@ from typing import Any, Protocol
 from rlvr.rewards.extract import final_answer
 from rlvr.rewards.grader import verifier_timeout
 from rlvr.rewards.types import ExampleLike, Reward, RewardFn, Status
+from rlvr.runtime import serialize_ast_parse
 
 DEFAULT_PROMPT = (
     "You are grading a student's final answer to a problem against the reference answer.\n\n"
@@ -554,6 +555,7 @@ class JudgeReward:
                 return self._symbolic(responses[i], examples[i])
 
         if workers > 1 and n > 1:
+            serialize_ast_parse()  # (a CPython race between threads in ast.parse: rlvr.runtime)
             # each thread runs in a copy of the caller's context: a tolerance wrapper's setting holds there too
             contexts = [contextvars.copy_context() for _ in range(n)]
             with ThreadPoolExecutor(max_workers=min(workers, n), thread_name_prefix="rlvr-judge-sym") as ex:
