@@ -40,11 +40,14 @@ def test_torchs_tmp_default_is_replaced_and_the_users_choice_kept(monkeypatch, t
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
     monkeypatch.setenv("RLVR_COMPILE_CACHE", str(tmp_path / "rlvr"))
-    monkeypatch.setattr(inductor_config, "fx_graph_cache", False)
     # torch writes its /tmp default into the environment the first time it asks: not a choice of the user's
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", default_cache_dir())
-    assert use_compile_cache() == tmp_path / "rlvr" and os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "rlvr")
-    assert inductor_config.fx_graph_cache is True
+    # (the config's own patch, not monkeypatch: undoing a setattr on torch's config module deletes the option, and
+    # every later compile in the process then fails on "torch._inductor.config.fx_graph_cache does not exist")
+    with inductor_config.patch(fx_graph_cache=False):
+        assert use_compile_cache() == tmp_path / "rlvr"
+        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "rlvr")
+        assert inductor_config.fx_graph_cache is True
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "users"))
     assert use_compile_cache() == tmp_path / "users"
     monkeypatch.setenv("RLVR_COMPILE_CACHE", "off")
