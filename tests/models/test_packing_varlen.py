@@ -11,14 +11,15 @@ import types
 
 import pytest
 import torch
+from helpers.packing import assert_grads_close as _assert_grads_close
+from helpers.packing import batch as _batch
+from helpers.packing import grads as _grads
+from helpers.packing import model as _model
 from helpers.training import shared_prefix_run
 
 import rlvr.models.packed as packed
 from rlvr.models import score_tokens
 from rlvr.models.packed import PackPlan, Varlen, score_packed, use_packing, use_varlen, varlen_reference
-
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
-from test_packing import _assert_grads_close, _batch, _grads, _model  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 
