@@ -43,3 +43,12 @@ def assert_grads_close(got, ref, rel=1e-5):
     for n in ref:  # float32 rounding, relative to the tensor's largest entry
         assert float((got[n] - ref[n]).abs().max()) <= rel * float(ref[n].abs().max()), n
     assert ref["model.embed_tokens.weight"].abs().sum() > 0
+
+
+def backward_scores(model, fn, w, m):
+    """fn()'s ScoreOutput and the gradients of a weighted sum of its logprobs and entropies over the mask m (the
+    gradient every packed-vs-padded comparison checks)."""
+    model.zero_grad()
+    out = fn()
+    ((out.logprobs * w + 0.3 * w * out.entropy) * m).sum().backward()
+    return out, grads(model)

@@ -12,8 +12,8 @@ import types
 import pytest
 import torch
 from helpers.packing import assert_grads_close as _assert_grads_close
+from helpers.packing import backward_scores
 from helpers.packing import batch as _batch
-from helpers.packing import grads as _grads
 from helpers.packing import model as _model
 from helpers.training import shared_prefix_run
 
@@ -64,10 +64,7 @@ def test_varlen_scores_and_gradients_equal_the_padded_forward(arch, kv_heads, sh
     w = torch.randn(m.shape, generator=torch.Generator().manual_seed(1))
 
     def run(fn):
-        model.zero_grad()
-        out = fn()
-        ((out.logprobs * w + 0.3 * w * out.entropy) * m).sum().backward()
-        return out, _grads(model)
+        return backward_scores(model, fn, w, m)
 
     ref, g_ref = run(lambda: score_tokens(model, batch.input_ids, batch.labels, batch.attention_mask,
                                           with_entropy=True))
