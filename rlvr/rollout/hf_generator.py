@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import inspect
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 
@@ -169,10 +169,17 @@ class HFGenerator:
         (rollout.cuda_graphs) keeps its cache and captured graph for the next call of the same shape."""
 
     # -- generation ----------------------------------------------------------------------------
+    streams_finished = True  # generate() takes on_finished (rlvr.train.pg.rollout_source scores while it decodes)
+
     def generate(
-        self, prompts: list[str], spec: SamplingSpec, *, prompt_ids: Sequence[Sequence[int]] | None = None
+        self, prompts: list[str], spec: SamplingSpec, *, prompt_ids: Sequence[Sequence[int]] | None = None,
+        on_finished: Callable[[int, Rollout], None] | None = None,
     ) -> list[Rollout]:
-        """len(prompts) * spec.n Rollouts in prompt-major order (see Generator)."""
+        """len(prompts) * spec.n Rollouts in prompt-major order (see Generator). on_finished(i, rollout), if given,
+        is called (on this thread) with each rollout as soon as it is final, while the other rows decode on: i is
+        its index in the returned list, which holds that very object; every index once, before generate returns
+        (the plain loop: at the step its row ends; the static-cache decode: at the host check that finds it
+        ended, every sync_every steps)."""
         prompt_ids = resolve_prompt_ids(self.tokenizer, prompts, prompt_ids)
         if any(len(p) == 0 for p in prompt_ids):
             raise ValueError("empty prompt: the first token would have no context (give a BOS)")
@@ -189,17 +196,19 @@ class HFGenerator:
             with torch.no_grad(), torch.compiler.set_stance("force_eager"):
                 for s in range(0, len(jobs), self.batch_size):
                     chunk = jobs[s : s + self.batch_size]
-                    out.extend(self._chunk(prompts, prompt_ids, chunk, spec, base_seed))
+                    emit = None if on_finished is None else _Emitter(on_finished, s)
+                    out.extend(self._chunk(prompts, prompt_ids, chunk, spec, base_seed, emit))
         finally:
             self.model.train(was_training)
         return out
 
-    def _chunk(self, prompts, prompt_ids, chunk, spec: SamplingSpec, base_seed: int) -> list[Rollout]:
+    def _chunk(self, prompts, prompt_ids, chunk, spec: SamplingSpec, base_seed: int, emit=None) -> list[Rollout]:
         """One chunk on the static cache where chosen; on any failure there, one warning and the plain loop
-        from then on (the rows' uniforms are fixed by their seeds, so the redone chunk is the same)."""
+        from then on (the rows' uniforms are fixed by their seeds, so the redone chunk is the same; a row the
+        failed decode had already handed to on_finished keeps that rollout)."""
         if self._static:
             try:
-                return generate_chunk_static(self, prompts, prompt_ids, chunk, spec, base_seed)
+                return generate_chunk_static(self, prompts, prompt_ids, chunk, spec, base_seed, emit)
             except Exception as e:  # noqa: BLE001 - never crash a run for the fast path: the plain one is exact
                 if is_out_of_memory(e):  # out of memory is the run's to know, not a reason to decode slower
                     raise
@@ -207,7 +216,7 @@ class HFGenerator:
                 warnings.warn(f"rollout.cuda_graphs: the static-cache decode failed ({type(e).__name__}: "
                               f"{str(e).splitlines()[0] if str(e) else ''}); the hf sampler decodes without it",
                               stacklevel=3)
-        return self._generate_chunk(prompts, prompt_ids, chunk, spec, base_seed)
+        return self._generate_chunk(prompts, prompt_ids, chunk, spec, base_seed, emit)
 
     def _static_decoder(self, B: int, max_len: int):
         """The StaticDecoder of this shape: the last one when equal (its captured graph replays), else new."""
@@ -303,7 +312,7 @@ class HFGenerator:
         return uniforms
 
     def _generate_chunk(
-        self, prompts, prompt_ids, chunk, spec: SamplingSpec, base_seed: int
+        self, prompts, prompt_ids, chunk, spec: SamplingSpec, base_seed: int, emit=None
     ) -> list[Rollout]:
         dev = self.device
         B = len(chunk)
@@ -356,6 +365,9 @@ class HFGenerator:
                     finish[r] = "length"
                 ended = act
             done[live[ended]] = True
+            if emit is not None and bool(ended.any()):  # final now: handed on while the other rows decode
+                emit.rows(self, live[ended].tolist(), prompts, chunk, p_ids, toks, tlps, n_tok, finish, stop_reason,
+                          cut_text, spec)
             still = ~done[live]
             n_still = int(still.sum())
             if not n_still:
@@ -389,33 +401,60 @@ class HFGenerator:
                 full_ids = torch.cat([full_ids, nxt], dim=1)
                 logits, _ = self._forward(full_ids, attn, None)
 
-        return self._assemble(prompts, chunk, p_ids, toks, tlps, n_tok, finish, stop_reason, cut_text, spec)
+        out = self._assemble(prompts, chunk, p_ids, toks, tlps, n_tok, finish, stop_reason, cut_text, spec)
+        return out if emit is None else emit.final(out)
 
-    def _assemble(self, prompts, chunk, p_ids, toks, tlps, n_tok, finish, stop_reason, cut_text, spec):
+    def _assemble(self, prompts, chunk, p_ids, toks, tlps, n_tok, finish, stop_reason, cut_text, spec, rows=None):
         """The chunk's Rollouts from the host (B, max_tokens) tokens and logprobs, each row cut at n_tok[r]
-        (cut_text[r]: its text where a stop string cut it, else decoded here)."""
-        B = len(chunk)
-        rollouts = []
-        tok_rows, lp_rows = toks.tolist(), tlps.tolist()
-        resp = [tok_rows[r][: n_tok[r]] for r in range(B)]
-        lps = [lp_rows[r][: n_tok[r]] for r in range(B)]
-        need = [r for r in range(B) if cut_text[r] is None]
+        (cut_text[r]: its text where a stop string cut it, else decoded here); rows: only these rows' (in that
+        order), from their own lines of toks and tlps."""
+        if rows is None:  # the whole chunk: the (B, T) tensors to lists once
+            rows = range(len(chunk))
+            tok_rows, lp_rows = toks.tolist(), tlps.tolist() if spec.logprobs else None
+        else:
+            tok_rows = {r: toks[r].tolist() for r in rows}
+            lp_rows = {r: tlps[r].tolist() for r in rows} if spec.logprobs else None
+        resp = {r: tok_rows[r][: n_tok[r]] for r in rows}
+        lps = {r: lp_rows[r][: n_tok[r]] for r in rows} if spec.logprobs else {}
+        need = [r for r in rows if cut_text[r] is None]
         for r, t in zip(need, decode_batch(self.tokenizer, [resp[r] for r in need]), strict=True):
             cut_text[r] = t
-        for r, (i, j) in enumerate(chunk):
-            text = cut_text[r]
-            rollouts.append(
-                Rollout(
-                    prompt=prompts[i],
-                    prompt_ids=p_ids[r],
-                    response_ids=resp[r],
-                    text=text,
-                    logprobs=lps[r] if spec.logprobs else None,
-                    finish_reason=finish[r] or "length",
-                    group=i,
-                    weight_version=self.weight_version,
-                    sample_index=j,
-                    stop_reason=stop_reason[r],
-                )
+        return [
+            Rollout(
+                prompt=prompts[chunk[r][0]],
+                prompt_ids=p_ids[r],
+                response_ids=resp[r],
+                text=cut_text[r],
+                logprobs=lps.get(r),
+                finish_reason=finish[r] or "length",
+                group=chunk[r][0],
+                weight_version=self.weight_version,
+                sample_index=chunk[r][1],
+                stop_reason=stop_reason[r],
             )
-        return rollouts
+            for r in rows
+        ]
+
+
+class _Emitter:
+    """generate()'s on_finished for one chunk starting at index `start` of the call: each row handed on once, when
+    final; the chunk's returned rollouts are then those very objects (a redone chunk, the plain loop after a failed
+    static-cache decode, keeps the ones handed on)."""
+
+    def __init__(self, on_finished: Callable[[int, Rollout], None], start: int):
+        self.on_finished, self.start, self.sent = on_finished, start, {}
+
+    def rows(self, gen: HFGenerator, rows: list[int], *args) -> None:
+        new = [r for r in rows if r not in self.sent]
+        for r, ro in zip(new, gen._assemble(*args, rows=new), strict=True):
+            self.sent[r] = ro
+            self.on_finished(self.start + r, ro)
+
+    def final(self, out: list[Rollout]) -> list[Rollout]:
+        """The chunk's rollouts with the ones handed on in their places; the rest handed on now."""
+        out = [self.sent.get(r, ro) for r, ro in enumerate(out)]
+        for r, ro in enumerate(out):
+            if r not in self.sent:
+                self.sent[r] = ro
+                self.on_finished(self.start + r, ro)
+        return out

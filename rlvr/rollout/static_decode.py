@@ -420,8 +420,10 @@ def row_counts(B: int) -> list[int]:
     return out
 
 
-def generate_chunk_static(gen, prompts, prompt_ids, chunk, spec, base_seed):
-    """HFGenerator._generate_chunk on the slot cache (module docstring); the same Rollouts."""
+def generate_chunk_static(gen, prompts, prompt_ids, chunk, spec, base_seed, emit=None):
+    """HFGenerator._generate_chunk on the slot cache (module docstring); the same Rollouts. emit (generate's
+    on_finished for this chunk, rlvr.rollout.hf_generator._Emitter): the rows a host check finds ended are handed
+    on at that check (their logprobs come to the host with their tokens, block by block)."""
     dev = gen.device
     B, T = len(chunk), spec.max_tokens
     p_ids = [list(prompt_ids[i]) for i, _ in chunk]
@@ -485,7 +487,23 @@ def generate_chunk_static(gen, prompts, prompt_ids, chunk, spec, base_seed):
     counts = row_counts(B) if gen.drop_finished else [B]
     at_host = list(range(B))  # the original row of each row of the batch (B: a padding row)
     at = torch.arange(B, device=dev)
-    pending: list[tuple[int, torch.Tensor, object]] = []  # blocks copied to the host, not yet checked
+    pending: list[tuple] = []  # (first step, tokens, logprobs or None, event): blocks on their way, not yet checked
+    # emit: the host's copies of the checked steps' tokens and logprobs, a row handed on as soon as it is final
+    h_toks = torch.empty((B, T), dtype=torch.long) if emit is not None else None
+    h_lps = torch.empty((B, T), dtype=torch.float32) if emit is not None else None
+
+    def checked(b0: int, b: torch.Tensor, lb: torch.Tensor | None) -> None:
+        """check() of a block that arrived, then (emit) the rows it ended handed on."""
+        was = [f is None for f in finish]
+        check(b0, b.t())
+        if emit is None:
+            return
+        h_toks[:, b0 : b0 + b.shape[0]] = b.t()
+        h_lps[:, b0 : b0 + b.shape[0]] = lb.t()
+        ended = [r for r in range(B) if was[r] and finish[r] is not None]
+        if ended:
+            emit.rows(gen, ended, prompts, chunk, p_ids, h_toks, h_lps, n_tok, finish, stop_reason, cut_text, spec)
+
     s0 = 0
     tok = None  # the token sampled at the previous step
     dec.set_sampling(spec, eos, logits.shape[-1])
@@ -509,17 +527,21 @@ def generate_chunk_static(gen, prompts, prompt_ids, chunk, spec, base_seed):
         # the block to the host without waiting for it; the previous block is checked meanwhile
         blk = torch.empty((step + 1 - s0, B), dtype=torch.long, pin_memory=pinned)
         blk.copy_(toks[s0 : step + 1, :B], non_blocking=pinned)
+        lblk = None
+        if emit is not None:
+            lblk = torch.empty((step + 1 - s0, B), dtype=torch.float32, pin_memory=pinned)
+            lblk.copy_(tlps[s0 : step + 1, :B], non_blocking=pinned)
         event = None
         if pinned:
             event = torch.cuda.Event()
             event.record()
-        pending.append((s0, blk, event))
+        pending.append((s0, blk, lblk, event))
         s0 = step + 1
         if len(pending) > 1:
-            b0, b, ev = pending.pop(0)
+            b0, b, lb, ev = pending.pop(0)
             if ev is not None:
                 ev.synchronize()
-            check(b0, b.t())
+            checked(b0, b, lb)
             live = [r for r in range(B) if finish[r] is None]
             if not live:
                 break
@@ -532,14 +554,15 @@ def generate_chunk_static(gen, prompts, prompt_ids, chunk, spec, base_seed):
                 tok, n_real = tok.index_select(0, keep), n_real.index_select(0, keep)
                 at_host = live + [B] * (nb - len(live))
                 at = _to_device(at_host, dev, pinned)
-    for b0, b, ev in pending:
+    for b0, b, lb, ev in pending:
         if all(f is not None for f in finish):
             break
         if ev is not None:
             ev.synchronize()
-        check(b0, b.t())
+        checked(b0, b, lb)
     for r in range(B):
         if finish[r] is None:
             finish[r] = "length"
-    return gen._assemble(prompts, chunk, p_ids, toks[:, :B].t().cpu(), tlps[:, :B].t().cpu(), n_tok, finish,
-                         stop_reason, cut_text, spec)
+    out = gen._assemble(prompts, chunk, p_ids, toks[:, :B].t().cpu(), tlps[:, :B].t().cpu(), n_tok, finish,
+                        stop_reason, cut_text, spec)
+    return out if emit is None else emit.final(out)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rlvr.config import ConfigError
 from rlvr.train.config.checks import Checks
-from rlvr.train.config.data import DataConfig, check_thinking_mode
+from rlvr.train.config.data import DataConfig, check_thinking_mode, refuse_score_while_generating
 from rlvr.train.config.judge import refuse_judge
 from rlvr.train.config.model import ModelConfig, TeacherConfig
 from rlvr.train.config.run import OptimConfig, RunConfig
@@ -66,6 +66,7 @@ class DistillConfig:
 
     def validate(self) -> None:
         refuse_judge(self.data, "rlvr distill")
+        refuse_score_while_generating(self.data, "rlvr distill")
         check_thinking_mode(self.data, self.sampling, "rlvr distill")
         if not self.teacher.model:
             raise ConfigError("teacher.model is required: the folder, run directory, checkpoint or hub id of the "

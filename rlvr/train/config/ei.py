@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from rlvr.algo.names import LossAggregationName
 from rlvr.config import ConfigError
 from rlvr.train.config.checks import Checks
-from rlvr.train.config.data import DataConfig, check_thinking_mode
+from rlvr.train.config.data import DataConfig, check_thinking_mode, refuse_score_while_generating
 from rlvr.train.config.judge import refuse_judge
 from rlvr.train.config.model import ModelConfig
 from rlvr.train.config.run import OptimConfig, RunConfig
@@ -82,6 +82,7 @@ class EIConfig:
         if s.temperature == 0 and s.group_size > 1:
             raise ConfigError(f"sampling.temperature=0 with sampling.group_size={s.group_size}: greedy samples of a "
                               "question are all the same answer; sample (temperature > 0) or use group_size=1")
+        refuse_score_while_generating(self.data, "rlvr ei")
         # the data section is rlvr train's; its online problem selection is not wired into expert iteration,
         # which reads the plain shuffled stream: refused by name rather than silently ignored
         for key in ("filter_band", "curriculum"):

@@ -64,6 +64,7 @@ class TrainConfig:
         check_inert(self)
         self.batch_plan()
         check_asynchronous(self)
+        check_score_while_generating(self)
         check_sharded(self)
         check_teacher(self)
         check_lora(self)
@@ -174,6 +175,23 @@ def check_asynchronous(cfg: TrainConfig) -> None:
                               "(sampling ahead) are two ways to go asynchronous; set only one")
         if a.filter_zero_variance and a.refill_rounds:
             raise ConfigError("distributed.segment_tokens does not combine with algo.refill_rounds")
+
+
+def check_score_while_generating(cfg: TrainConfig) -> None:
+    """data.score_while_generating=true needs a sampler that hands rollouts on as they finish: the hf sampler of the
+    synchronous source (rlvr.train.pg.rollout_source.score_while_generating); everywhere else it would do nothing."""
+    if cfg.data.score_while_generating is not True:
+        return
+    d, s = cfg.distributed, cfg.sampling
+    why = ("rollout.backend=vllm returns a batch's rollouts all at once" if cfg.rollout.backend != "hf" else
+           "data.env's episodes are rewarded by the environment" if cfg.data.env else
+           "a thinking budget samples in two phases and returns the answers together" if s.thinking_budget >= 0 else
+           "sampling ahead (distributed.max_staleness / queue_size) scores on the generator actors"
+           if d.max_staleness or d.queue_size else
+           "partial rollouts (distributed.segment_tokens) finish across steps" if d.segment_tokens else
+           "the Ray placement's generator actors return a batch at once" if d.placement == "ray" else None)
+    if why:
+        raise ConfigError(f"data.score_while_generating=true: {why}, so it would do nothing; leave it auto")
 
 
 def check_sharded(cfg: TrainConfig) -> None:

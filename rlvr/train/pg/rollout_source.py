@@ -68,6 +68,92 @@ class Sampled:
         }
 
 
+class ScoreWhileGenerating:
+    """data.score_while_generating: the rollouts the sampler hands on as they finish (HFGenerator.generate's
+    on_finished) are scored on one background thread while the other rows decode, so a step waits after
+    generation only for the rows that finished last. The thread takes everything that arrived since its last call
+    as one batch (the reward call's own workers, dedup and deadlines as for a whole batch); result() waits for the
+    rest and returns the rewards in the rollouts' order: the same rewards as one call (a reward is a function of its
+    response and example). A scorer that raises raises in result(), as the plain call would."""
+
+    def __init__(self, score, batch: list):
+        import threading
+
+        self.score, self.batch = score, batch
+        self.cond = threading.Condition()
+        self.waiting: list[tuple[int, object]] = []  # handed on, not yet taken by the thread
+        self.done: list[tuple[list[int], list[Reward]]] = []
+        self.calls: list[list[int]] = []  # the indices of each scoring call, in order
+        self.spans: list[tuple[float, float]] = []  # (start, end) of each scoring call, perf_counter
+        self.error: BaseException | None = None
+        self.closed = False
+        self.overlapped_s = 0.0
+        self.thread = threading.Thread(target=self._run, name="rlvr-score-while-generating", daemon=True)
+        self.thread.start()
+
+    def add(self, i: int, rollout) -> None:
+        """on_finished: called on the generating thread."""
+        with self.cond:
+            self.waiting.append((i, rollout))
+            self.cond.notify()
+
+    def _run(self) -> None:
+        import time
+
+        while True:
+            with self.cond:
+                while not self.waiting and not self.closed:
+                    self.cond.wait()
+                if not self.waiting or self.error is not None:
+                    return
+                todo, self.waiting = self.waiting, []
+            idx, ros = [i for i, _ in todo], [ro for _, ro in todo]
+            self.calls.append(idx)
+            t0 = time.perf_counter()
+            try:
+                rewards = self.score(ros, [self.batch[ro.group] for ro in ros])
+            except BaseException as e:  # noqa: BLE001 - raised again on the caller's thread, in result()
+                self.error = e
+                return
+            finally:
+                self.spans.append((t0, time.perf_counter()))
+            self.done.append((idx, list(rewards)))
+
+    def result(self, rollouts: list) -> list[Reward]:
+        """The rewards of `rollouts` (generate's return: every index handed on); overlapped_s: the seconds of
+        scoring done before this call, while generation ran."""
+        import time
+
+        end_of_generation = time.perf_counter()
+        with self.cond:
+            self.closed = True
+            self.cond.notify()
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        self.overlapped_s = sum(max(0.0, min(b, end_of_generation) - a) for a, b in self.spans)
+        out: list[Reward | None] = [None] * len(rollouts)
+        for idx, rewards in self.done:
+            for i, rw in zip(idx, rewards, strict=True):
+                out[i] = rw
+        missing = [i for i, rw in enumerate(out) if rw is None]
+        if missing:  # (generate hands every index on; a sampler that did not is a bug, not a zero reward)
+            raise RuntimeError(f"score_while_generating: {len(missing)} rollouts were never handed on to be scored "
+                               f"(first index {missing[0]})")
+        return out
+
+
+def score_while_generating(setting, sampler) -> bool:
+    """Whether data.score_while_generating (auto / true / false) is on for `sampler`: it must hand rollouts on as
+    they finish (streams_finished: the hf sampler); auto = only on a GPU, where the host waits on the device while
+    it decodes (on a CPU the scoring would take the cores the decode uses)."""
+    if setting is False or setting in ("false", "off"):
+        return False
+    if getattr(type(sampler), "streams_finished", False) is not True:
+        return False
+    return setting is True or setting == "true" or getattr(getattr(sampler, "device", None), "type", "") == "cuda"
+
+
 class NoPushCheck:
     """The push check of an engine that shares the learner's module (hf): nothing to check."""
 
@@ -100,13 +186,31 @@ class RolloutSource:
         self.objective, self.problems, self._score, self.push_check = objective, problems, score, push_check
         self.model, self.tokenizer = model, tokenizer
         self._task_scorer = task_scorer(task, cfg.data)  # the curriculum's pass-rate estimates
+        # (only this class's draw and score hand rollouts on; the sources that override them sample otherwise)
+        self._overlap = (type(self).draw is RolloutSource.draw
+                         and score_while_generating(getattr(cfg.data, "score_while_generating", False), sampler))
+        self._pending: ScoreWhileGenerating | None = None
+        self._overlapped_s = 0.0
 
     # -- one round of a step: draw the problems' rollouts, then their rewards
     def draw(self, batch: list, spec: SamplingSpec) -> tuple[list, list]:
-        ros = self.sampler.generate([self.task.prompt(ex) for ex in batch], spec)
+        prompts = [self.task.prompt(ex) for ex in batch]
+        if self._overlap:  # scored as they finish (data.score_while_generating)
+            self._pending = ScoreWhileGenerating(self._score_batch, batch)
+            ros = self.sampler.generate(prompts, spec, on_finished=self._pending.add)
+        else:
+            ros = self.sampler.generate(prompts, spec)
         return ros, [batch[ro.group] for ro in ros]
 
     def score(self, rollouts: list, examples: list) -> list[Reward]:
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return self._score_batch(rollouts, examples)
+        rewards = pending.result(rollouts)
+        self._overlapped_s += pending.overlapped_s
+        return rewards
+
+    def _score_batch(self, rollouts: list, examples: list) -> list[Reward]:
         d = self.cfg.data
         return self._score(rollouts, examples, self.task.reward_fn, workers=d.reward_workers,
                            timeout_s=d.reward_timeout_s, isolate=d.reward_isolate)
@@ -138,7 +242,10 @@ class RolloutSource:
         self.push_check(self.engine, model, self.tokenizer, step)  # the engine samples what was pushed, or stops
 
     def metrics(self) -> dict[str, float]:
-        return dict(self.push_check.last)
+        out = dict(self.push_check.last)
+        if self._overlap:  # seconds of scoring hidden inside time/generate this step (time/score: what was left)
+            out["time/score_while_generating"], self._overlapped_s = self._overlapped_s, 0.0
+        return out
 
     def extras(self) -> dict:
         """Checkpoint extras of the source (state_dict / load_state_dict objects)."""
