@@ -422,6 +422,7 @@ def stage_rlvr(a, built: dict, name: str, extra: list[str], steps: int, profile_
     def on_step(step: int, m: dict) -> None:
         rows.append(dict(m, step=step) | ({"perf/flops_done": flops[-1]} if flops else {}))
         log(f"  {name} step {step}: {m.get('time/step', 0):.2f} s (generate {m.get('time/generate', 0):.2f}, "
+            f"score {m.get('time/score', 0):.2f} after it, {m.get('time/score_while_generating', 0):.2f} during it, "
             f"train {m.get('time/train', 0):.2f}), {m.get('tokens/generated', 0)} generated, "
             f"{m.get('tokens/trained', 0)} trained tokens, {flops[-1] / 1e12 if flops else 0:.3g} TFLOP done, "
             f"grad_norm {m.get('grad_norm', float('nan')):.4g}, sampler-trainer logprob gap mean "
