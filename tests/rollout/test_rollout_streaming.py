@@ -127,22 +127,16 @@ def test_a_scorer_that_raises_raises_in_result():
         sw.result([_Ro(0, "a")])
 
 
-def test_the_setting_resolves_by_sampler_and_device(eos_likely):
+def test_the_setting_resolves_by_sampler(eos_likely):
     model, tok, _ = eos_likely
     gen = HFGenerator(model, tok)
-    assert score_while_generating("auto", gen) is False  # CPU: the decode keeps its cores
     assert score_while_generating(True, gen) is True and score_while_generating(False, gen) is False
-
-    class Cuda(HFGenerator):
-        def __init__(self):
-            self.device = torch.device("cuda")
-
-    assert score_while_generating("auto", Cuda()) is True
+    assert load_config(TrainConfig, None, []).data.score_while_generating is False  # off until measured on a GPU
 
     class Batch:  # a sampler that returns every rollout at once (vllm, a thinking budget, Ray actors)
         device = torch.device("cuda")
 
-    assert score_while_generating("auto", Batch()) is False and score_while_generating(True, Batch()) is False
+    assert score_while_generating(True, Batch()) is False
 
 
 def test_train_scores_while_generating_with_the_same_numbers(tmp_path, monkeypatch):
@@ -187,7 +181,8 @@ def test_true_is_refused_with_vllm_and_ray(section, key, value, why):
 def test_other_commands_refuse_it():
     from rlvr.train.config import DistillConfig, EIConfig
 
-    with pytest.raises(ConfigError, match="data.score_while_generating=false applies to rlvr train only; rlvr ei"):
-        load_config(EIConfig, None, ["data.score_while_generating=false"])
+    with pytest.raises(ConfigError, match="data.score_while_generating=true applies to rlvr train only; rlvr ei"):
+        load_config(EIConfig, None, ["data.score_while_generating=true"])
+    load_config(EIConfig, None, ["data.score_while_generating=false"])
     with pytest.raises(ConfigError, match="applies to rlvr train only; rlvr distill"):
         load_config(DistillConfig, None, ["data.score_while_generating=true", "teacher.model=x"])

@@ -67,14 +67,14 @@ class DataConfig:
     """Deadline per symbolic check (or per reward call with reward_isolate); 0 = RLVR_VERIFIER_TIMEOUT_S or 3 s."""
     reward_isolate: bool = False
     """Run every reward call in a killable worker process (for untrusted or slow reward functions)."""
-    score_while_generating: Literal["auto", True, False] = "auto"
+    score_while_generating: bool = False
     """Score each rollout as soon as the sampler finishes it, on a background thread, while the other rows decode
     (the hf sampler hands them on: at the step a row ends, or at the CUDA-graph decode's host checks); the step
     then waits only for the last rows' rewards (time/score), time/score_while_generating says how much scoring was
-    hidden. Same rewards. auto = on for the hf sampler on a GPU (the host waits on the device); true = also on a
-    CPU (worth it when rewards run elsewhere: reward_isolate's processes, a code sandbox); refused where the
-    sampler returns every rollout at once (vllm, a thinking budget, data.env, sampling ahead, partial rollouts,
-    the Ray placement); false = score after generation."""
+    hidden. Same rewards. Worth it where responses end at different times and rewards are slow or run outside this
+    process (reward_isolate's workers, a code sandbox, a judge); Python rewards on this process's threads compete
+    with the decode loop for the GIL. Off by default: not yet measured on a GPU. Refused where the sampler returns
+    every rollout at once (vllm, a thinking budget, data.env, sampling ahead, partial rollouts, the Ray placement)."""
     num_train: int = 0
     """Synthetic tasks: how many training problems to generate, 0 = 20000 or all the task's distinct ones if
     fewer (9006 for the demo's four 1-digit terms); file tasks: cap on rows read, 0 = all."""
@@ -376,9 +376,9 @@ def _env_knobs(env: str) -> tuple[str, ...] | None:
 def refuse_score_while_generating(data: DataConfig, command: str) -> None:
     """data.score_while_generating is rlvr train's (its synchronous source scores the hf sampler's rollouts as they
     finish); another command that scores after generating refuses a value it would not act on."""
-    if changed(data, "score_while_generating"):
-        raise ConfigError(f"data.score_while_generating={str(data.score_while_generating).lower()} applies to rlvr "
-                          f"train only; {command} scores its samples after generating them (leave it auto)")
+    if data.score_while_generating:
+        raise ConfigError(f"data.score_while_generating=true applies to rlvr train only; {command} scores its "
+                          "samples after generating them (leave it false)")
 
 
 def check_thinking_mode(data: DataConfig, sampling, command: str = "") -> None:

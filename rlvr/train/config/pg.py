@@ -180,7 +180,7 @@ def check_asynchronous(cfg: TrainConfig) -> None:
 def check_score_while_generating(cfg: TrainConfig) -> None:
     """data.score_while_generating=true needs a sampler that hands rollouts on as they finish: the hf sampler of the
     synchronous source (rlvr.train.pg.rollout_source.score_while_generating); everywhere else it would do nothing."""
-    if cfg.data.score_while_generating is not True:
+    if not cfg.data.score_while_generating:
         return
     d, s = cfg.distributed, cfg.sampling
     why = ("rollout.backend=vllm returns a batch's rollouts all at once" if cfg.rollout.backend != "hf" else
@@ -191,7 +191,7 @@ def check_score_while_generating(cfg: TrainConfig) -> None:
            "partial rollouts (distributed.segment_tokens) finish across steps" if d.segment_tokens else
            "the Ray placement's generator actors return a batch at once" if d.placement == "ray" else None)
     if why:
-        raise ConfigError(f"data.score_while_generating=true: {why}, so it would do nothing; leave it auto")
+        raise ConfigError(f"data.score_while_generating=true: {why}, so it would do nothing; leave it false")
 
 
 def check_sharded(cfg: TrainConfig) -> None:

@@ -143,15 +143,10 @@ class ScoreWhileGenerating:
         return out
 
 
-def score_while_generating(setting, sampler) -> bool:
-    """Whether data.score_while_generating (auto / true / false) is on for `sampler`: it must hand rollouts on as
-    they finish (streams_finished: the hf sampler); auto = only on a GPU, where the host waits on the device while
-    it decodes (on a CPU the scoring would take the cores the decode uses)."""
-    if setting is False or setting in ("false", "off"):
-        return False
-    if getattr(type(sampler), "streams_finished", False) is not True:
-        return False
-    return setting is True or setting == "true" or getattr(getattr(sampler, "device", None), "type", "") == "cuda"
+def score_while_generating(on: bool, sampler) -> bool:
+    """Whether data.score_while_generating is in force for `sampler`: asked for, and the sampler hands rollouts on as
+    they finish (streams_finished: the hf sampler; the config refuses true with the others)."""
+    return bool(on) and getattr(type(sampler), "streams_finished", False) is True
 
 
 class NoPushCheck:
