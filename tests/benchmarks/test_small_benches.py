@@ -1,4 +1,4 @@
-"""benchmarks/generation.py, sandbox.py and eval_cpu_batch.py at their smallest (a few seconds): each still runs against the
+"""benchmarks/generation.py, sandbox.py, eval_cpu_batch.py and score_overlap.py at their smallest (a few seconds): each still runs against the
 current package and writes its table where asked (--results-dir), never into benchmarks/results/. Benchmarks that
 no test runs rot unnoticed (benchmarks/step.py stopped working at the rlvr/train split; tests/benchmarks/
 test_step_bench.py)."""
@@ -43,3 +43,13 @@ def test_the_cpu_eval_batching_benchmark_runs_and_writes_where_asked(tmp_path):
     out = json.loads((tmp_path / "eval_cpu_batch.json").read_text())
     assert out["info"]["problems"] == 3
     assert [r["policy"] for r in out["rows"]][:2] == ["batch 2", "tokens 4096"] and out["rows"][0]["calls"] == 2
+
+
+def test_the_score_overlap_benchmark_runs_and_writes_where_asked(tmp_path):
+    res = _load("score_overlap").main(["--rounds", "1", "--prompts", "4", "--group-size", "4", "--max-tokens", "24",
+                                       "--reward-ms", "2", "--threads", "1", "--results-dir", str(tmp_path)])
+    after, during = res["rows"]
+    assert after["side"] == "score after generation" and after["hidden_s"] == 0.0
+    assert during["side"] == "score while generating" and during["hidden_s"] > 0  # some scoring ran inside generate
+    assert min(res["lengths"]) < max(res["lengths"])  # responses ended at different steps
+    assert "| score while generating |" in (tmp_path / "score_overlap.md").read_text()
