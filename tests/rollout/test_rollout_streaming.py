@@ -117,6 +117,23 @@ def test_scoring_while_generating_gives_the_rewards_of_one_call_in_order():
         sw.result(ros)
 
 
+def test_a_failed_generation_leaves_no_scoring_thread_behind():
+    started = threading.Event()
+
+    def score(rollouts, examples):
+        started.set()
+        time.sleep(0.1)
+        return [Reward(1.0, {}) for _ in rollouts]
+
+    sw = ScoreWhileGenerating(score, [0])
+    sw.add(0, _Ro(0, "a"))
+    started.wait(5)
+    sw.add(1, _Ro(0, "b"))  # waiting when generation fails
+    sw.abandon()
+    sw.thread.join(5)
+    assert not sw.thread.is_alive() and sw.calls == [[0]]  # the call it was in finished; nothing after it
+
+
 def test_a_scorer_that_raises_raises_in_result():
     def score(rollouts, examples):
         raise RuntimeError("scorer down")

@@ -27,6 +27,8 @@ rounds when algo.refill_rounds is set, then the objective's advantages.
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass
 
 import torch
@@ -77,8 +79,6 @@ class ScoreWhileGenerating:
     response and example). A scorer that raises raises in result(), as the plain call would."""
 
     def __init__(self, score, batch: list):
-        import threading
-
         self.score, self.batch = score, batch
         self.cond = threading.Condition()
         self.waiting: list[tuple[int, object]] = []  # handed on, not yet taken by the thread
@@ -98,8 +98,6 @@ class ScoreWhileGenerating:
             self.cond.notify()
 
     def _run(self) -> None:
-        import time
-
         while True:
             with self.cond:
                 while not self.waiting and not self.closed:
@@ -122,8 +120,6 @@ class ScoreWhileGenerating:
     def result(self, rollouts: list) -> list[Reward]:
         """The rewards of `rollouts` (generate's return: every index handed on); overlapped_s: the seconds of
         scoring done before this call, while generation ran."""
-        import time
-
         end_of_generation = time.perf_counter()
         with self.cond:
             self.closed = True
@@ -141,6 +137,13 @@ class ScoreWhileGenerating:
             raise RuntimeError(f"score_while_generating: {len(missing)} rollouts were never handed on to be scored "
                                f"(first index {missing[0]})")
         return out
+
+    def abandon(self) -> None:
+        """Generation failed (an error, Ctrl-C): nothing more is scored; the thread ends after the call it is in."""
+        with self.cond:
+            self.waiting.clear()
+            self.closed = True
+            self.cond.notify()
 
 
 def score_while_generating(on: bool, sampler) -> bool:
@@ -192,7 +195,12 @@ class RolloutSource:
         prompts = [self.task.prompt(ex) for ex in batch]
         if self._overlap:  # scored as they finish (data.score_while_generating)
             self._pending = ScoreWhileGenerating(self._score_batch, batch)
-            ros = self.sampler.generate(prompts, spec, on_finished=self._pending.add)
+            try:
+                ros = self.sampler.generate(prompts, spec, on_finished=self._pending.add)
+            except BaseException:  # no scoring thread left waiting behind a failed generation
+                self._pending.abandon()
+                self._pending = None
+                raise
         else:
             ros = self.sampler.generate(prompts, spec)
         return ros, [batch[ro.group] for ro in ros]
