@@ -186,7 +186,7 @@ class RolloutSource:
         self._task_scorer = task_scorer(task, cfg.data)  # the curriculum's pass-rate estimates
         # (only this class's draw and score hand rollouts on; the sources that override them sample otherwise)
         self._overlap = (type(self).draw is RolloutSource.draw
-                         and score_while_generating(getattr(cfg.data, "score_while_generating", False), sampler))
+                         and score_while_generating(cfg.data.score_while_generating, sampler))
         self._pending: ScoreWhileGenerating | None = None
         self._overlapped_s = 0.0
 
