@@ -299,7 +299,7 @@ class StaticDecoder:
         """The decode step of the first b rows over slots 0..S-1 (what a graph captures): logits (b, V), or with
         `sampling` (set_sampling's setting) the sampled tokens and their logprobs (sample_in_graph)."""
         mask = self.mask[:b, :, :, :S]
-        extra = () if sampling is None else (self.u[:b], self.ban if sampling[2] else None, *sampling[:2])
+        extra = () if sampling is None else self._sample_args(b, sampling)
         if self.attention is None:
             self.cache.kv_len = S
             return self._eager(b, mask, extra)
@@ -321,6 +321,10 @@ class StaticDecoder:
                 warnings.warn(f"rollout.compile_decode: compiling the decode step failed ({type(e).__name__}: "
                               f"{str(e).splitlines()[0] if str(e) else ''}); it runs uncompiled", stacklevel=4)
             return self._eager(b, mask, extra)
+
+    def _sample_args(self, b: int, sampling: tuple) -> tuple:
+        """sample_in_graph's arguments after the logits for the first b rows: (u, ban or None, temperature, top_k)."""
+        return self.u[:b], self.ban if sampling[2] else None, *sampling[:2]
 
     def _eager(self, b: int, mask: torch.Tensor, extra: tuple):
         logits = self._forward(self.tok[:b], mask, self.pos[:b])
@@ -379,7 +383,7 @@ class StaticDecoder:
         b, S = self._feed(tok, slot, pos, S)
         if u is not None:
             self.u[:b].copy_(u)
-        extra = (self.u[:b], self.ban if self.sampling[2] else None, *self.sampling[:2])
+        extra = self._sample_args(b, self.sampling)
         if not self.graph_sampling:
             return sample_in_graph(self._run(b, S, None), *extra)
         try:
